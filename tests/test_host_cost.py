@@ -43,3 +43,21 @@ def test_a_pass_is_composed_from_the_record_alone():
     assert host_times(ops, Plan(), host, "none")["f"] == pytest.approx(40 * US)
     idle = host_idle(ops, [20 * US, 5 * US], Plan(), host, "none", {"f": 25 * US, "b": 0.0})
     assert idle["f"] == pytest.approx(15 * US)
+
+
+def test_an_engine_s_host_record_prices_its_loop():
+    """A serving engine's host costs are the same record (serve/engine.py Engine.host): vLLM V0's loop, at 1.5x an
+    x86 host's Python speed for 10 running sequences over 2 stages, costs the record's per_iteration + per_sequence x
+    10 x 2, scaled where the loop is Python; its hidden work per_sequence alike; an eager layer per_layer each."""
+    from meshplan.serve.engine import load_engine
+
+    engine = load_engine("vllm-v0")
+    host = engine.host
+    assert (host.per_iteration, host.per_sequence, host.hidden_per_sequence, host.per_layer) == (
+        engine.iteration_overhead, engine.sequence_overhead, engine.hidden_sequence_overhead,
+        engine.eager_layer_overhead)
+    assert host.source.startswith("vllm") and host.per_sequence > 0
+    scale = 1.5 if host.in_python else 1.0
+    assert engine.host_time(10, 2, 1.5) == pytest.approx(scale * (host.per_iteration + host.per_sequence * 20))
+    assert engine.hidden_time(10, 2, 1.5) == pytest.approx(scale * host.hidden_per_sequence * 20)
+    assert float(engine.eager_time(10_000, 1, 4, 1.5)) == pytest.approx(scale * host.per_layer * 4)

@@ -141,6 +141,8 @@ def test_megatron_model_flops_uses_the_multi_latent_attention_branch():
 
 
 DEFAULT_STACK = Stack()
+HOSTED = Stack(host_dispatch=12e-6)  # Megatron-Core's cost per kernel (presets/stacks/megatron-core.toml); Stack()'s 0
+# means a host that never limits, so no launch floor either
 
 
 # ---- per-expert GEMMs launched by the host (mlp_moe.host_launched, roofline.op_time) -------------------------------
@@ -150,8 +152,13 @@ def _expert_ops(plan, stack=DEFAULT_STACK):
 
 
 def test_per_expert_gemms_count_their_host_launches():
-    # 128 experts / ep 8 = 16 local experts: one GEMM each per pass; with fp8 also one quantization per expert
-    # before the forward and the input-gradient GEMMs (the cast ops), none before the weight gradient
+    # 128 experts / ep 8 = 16 local experts: one GEMM each per pass, the activation one kernel forward and two
+    # backward (mlp_moe.EXPERT_KERNELS: nine a expert); with fp8 also one quantization per expert before the forward
+    # and the input-gradient GEMMs (the cast ops), none before the weight gradient
+    model = load_model("qwen3-30b-a3b")
+    act = {op.phase: op.launches for op in moe_layer(model, Plan(dp=8, ep=8), DEFAULT_STACK)
+           if op.name == "moe/experts/act"}
+    assert act == {"fwd": 16, "bwd_x": 32}
     bf16 = _expert_ops(Plan(dp=8, ep=8))
     assert {key: op.launches for key, op in bf16.items() if key[0] == "moe/experts/fc1"} == {
         ("moe/experts/fc1", "fwd"): 16, ("moe/experts/fc1", "bwd_x"): 16, ("moe/experts/fc1", "bwd_w"): 16}
@@ -166,12 +173,15 @@ def test_a_host_launched_gemm_takes_at_least_the_host_time():
     from meshplan.roofline import op_time
 
     acc = rates_only("b200")  # without the per-kernel t0, which each of the 16 launches pays (roofline.overhead)
-    op = _expert_ops(Plan(dp=8, ep=8, precision="fp8"))[("moe/experts/fc1", "fwd")]
+    op = _expert_ops(Plan(dp=8, ep=8, precision="fp8"), HOSTED)[("moe/experts/fc1", "fwd")]
     gpu = op_time(replace(op, launches=0.0), acc, "fp8", DEFAULT)
-    # 16 experts × one GEMM launch each × host_launch (35 µs) = 0.57 ms of host time, against a few µs of GPU time
-    # per expert GEMM
-    assert op_time(op, acc, "fp8", DEFAULT) == pytest.approx(16 * DEFAULT.host_launch)
-    assert gpu < 16 * DEFAULT.host_launch
+    # 16 experts × one GEMM launch each, through a Transformer Engine Linear: the stack's 12 µs per kernel × 100/37
+    # (TE's module against a torch Linear, mlp_moe.TE_LINEAR) = 32.4 µs each, 0.52 ms of host time, against a few µs
+    # of GPU time per expert GEMM
+    per_gemm = HOSTED.host.per_kernel * 100 / 37
+    assert op.launch_host == pytest.approx(per_gemm)
+    assert op_time(op, acc, "fp8", DEFAULT) == pytest.approx(16 * per_gemm)
+    assert gpu < 16 * per_gemm
     huge = replace(op, flops=op.flops * 1e4)  # a GEMM far longer than its launches: the GPU time stands
     assert op_time(huge, acc, "fp8", DEFAULT) == op_time(replace(huge, launches=0.0), acc, "fp8", DEFAULT)
 
@@ -182,8 +192,8 @@ def test_host_launches_matter_at_small_micro_batches_only():
 
     def slowdown(mbs):
         plan = Plan(dp=8, ep=8, micro_batch=mbs, global_batch=64, precision="fp8", zero=1)
-        return (estimate(model, cluster, plan).step_time
-                / estimate(model, cluster, plan, Stack(expert_gemm="grouped")).step_time)
+        return (estimate(model, cluster, plan, HOSTED).step_time
+                / estimate(model, cluster, plan, HOSTED.with_(expert_gemm="grouped")).step_time)
 
     assert slowdown(1) > slowdown(8) >= 1.0
     assert slowdown(1) > 1.5  # 1024 rows per expert GEMM: the host, not the GPU, sets the pace

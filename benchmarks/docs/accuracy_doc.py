@@ -241,9 +241,9 @@ def write_doc(results: list[RunResult], summary: dict[str, Any], kor: dict[str, 
            summary_row("out of sample (the other half)", summary["out_of_sample"]), "",
            *complete_note(results, by_id), "",
            "The fit half and the held-out half are fixed by `meshplan_validation.selection.in_fit_set`; "
-           "only the three constants "
+           "only the two constants "
            "marked *fitted* below were fitted, on the fit half, by `benchmarks/measure/fit_efficiency.py` (each source "
-           "group weighted equally): the two dense ones on the dense runs, then `host_launch` on the MoE runs. "
+           "group weighted equally), on the dense runs; the MoE runs fit nothing. "
            "Same-configuration records of successive Megatron-Bridge releases fall on both sides, so the held-out "
            "half is not independent of the fit half across releases; the held-out set from other sources and GPUs "
            "is the real test.", "",

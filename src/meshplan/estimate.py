@@ -298,7 +298,8 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
             else:
                 compute, memory = compute_time(op, acc, plan.precision, eff), memory_time(op, acc, eff)
                 work, fixed = work_time(compute, memory, eff), overhead(op, acc, eff)
-                bound = "host" if op.launches * eff.host_launch > work + fixed else (
+                issue = op.launches * op.launch_host  # roofline.op_time's host floor
+                bound = "host" if issue > work + fixed else (
                     "overhead" if fixed > work else "compute" if compute >= memory else "memory")
             rows.append(OpRow(op.name, op.phase, op.kind, float(counts[group]), float(op.flops),
                               float(op.nbytes), float(t), bound))

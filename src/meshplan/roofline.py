@@ -200,7 +200,9 @@ def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Nu
     """Seconds for a compute op: the kernels' fixed ``overhead`` plus ``work_time`` of its compute and memory times for
     one kernel that streams while it computes; the sum for unfused attention, whose score GEMMs and softmax are
     separate kernels (the scores round-trip through HBM between them). Kernels the host launches with the GPU waiting
-    on it (``op.launches``, the per-expert GEMMs of dropless MoE) take at least the host's time to issue them."""
+    on it (``op.launches``, the per-expert MoE path of dropless MoE) take at least the host's time to issue them:
+    ``launch_host`` each (the stack's cost per kernel, mlp_moe.host_launched; not scaled by Cluster.python_host:
+    mlp_moe.TE_LINEAR says why)."""
     if op.variant == "unfused":
         time = compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
     else:
@@ -210,7 +212,7 @@ def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Nu
     if op.variant == "unfused":
         return time
     if type(op.launches) is not float or op.launches:  # host-launched kernels: the GPU cannot outrun the CPU
-        time = maximum(time, op.launches * eff.host_launch)
+        time = maximum(time, op.launches * op.launch_host)
     return time
 
 

@@ -87,9 +87,6 @@ FITTED: tuple[Fitted, ...] = (
     Fitted("attention", "src/meshplan/specs/efficiency.py Efficiency.attention", "training",
            _efficiency("attention"), "as gemm, jointly", PUBLISHED, "benchmarks/measure/fit_efficiency.py",
            0.75 / 0.803, "x MAMF"),
-    Fitted("host_launch", "src/meshplan/specs/efficiency.py Efficiency.host_launch", "training",
-           _efficiency("host_launch"), "the fit half's MoE runs (per-expert GEMMs), gemm and attention held",
-           PUBLISHED_MOE, "benchmarks/measure/fit_efficiency.py", 12e-6, "s per kernel"),
     Fitted("Megatron-LM CI host per micro-batch", "src/meshplan_validation/sources.py MEGATRON_LM_CI_MICROBATCH",
            "training", _ci_microbatch, "the fit half of Megatron-LM's CI runs (its six pipelined runs), at the "
            "DGX A100's measured python_host",

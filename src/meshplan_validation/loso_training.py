@@ -3,8 +3,8 @@
 
 What is refitted, for a run of source S (provenance.py):
 - ``gemm`` and ``attention`` where S is among their fit sources: refitted on the fit half's dense runs of the other
-  sources, ``host_launch`` held; then ``host_launch`` on their MoE runs with those
-  (benchmarks/measure/fit_efficiency.py's two stages, its objective, linearised: refit.py);
+  sources (benchmarks/measure/fit_efficiency.py's fit, its objective, linearised: refit.py); the MoE runs fit nothing
+  (their per-expert path's host time is the stacks' measured cost per kernel: cost/mlp_moe.host_launched);
 - Megatron-LM CI's host per micro-batch where S is Megatron-LM's CI, its one source: without it, it falls to its
   prior (0); the DGX A100's python_host is a measurement (presets/hardware/a100.toml), not refitted;
 - every other run keeps the shipped value of a constant not fitted on its source: its in-sample error is already
@@ -34,7 +34,6 @@ from meshplan_validation.selection import in_fit_set
 from meshplan_validation.skip import Skip
 
 DENSE = (Coordinate("gemm", (0.3, 1.2)), Coordinate("attention", (0.15, 1.0)))
-HOST = Coordinate("host_launch", (1e-6, 200e-6))
 CAP = 0.5  # the shipped fit's clip of |log error| (benchmarks/measure/fit_efficiency.py)
 CI_SOURCE = "megatron_lm_ci"
 
@@ -92,25 +91,18 @@ def fit_cases(published: Iterable[Run]) -> list[Case]:
 
 @dataclass(frozen=True)
 class EfficiencyRefit:
-    """The two linearised stages of the efficiency fit (module docstring)."""
+    """The linearised efficiency fit (module docstring)."""
 
     dense: Linear
-    moe: Linear
 
     @classmethod
     def build(cls, cases: list[Case]) -> EfficiencyRefit:
-        return cls(linearised([c for c in cases if not c.model.is_moe], DENSE),
-                   linearised([c for c in cases if c.model.is_moe], DENSE + (HOST,)))
+        return cls(linearised([c for c in cases if not c.model.is_moe], DENSE))
 
     def without(self, source: str | None) -> dict[str, float]:
-        dense = self.dense.refit(source) if source in by_name("gemm").sources or source is None else {
-            c.name: getattr(DEFAULT, c.name) for c in DENSE}
-        host = by_name("host_launch")
-        if source is not None and host.sources == {source}:  # its only source: no data left, its prior
-            return dense | {"host_launch": host.prior}
-        if source in host.sources or source is None:
-            return self.moe.refit(source, free=("host_launch",), start=dense)
-        return dense | {"host_launch": DEFAULT.host_launch}
+        if source in by_name("gemm").sources or source is None:
+            return self.dense.refit(source)
+        return {c.name: getattr(DEFAULT, c.name) for c in DENSE}
 
 
 def without_source(case: Case, source: str) -> Case:
@@ -123,7 +115,7 @@ def without_source(case: Case, source: str) -> Case:
     return replace(case, stack=stack)
 
 
-EFFICIENCY_NAMES = ("gemm", "attention", "host_launch")
+EFFICIENCY_NAMES = ("gemm", "attention")
 
 
 def at_prior(case: Case, name: str) -> tuple[Case, Efficiency]:

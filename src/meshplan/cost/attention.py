@@ -284,14 +284,14 @@ def varlen_padding(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     output size, ``seqlens.max().item()`` the longest sequence), so from the layer's first synchronisation to the
     FlashAttention call the GPU waits on the host for every kernel: ``UNPAD_KERNELS`` per call (the sum of the
     mask, nonzero's count and select, max, cumsum, F.pad's fill and copy, the gather), three calls per layer. The
-    forward record takes at least that many host launches (``launches``, priced at ``Efficiency.host_launch`` as
-    the per-expert MoE path after its tokens-per-expert sync: roofline.op_time); the backward has no sync."""
+    forward record takes at least that many host launches (``launches``, each at the stack's cost per kernel as the
+    per-expert MoE path after its tokens-per-expert sync: roofline.op_time); the backward has no sync."""
     if not d.stack.varlen_attention:
         return []
     qkv, out = attention_elems(model, d)
     a = ACT_BYTES
     return [OpCost("attn/varlen", "fwd", "memory", 0.0, 2 * a * qkv + 3 * a * out,  # gather; zeros + index_put
-                   a * out, launches=3 * UNPAD_KERNELS),
+                   a * out, launches=3 * UNPAD_KERNELS, launch_host=d.stack.host.per_kernel),
             OpCost("attn/varlen", "bwd_x", "memory", 0.0, 3 * a * qkv + 2 * a * out)]  # zeros + scatter; gather
 
 

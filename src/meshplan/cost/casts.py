@@ -27,7 +27,7 @@ def cast(name: str, phase: str, elems: Num, plan: Plan, stack: Stack, launches: 
     """The quantization of ``elems`` elements of a GEMM operand before the GEMM ``name`` (``quantize_bytes``)."""
     variant = "block_scaled" if plan.precision in BLOCK_SCALED else ""
     return OpCost(name + "/cast", phase, "memory", 0.0, quantize_bytes(plan, stack) * elems, launches=launches,
-                  variant=variant)
+                  launch_host=stack.host.per_kernel, variant=variant)
 
 
 def low_precision_casts(ops: list[OpCost], plan: Plan, stack: Stack) -> list[OpCost]:

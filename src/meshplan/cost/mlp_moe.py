@@ -101,8 +101,9 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     # unpermute + probability-weighted sum after combine), as the stack runs it (moe_permute.py)
     ops += permutation(d.stack, tokens, permuted, h)
     # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
+    local = model.num_experts / plan.ep
     ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
-                                   groups=model.num_experts / plan.ep, width=h), d.stack)
+                                   groups=local, width=h), d.stack, local)
     ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp)
     ops += experts_eager(model, d, rows, model.moe_ffn_hidden_size / plan.etp)
     if latent:
@@ -163,18 +164,53 @@ def experts_eager(model: ModelSpec, d: Dims, rows: Num, ffn: Num) -> list[OpCost
     return ops + [OpCost("moe/experts/act/concat", "bwd_x", "memory", 0.0, 4 * ACT_BYTES * rows * ffn)]
 
 
-def host_launched(ops: list[OpCost], stack: Stack) -> list[OpCost]:
-    """Mark the kernels of per-expert GEMMs (``stack.expert_gemm = "per_expert"``) as host-launched.
+# Kernels the host launches per local expert and micro-batch on the per-expert path, by record of ``mlp_gemms``:
+# Megatron-Core's SequentialMLP (the experts without --moe-grouped-gemm; megatron/core/transformer/moe/experts.py
+# @ core_v0.16.1) splits the rows by ``tokens_per_expert.tolist()`` and runs each local expert's MLP in a Python loop
+# (megatron/core/transformer/mlp.py MLP.forward @ core_v0.16.1): fc1 (a Transformer Engine Linear: one GEMM), the
+# probability-weighted SwiGLU (fusions/fused_bias_swiglu.py weighted_swiglu under torch.compile: one kernel), fc2;
+# autograd then runs, per expert, fc2's input-gradient and weight-gradient GEMMs (the latter accumulating into
+# main_grad), the activation's backward (weighted_swiglu_back: the input gradient and the probabilities' gradient, a
+# row sum: two kernels), fc1's two GEMMs. Nine kernels, six of them GEMMs; the split's and the concatenation's
+# kernels run once for all experts. With fp8 / fp4 each GEMM's quantization is a launch more (casts.py).
+EXPERT_KERNELS = {("fc1", "fwd"): 1.0, ("act", "fwd"): 1.0, ("fc2", "fwd"): 1.0, ("fc2", "bwd_x"): 1.0,
+                  ("act", "bwd_x"): 2.0, ("fc1", "bwd_x"): 1.0, ("fc2", "bwd_w"): 1.0, ("fc1", "bwd_w"): 1.0}
+# Each of those GEMMs is issued through a Transformer Engine Linear, whose forward costs its host 100 us of CPU where
+# a torch Linear's costs 37 us on the same Grace host (NVIDIA/TransformerEngine#2053): the module's Python (its
+# quantizers, workspace and autograd Function) beyond the one GEMM it launches, which the stacks' per-kernel cost (a
+# torch Linear's 13.5 us on an x86 DGX host, presets/stacks/megatron-bridge.toml) does not hold. Applied to the
+# backward's GEMMs alike (TE's _Linear.backward, the same module code; not measured apart), and only where the stack
+# runs Megatron-Core's modules (``stack.fusion = "fused"``): an eager stack's experts call torch's Linear, whose cost
+# its per-kernel figure already is (the eager activation's further kernels, mlp_moe.experts_eager, are not counted
+# as launched after the sync: a simplification). This is the mechanism the
+# fitted 40.5 us per GEMM launch (Efficiency.host_launch, fitted on the MoE runs until 2026-11-28) stood for:
+# 12 us x 100/37 = 32 us per GEMM, and the activation's three launches per expert it did not count.
+# Not scaled by the host CPU's Python speed (Cluster.python_host, which step/host.on_host applies to the pass's host
+# time): the MoE runs hold GB200 (Grace) runs beside their B200 twins of the same releases, and scaled by Grace's 2.75
+# the per-expert path reads them worse (fit half's MoE runs: median |error| 17.6 -> 17.9 %, the other half's 13.1 ->
+# 18.4 %, 2026-11-28; in 2026-11-26's fitted form the GB200 Qwen3-30B-A3B runs read 38-45 % too slow scaled, -7 to
+# +8 % unscaled): on Grace this path's host time is not Python's alone.
+TE_LINEAR = 100.0 / 37.0
+
+
+def host_launched(ops: list[OpCost], stack: Stack, groups: Num) -> list[OpCost]:
+    """Mark the per-expert path's kernels (``stack.expert_gemm = "per_expert"``, ``groups`` local experts) as
+    launched by the host, ``EXPERT_KERNELS`` per expert and record, each at the stack's cost per kernel
+    (``HostCost.per_kernel``; a GEMM issued through a Transformer Engine Linear, Megatron-Core's, ``TE_LINEAR`` times
+    it).
 
     Dropless MoE learns how many tokens each local expert got only on the device; Megatron-Core's token
-    dispatcher copies the counts to the host (a device-to-host sync) before it can split the rows, and
-    Transformer Engine's GroupedLinear then launches one cuBLAS GEMM per expert (``general_grouped_gemm`` over
-    several streams), with fp8 / fp4 one quantization of the expert's input (forward) or output gradient
-    (input-gradient pass) before it, plus the per-expert ``torch.split`` / ``torch.empty`` calls whose CPU cost
-    TE's maintainers single out (NVIDIA/TransformerEngine#1499). After the sync the CPU has no lead, so
-    the GPU waits on these launches whenever each expert's GEMM is shorter than the host's time to issue it.
-    Kernels per expert and pass: the GEMM (here), and with low precision its quantization (forward and
-    input-gradient passes; ``low_precision_casts`` gives those cast ops their own launches)."""
+    dispatcher copies the counts to the host (a device-to-host sync) before it can split the rows, and the experts
+    then run one by one from Python. After the sync the CPU has no lead, so the GPU waits on these launches whenever
+    an expert's kernels are shorter than the host's time to issue them (roofline.op_time's floor: launches ×
+    ``launch_host``). With low precision each GEMM's quantization is one launch more per expert
+    (``low_precision_casts`` gives those cast ops their own launches)."""
     if stack.expert_gemm != "per_expert":
         return ops
-    return [replace(op, launches=op.groups) if op.kind == "gemm" else op for op in ops]
+    per_kernel = stack.host.per_kernel
+    out = []
+    for op in ops:
+        count = EXPERT_KERNELS.get((op.name.rsplit("/", 1)[-1], op.phase), 0.0)
+        module = TE_LINEAR if op.kind == "gemm" and stack.fusion == "fused" else 1.0
+        out.append(replace(op, launches=groups * count, launch_host=per_kernel * module) if count else op)
+    return out

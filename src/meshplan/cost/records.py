@@ -69,9 +69,13 @@ class OpCost:
     groups: Num = 1.0
     kernel: str = ""  # flash attention: the kernel family of the stack (stack.attention_kernel), efficiency.py
     window: Num = 0.0  # flash attention in a sliding window of this many keys (ModelSpec.sliding_window); 0: none
-    # kernels the host launches one by one with the GPU waiting on it (per-expert GEMMs right after the
-    # tokens-per-expert sync): the op takes at least launches × Efficiency.host_launch (roofline.op_time)
+    # kernels the host launches one by one with the GPU waiting on it (the per-expert MoE path right after the
+    # tokens-per-expert sync, mlp_moe.host_launched): the op takes at least launches × ``launch_host``
+    # (roofline.op_time)
     launches: Num = 0.0
+    # host seconds, on an x86 DGX host, to issue each of ``launches``: the stack's cost per kernel
+    # (HostCost.per_kernel), times what the module that issues it costs beyond a kernel (mlp_moe.EXPERT_KERNELS)
+    launch_host: Num = 0.0
     # kernels the record stands for when the stack launches them one by one (an eager aten op sequence of
     # cost/eager.py: one per aten op; unfused attention's GEMMs and softmax): the GPU pays a t₀ for each
     # (roofline.overhead) and the host issues each (step/passes.launches)

@@ -39,6 +39,7 @@ from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import PRESETS, read_toml
 from meshplan.serve.plan import Workload
+from meshplan.specs.host_cost import HostCost
 
 if TYPE_CHECKING:
     from meshplan.serve.precision import Quant
@@ -200,16 +201,26 @@ class Engine:
             return float(workload.input_len + workload.output_len)
         return float(workload.resident_context)
 
+    @property
+    def host(self) -> HostCost:
+        """The engine's host costs as the one host record (specs/host_cost.py), what ``host_time``, ``hidden_time``
+        and ``eager_time`` price."""
+        return HostCost(per_iteration=self.iteration_overhead, per_sequence=self.sequence_overhead,
+                        hidden_per_sequence=self.hidden_sequence_overhead, per_layer=self.eager_layer_overhead,
+                        in_python=self.host_in_python, overlapped=self.host_overlap,
+                        source=" ".join(x for x in (self.name, self.version, self.source) if x))
+
     def host_time(self, sequences: Any, pp: Any = 1, python_host: float = 1.0) -> Any:
         """The host's seconds per iteration for ``sequences`` running and prompted sequences per micro-batch over
         ``pp`` stages: iteration_overhead + sequence_overhead · sequences · pp, at the host CPU's Python speed when
         the host loop is Python (``host_in_python``)."""
-        return self._python(python_host) * (self.iteration_overhead + self.sequence_overhead * sequences * pp)
+        host = self.host
+        return self._python(python_host) * (host.per_iteration + host.per_sequence * sequences * pp)
 
     def hidden_time(self, sequences: Any, pp: Any = 1, python_host: float = 1.0) -> Any:
         """The host's seconds per iteration that run beside the GPU's step: hidden_sequence_overhead · sequences · pp,
         at the host CPU's Python speed as ``host_time``."""
-        return self._python(python_host) * self.hidden_sequence_overhead * sequences * pp
+        return self._python(python_host) * self.host.hidden_per_sequence * sequences * pp
 
     def loop_speed(self, cluster: Cluster) -> float:
         """The host CPU's time per reference second for the engine's loop (``host_time``, ``hidden_time``): its
@@ -220,14 +231,14 @@ class Engine:
     def _python(self, python_host: float) -> float:
         """The host CPU's time per reference second for this engine's host loop: its Python speed where the loop is
         Python (``host_in_python``), else 1."""
-        return python_host if self.host_in_python else 1.0
+        return python_host if self.host.in_python else 1.0
 
     def eager_time(self, decode: Any, prompts: Any, layers: Any, python_host: float = 1.0) -> Any:
         """The host's seconds to issue one eager iteration's kernels over ``layers`` layers, 0 where the iteration is
         a captured decode graph (``graph_max_batch``): pure decode (no ``prompts``) of at most that many sequences.
         The kernels run asynchronously, so the GPU's step is at least this long (metrics.Setting.time)."""
         scale = self._python(python_host)
-        return np.where(self._graphed(decode, prompts), 0.0, scale * self.eager_layer_overhead * layers)
+        return np.where(self._graphed(decode, prompts), 0.0, scale * self.host.per_layer * layers)
 
     def _graphed(self, decode: Any, prompts: Any) -> Any:
         """Whether the iteration replays a captured decode graph: pure decode of at most ``graph_max_batch``."""

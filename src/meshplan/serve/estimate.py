@@ -125,7 +125,7 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     host = engine.host_time(float(result.running) / plan.dpa, 1, engine.loop_speed(cluster))
     beside = float(engine.hidden_time(float(result.running) / plan.dpa, 1, engine.loop_speed(cluster)))
     host += max(beside - sum(parts.values()), 0.0)  # what the GPU's step does not hide of the work beside it
-    if engine.host_overlap:  # only what the GPU's work does not hide
+    if engine.host.overlapped:  # only what the GPU's work does not hide
         host = max(host - sum(parts.values()), 0.0)
     if host:
         parts["engine/host"], kinds["engine/host"] = host, "host"

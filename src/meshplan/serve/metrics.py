@@ -86,9 +86,9 @@ class Setting:
         gpu = maximum(self.gpu_time(decode, prefill, prompts, prefix),
                       self.engine.eager_time(decode, prompts, layers, self.cluster.python_host))
         gpu = gpu + self.engine.iteration_latency  # the engine's GPU work after the forward pass (engine.py)
-        if self.engine.hidden_sequence_overhead:  # the host's work beside the GPU's step (engine.py)
+        if self.engine.host.hidden_per_sequence:  # the host's work beside the GPU's step (engine.py)
             gpu = maximum(gpu, self.engine.hidden_time(decode + prompts, self.cols["pp"], loop))
-        if self.engine.host_overlap:  # the host's work hides behind the GPU's (engine.py)
+        if self.engine.host.overlapped:  # the host's work hides behind the GPU's (engine.py)
             return maximum(gpu, host)
         return gpu + host
 

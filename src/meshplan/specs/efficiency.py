@@ -1,12 +1,11 @@
 """Efficiency: the fraction of a datasheet peak that real kernels and collectives sustain, from physics.
 
 This is the one place where such factors live. Every factor is a function of the op's shape and the hardware,
-built from a handful of constants; each constant says where it comes from. Three of them (``gemm`` and
-``attention`` on the dense runs, then ``host_launch`` on the MoE runs) were
-fitted once, on the fixed half of the published runs that ``meshplan_validation.selection.in_fit_set`` selects
-(CRC-32 of the run id even), by ``benchmarks/measure/fit_efficiency.py`` with every source group weighted equally; the
-other half is the out-of-sample check (docs/ACCURACY.md). The rest are published measurements. Nothing is tuned per run,
-per source or per GPU.
+built from a handful of constants; each constant says where it comes from. Two of them (``gemm`` and
+``attention``, on the dense runs) were fitted once, on the fixed half of the published runs that
+``meshplan_validation.selection.in_fit_set`` selects (CRC-32 of the run id even), by
+``benchmarks/measure/fit_efficiency.py`` with every source group weighted equally; the other half is the out-of-sample
+check (docs/ACCURACY.md). The rest are published measurements. Nothing is tuned per run, per source or per GPU.
 
 Symbols: m×k·k×n a GEMM's shape, S the SM count, f the sustained clock as a fraction of the datasheet clock,
 d the attention head dimension, s the key length, B_attn the attention kernel's block size.
@@ -99,23 +98,10 @@ communication time (step/passes.py applies it wherever a collective is hidden): 
 arXiv 2507.03114). For scale, DeepSeek-V3 gives communication 20 of an H800's 132 SMs (15 %; arXiv 2412.19437
 §3.5.1) and Calculon's H100 preset charges 15 % of the processor to NVLink communication.
 
-Host-launched kernels: dropless MoE copies the tokens-per-expert counts to the host every layer (Megatron-Core
-MoEAlltoAllTokenDispatcher), and Transformer Engine's GroupedLinear then issues one GEMM (and with fp8 one
-quantization) per local expert from Python (mlp_moe.host_launched). With the CPU's lead gone, small expert GEMMs wait
-on the host: ``host_launch`` (fitted: 34 µs per kernel, on the fit half's MoE runs) is the host time per launched
-kernel, including TE's per-expert ``torch.split`` / ``torch.empty`` calls (NVIDIA/TransformerEngine#1499). For scale,
-one TE Linear forward costs 100 µs of CPU on a Grace CPU against 37 µs for torch's (TransformerEngine#2053), and TE's
-fused CuTeDSL grouped MLP for 64 experts 1.2 ms of CPU forward and 2.1 ms backward on GB200 (TransformerEngine#2897).
-It is the same physics as a stack's ``host_dispatch`` (step/passes.py: a pass takes at least its host's time), kept
-apart as a per-op floor: the tokens-per-expert sync drains the queue right before these launches, so no earlier GPU
-work hides them, where a pass's host time hides behind the GPU's queue; folded into the per-pass max at the stacks'
-12 µs it would price each expert launch at a third of what the MoE runs fit (benchmarks/measure/fit_efficiency.py: 41
-µs). The same price applies wherever a host synchronisation leaves the GPU waiting for the kernels that follow it:
-flash-attn's ``unpad_input`` (``nonzero``, ``.item()``) before a varlen FlashAttention call (attention.varlen_padding).
-It is not scaled by the host CPU's Python speed (Cluster.python_host, which scales the stacks' per-kernel cost:
-step/host.on_host): the fit half holds GB200 (Grace) runs beside their B200 twins of the same releases, and scaled by
-Grace's 2.75 the per-expert path read the GB200 Qwen3-30B-A3B runs 38-45 % too slow where unscaled they read -7 to
-+8 % (tried 2026-11-26): on Grace this path's host time is not Python's alone.
+Host-launched kernels (dropless MoE's per-expert path after its tokens-per-expert sync, flash-attn's varlen unpadding)
+are priced at the stack's measured cost per kernel (HostCost.per_kernel; cost/mlp_moe.host_launched, roofline.op_time),
+not here: until 2026-11-28 ``host_launch``, 40.5 us per expert GEMM fitted on the MoE runs, stood for a Transformer
+Engine Linear's module cost per GEMM and the activation's uncounted launches (mlp_moe.TE_LINEAR, EXPERT_KERNELS).
 
 Sustained clocks: a part capped below the power its datasheet peak is rated at runs slower. Dynamic power
 ∝ f·V² and V ∝ f near the top of the curve, so P ∝ f³ and f = (P_cap / P_rated)^(1/3) (check: H100 NVL,
@@ -158,7 +144,6 @@ class Efficiency:
     TILES: ClassVar[tuple[tuple[int, int], ...]] = TILES  # the GEMM kernels' output tiles (specs/gemm_shape.py)
     gemm: float = 0.8597  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
     attention: float = 0.5244  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
-    host_launch: float = 40.46e-6  # host seconds per kernel of the per-expert MoE path (mlp_moe.host_launched)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
@@ -389,4 +374,4 @@ def _rule(architecture: str, peak: float, low: bool) -> float:
 
 
 DEFAULT = Efficiency()
-FITTED = ("gemm", "attention", "host_launch")  # fitted by benchmarks/measure/fit_efficiency.py; the rest are measured
+FITTED = ("gemm", "attention")  # the constants benchmarks/measure/fit_efficiency.py fits; the rest are measured

@@ -6,7 +6,11 @@ The unit is seconds of host CPU per kernel launched (``per_kernel``; a stack's 1
 each preset beside its source), with the few other host costs a step pays in their own units (per collective call,
 per compiled region, per parameter tensor, per micro-batch, per step) and how the host meets the GPU (one graph per
 pass, a host that waits for each exposed collective, launches that block). ``source``: the stack and version whose
-measurement these are (the preset's ``name``, ``version`` and ``source``)."""
+measurement these are (the preset's ``name``, ``version`` and ``source``).
+
+A serving engine's host (serve/engine.py ``Engine.host``) is the same record: its per-kernel cost as a layer's eager
+launches (``per_layer``), and its loop's costs per iteration and per running sequence, with whether the loop is
+Python (scaled by the host CPU's Python speed) and whether it runs beside the GPU's step (``overlapped``)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,14 @@ class HostCost:
     blocking_collectives: bool = False  # the host waits out each exposed collective: a synchronisation
     blocking_launches: bool = False  # every launch waits for its kernel: host and GPU take turns
     hidden_tp: bool = False  # TP collectives hide behind the GEMMs (Stack.overlap_tp): they close no segment
+    # serving (Engine.host): the engine loop's seconds per iteration and per running sequence the GPU waits on, per
+    # running sequence beside the GPU's step, and one eager layer's launches
+    per_iteration: float = 0.0  # Engine.iteration_overhead
+    per_sequence: float = 0.0  # Engine.sequence_overhead
+    hidden_per_sequence: float = 0.0  # Engine.hidden_sequence_overhead
+    per_layer: float = 0.0  # Engine.eager_layer_overhead
+    in_python: bool = False  # the loop's time scales with the host CPU's Python speed (Engine.host_in_python)
+    overlapped: bool = False  # the host prepares iteration n + 1 while the GPU runs n (Engine.host_overlap)
     source: str = ""
 
     def per_call(self, collective: bool) -> float:

@@ -21,7 +21,7 @@ kernel before it is issued. Two bounds:
   issuing nothing (the wait blocks it), and the pass Σ_s (max(host_s, GPU_s) + c_s), which is ≥ max(H, G)
   (Σ max ≥ max Σ). Collectives that hide behind compute (``host.hidden_tp``, the context-parallel ring) are no
   syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments. The MoE
-  tokens-per-expert sync is the per-expert GEMMs' (roofline.op_time, Efficiency.host_launch).
+  tokens-per-expert sync is the per-expert path's (roofline.op_time, mlp_moe.host_launched: HostCost.per_kernel too).
 - every launch a synchronisation (``host.blocking_launches``: CUDA_LAUNCH_BLOCKING=1 "disables asynchronicity of
   kernel launches", CUDA C++ Programming Guide, "Asynchronous Concurrent Execution"; NCCL's kernels are launches too):
   the host issues the next kernel only after the GPU has run the last, so nothing of either hides and the pass takes

@@ -32,8 +32,9 @@ slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing i
   slowdown of hidden traffic, which stays charged (T' = T − σ·H of channels.py is then max(GPU time without slowdown,
   host time)): both keep the step monotone in every rate (a faster link must not widen a window or turn slowdown into
   idle time). A group of collectives only (a pipeline send) has no host term: the host issues it amid the stage's
-  kernels. The per-expert GEMMs' host floor after the tokens-per-expert sync (``Efficiency.host_launch``,
-  roofline.op_time) stays a per-op floor: the sync drains the queue right before them, so no GPU work hides it.
+  kernels. The per-expert MoE path's host floor after the tokens-per-expert sync (its launches at the stack's cost per
+  kernel, mlp_moe.host_launched, roofline.op_time) stays a per-op floor: the sync drains the queue right before them,
+  so no GPU work hides it.
 - DP gradient reduction and the distributed optimizer's parameter all-gather (Megatron overlap-grad-reduce /
   overlap-param-gather, when ``stack.overlap_dp``), ZeRO-3's gathers and activation offload share the passes they
   run beside with the traffic above, each on its own link (channels.py).
