@@ -20,7 +20,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack
+from meshplan.specs.stack import Stack, load_stack
 from meshplan.step.passes import pass_times
 from meshplan.step.stages import stage_times
 from meshplan.step.units import unit_costs
@@ -62,7 +62,7 @@ def test_each_depth_runs_the_projection_a_layer_and_the_shared_head():
     assert not mtp_ops(replace(model, mtp_layers=0), plan, Stack())
     cluster = load_system("h100").cluster(8)
     with_mtp, without = unit_costs(model, cluster, plan), unit_costs(replace(model, mtp_layers=0), cluster, plan)
-    parts = estimate(model, cluster, plan).detail[1]
+    parts = estimate(model, cluster, plan, Stack()).detail[1]  # the units' stack: each op timed as they time it
     def alone(kind):
         return pass_times(parts.ops[kind], parts.times[kind], plan, Stack(), "none", DEFAULT).total
 
@@ -116,7 +116,8 @@ def test_a_recipes_uneven_last_stage_balances_the_mtp_depth():
     assert (layers_on_stage(DSV3, uneven), layers_on_last(DSV3, uneven)) == (4, 1)
     even, balanced = estimate(DSV3, cluster, plan), estimate(DSV3, cluster, uneven)
     assert balanced.step_time < even.step_time
-    first, last, _ = stage_times(DSV3, uneven, Stack(), unit_costs(DSV3, cluster, uneven))
+    bridge = load_stack("megatron-bridge")  # the recipe's own stack: its hosts issue each expert GEMM's kernels
+    first, last, _ = stage_times(DSV3, uneven, bridge, unit_costs(DSV3, cluster, uneven, bridge))
     assert first.total > last.total
     assert "last-stage-layers=1" in uneven.describe()
 
