@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -112,7 +113,19 @@ def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, 
            eff: ServeEfficiency = SERVE_DEFAULT, sampled: bool = False) -> Prices:
     """The grid for one instance of ``plan`` (module docstring): sequences up to its batch, prompt tokens up to the
     engine's budget, contexts up to ``longest`` tokens; ``sampled``: every prompt row is sampled (the LM head over
-    each: speculative decoding's verified tokens, speculation.py), not one per chunk."""
+    each: speculative decoding's verified tokens, speculation.py), not one per chunk. A simulation of another draw
+    of the same instance's requests (seeds, rates) reads the same grid: memoised on the frozen specs, the grid being a
+    pure function of them (a Prices only adds to its own memo of knots); specs that do not hash are priced anew."""
+    args = (model, cluster, plan, engine, longest, eff, sampled)
+    try:
+        hash(args)
+    except TypeError:
+        return _prices(*args)
+    return _memo(*args)
+
+
+def _prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
+            eff: ServeEfficiency, sampled: bool) -> Prices:
     lanes = plan.pp * plan.dpa
     d = _axis(max(plan.batch / lanes, 1.0), 32, 1.15)
     p = [0.0] + [float(round(v)) for v in 2.0 ** (np.arange(8, 80) / 2) if v < engine.max_batched_tokens] + \
@@ -135,3 +148,6 @@ def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, 
     lone = np.broadcast_to(np.asarray(lone, dtype=float), dense.shape)
     return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), dd.ravel().shape).reshape(dd.shape), lanes,
                   np.nan_to_num(prefixed), ([float(v) for v in dense], [float(v) for v in lone]))
+
+
+_memo = lru_cache(maxsize=64)(_prices)
