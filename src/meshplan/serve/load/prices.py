@@ -153,4 +153,4 @@ def _prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine,
                   np.nan_to_num(prefixed), ([float(v) for v in dense], [float(v) for v in lone]))
 
 
-_memo = lru_cache(maxsize=64)(_prices)
+_memo = lru_cache(maxsize=16)(_prices)  # a few instances at a time (each holds an axis of every prompt length)
