@@ -36,3 +36,21 @@ def test_broadcast_shapes_and_scalars():
     assert value.shape == (2, 2) and split.shape == (2, 2)
     assert value[0, 1] == scalar_choice(4096.0, 8192.0, 4096.0, 132, 1.0, TILES, 300.0)[0]
     assert np.shape(tile_choice(np.float64(64.0), 64.0, 64.0, 132, 1.0, TILES, 0.0)[0]) == ()
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
+def test_many_repeats_choose_as_each_gemm_alone(fraction):
+    """A search's arrays repeat a few shapes thousands of times: each distinct GEMM is chosen once and spread back
+    (gemm_shape._distinct_choice), the same as each alone; a fractional dimension (a MoE layer's mean tokens per
+    expert) is chosen whole, the same too."""
+    rng = np.random.default_rng(7)
+    count = 4 * AT_ONCE
+    m = rng.choice([64.0, 512.0, 4096.0, 16384.0], count) + fraction
+    n, k = rng.choice([128.0, 7168.0], count), rng.choice([2048.0, 7168.0], count)
+    g = rng.choice([1.0, 8.0], count)
+    gemm_shape._LAST[0] = None
+    value, depth, split = tile_choice(m, n, k, 132, g, TILES, 300.0)
+    assert value.shape == depth.shape == split.shape == (count,)
+    for i in range(count):
+        alone = scalar_choice(float(m[i]), float(n[i]), float(k[i]), 132, float(g[i]), TILES, 300.0)
+        assert (value[i], depth[i], split[i]) == alone, (i, m[i], n[i], k[i], g[i])

@@ -52,12 +52,14 @@ def refit_for(record: dict[str, Any], refits: dict[str, dict[str, Any]]) -> str:
 def priced(records: list[dict[str, Any]]) -> tuple[list[ServingResult], list[ServingResult]]:
     """(out of source, in sample): each run's headline result."""
     refits = json.loads(REFITS.read_text())["without"]
-    inside = [r for r in results(records) if r.headline and r.error is not None]
+    shipped = {id(r): results([r]) for r in records}  # each record's rows alone: results maps record by record
+    inside = [x for r in records for x in shipped[id(r)] if x.headline and x.error is not None]
     out: list[ServingResult] = []
     for key in sorted({refit_for(r, refits) for r in records}):
         mine = [r for r in records if refit_for(r, refits) == key]
-        values = engines(refits[key]) if key else None
-        out += [r for r in results(mine, engines=values) if r.headline and r.error is not None]
+        # no refit covers them: out of source is the shipped constants' pricing, done above
+        rows = results(mine, engines=engines(refits[key])) if key else [x for r in mine for x in shipped[id(r)]]
+        out += [r for r in rows if r.headline and r.error is not None]
     return out, inside
 
 

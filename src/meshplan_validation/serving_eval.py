@@ -11,8 +11,10 @@ mean TTFT gains (⌈N/B⌉ − 1)/2 request lifetimes.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -112,7 +114,33 @@ def batch_of(case: ServingCase, eff: ServeEfficiency) -> float:
 
 
 def predict(case: ServingCase, eff: ServeEfficiency = SERVE_DEFAULT) -> tuple[dict[str, float], float]:
-    """The predicted value of every metric the serving model gives for the run, and the batch it held."""
+    """The predicted value of every metric the serving model gives for the run, and the batch it held. Memoised on
+    the case's specs, its record's text and ``eff``: ``meshplan validate`` and the accuracy benchmarks price the same
+    records again (a record whose fields do not hash is priced anew)."""
+    specs = (case.model, case.cluster, case.plan, case.workload, case.engine, case.mode, case.notes)
+    key = (json.dumps(case.record, sort_keys=True, default=repr), specs, eff)
+    try:
+        hash(key)
+    except TypeError:
+        return _predict(case, eff)
+    metrics, batch = _memo(_Keyed(key, case))
+    return dict(metrics), batch
+
+
+@dataclass(frozen=True)
+class _Keyed:
+    """A case and its key, equal and hashed by the key alone (the record, a dict, does not hash)."""
+
+    key: tuple
+    case: ServingCase = field(compare=False)
+
+
+@lru_cache(maxsize=4096)
+def _memo(keyed: _Keyed) -> tuple[dict[str, float], float]:
+    return _predict(keyed.case, keyed.key[2])
+
+
+def _predict(case: ServingCase, eff: ServeEfficiency) -> tuple[dict[str, float], float]:
     w = case.record["workload"]
     if case.mode == "prefill":
         return _prefill(case, eff), float(case.plan.dpa)

@@ -20,6 +20,7 @@ are trtllm-bench's own choice (trtllm_bench.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from meshplan.serve.engine import Engine, load_engine
@@ -140,7 +141,13 @@ def plan_of(record: dict[str, Any], model: ModelSpec, quant: Quant, batch: int) 
 
 def cluster_of(record: dict[str, Any]) -> Cluster:
     hw = record["hardware"]
-    return load_system(hw["preset"]).cluster(hw["num_gpus"])
+    return _cluster(hw["preset"], hw["num_gpus"])
+
+
+@lru_cache(maxsize=256)
+def _cluster(preset: str, gpus: int) -> Cluster:
+    """A system preset's cluster of ``gpus`` (frozen): read once per validation run, not once per record."""
+    return load_system(preset).cluster(gpus)
 
 
 def mode_of(record: dict[str, Any]) -> str:

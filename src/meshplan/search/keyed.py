@@ -24,7 +24,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import ZERO, PassTimes
-from meshplan.step.units import Saved, Units, compute_times, timed_parts, units_for_recomputes
+from meshplan.step.units import Saved, Units, compute_times, kernel_parts, timed_parts, units_for_recomputes
 from meshplan.xp import Num, where
 
 
@@ -153,8 +153,10 @@ class KeyUnits:
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
         shaped = _key_batch(pool, shape_first)
         self.compute, self.n_shapes = compute_times(model, cluster, shaped, stack, eff), len(shape_first)
-        self.shapes = _units_of(model, cluster, shaped, stack, _rows_of(self.compute, slice(None), self.n_shapes),
-                                recomputes, eff)[0]  # without the twins: kernel times and saved bytes only
+        # kernel times and saved bytes only: without the twins, the collectives nor a choice of SUMMA panels
+        parts = kernel_parts(model, cluster, shaped, stack, _rows_of(self.compute, slice(None), self.n_shapes))
+        self.shapes = {rc: _lean(u) for rc, u in units_for_recomputes(model, shaped, stack, parts, recomputes,
+                                                                       eff).items()}
         self._panel_radix = model.hidden_size + 1  # panels: at most the hidden size (SUMMA's divide it; 1D's = tp)
         self._split_radix = 2**62 // (self.n_shapes * self._panel_radix)
         self._splits: dict[tuple[int, ...], int] = {}

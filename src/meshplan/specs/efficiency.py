@@ -271,6 +271,7 @@ class Efficiency:
         among ``TILES`` that wastes least, split over k where the output has fewer tiles than SMs (specs/gemm_shape.py).
         Multiply by ``mamf`` and ``clock`` for the fraction of the datasheet peak. ``groups`` such GEMMs run
         as one grouped GEMM: each pads its own tiles, and the tiles of all of them fill the waves together."""
+        m, n, k, groups = _plain(m), _plain(n), _plain(k), _plain(groups)
         if (type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR
                 and type(groups) in _SCALAR):  # one plan: plain floats, fast (the memo hashes them)
             value, depth, _ = scalar_choice(m, n, k, num_sms, groups, self.TILES, self.gemm_k0)  # type: ignore[arg-type]
@@ -282,6 +283,7 @@ class Efficiency:
     def split_k_reductions(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
         """1 where the GEMM's kernel splits k (its partial sums then reduced by a kernel of their own:
         roofline.overhead prices its fixed time), else 0."""
+        m, n, k, groups = _plain(m), _plain(n), _plain(k), _plain(groups)
         if type(m) in _SCALAR and type(n) in _SCALAR and type(k) in _SCALAR and type(groups) in _SCALAR:
             return float(scalar_choice(m, n, k, num_sms, groups, self.TILES, self.gemm_k0)[2] > 1.0)  # type: ignore[arg-type]
         out = (tile_choice(m, n, k, num_sms, groups, self.TILES, self.gemm_k0)[2] > 1.0).astype(float)
@@ -366,6 +368,12 @@ class Efficiency:
 
 
 _SCALAR = (int, float)
+
+
+def _plain(x: Num) -> Num:
+    """A finite NumPy float64 as a plain float (the memoised scalar kernel choice, the same numbers as the array
+    path's: tests/test_gemm_shape.py); anything else as it is."""
+    return float(x) if type(x) is np.float64 and np.isfinite(x) else x
 
 
 @lru_cache(maxsize=256)

@@ -44,7 +44,7 @@ def tile_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple[
     if (last is not None and last[0] is m and last[1] is n and last[2] is k and last[3] == num_sms
             and last[4] is groups and last[5] is tiles and last[6] == k0):
         return last[7]
-    out = _tile_choice(m, n, k, num_sms, groups, tiles, k0)
+    out = _distinct_choice(m, n, k, num_sms, groups, tiles, k0)
     _LAST[0] = (m, n, k, num_sms, groups, tiles, k0, out)
     return out
 
@@ -76,6 +76,32 @@ def _tile_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple
         best, depth = np.where(better, value, best), np.where(better, slice_depth, depth)
         chosen = np.where(better, split, chosen)
     return best, depth, chosen
+
+
+def _distinct_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple[tuple[int, int], ...],
+                     k0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_tile_choice`` of each distinct GEMM once, spread back: a search's arrays of one GEMM over thousands of plan
+    shapes hold a few hundred distinct (m, n, k, groups) (DeepSeek-V3's: ~170 of ~16,000). Whole, non-negative
+    dimensions are packed into one integer (mixed radix) for a fast 1-D unique; other arrays, or too few repeats to
+    gain, are chosen whole. The same numbers either way: the choice is element by element (tests/test_gemm_shape.py)."""
+    dims = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k, groups)))
+    if dims[0].size <= AT_ONCE:
+        return _tile_choice(m, n, k, num_sms, groups, tiles, k0)
+    flat = [d.reshape(-1) for d in dims]
+    packed = np.zeros(len(flat[0]), dtype=np.int64)
+    for column in flat:
+        whole = column.astype(np.int64)
+        top = int(whole.max()) + 1
+        if int(whole.min()) < 0 or top >= 2**31 or int(packed.max()) >= 2**62 // top or not (whole == column).all():
+            return _tile_choice(m, n, k, num_sms, groups, tiles, k0)
+        packed = packed * top + whole
+    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    if 2 * len(first) > len(packed):  # mostly distinct: the unique would cost more than it saves
+        return _tile_choice(m, n, k, num_sms, groups, tiles, k0)
+    mm, nn, kk, gg = (f[first] for f in flat)
+    value, depth, split = _tile_choice(mm, nn, kk, num_sms, gg, tiles, k0)
+    shape, spread = dims[0].shape, inverse.reshape(-1)
+    return value[spread].reshape(shape), depth[spread].reshape(shape), split[spread].reshape(shape)
 
 
 def _candidate(m: np.ndarray, n: np.ndarray, k: np.ndarray, g: np.ndarray, tm: Num, tn: Num, num_sms: int

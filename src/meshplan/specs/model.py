@@ -335,6 +335,7 @@ class ModelSpec(extras.ModelExtras):
     def mamba1_params(self) -> int:
         return mixer_params.mamba1_count(self)
 
+    @extras.per_spec
     def block_params(self, kind: str, active: bool = False) -> int:
         """One layer of ``block_counts``'s kind, its norms included."""
         norms = self.layer_norms * self.norm_params(self.hidden_size)

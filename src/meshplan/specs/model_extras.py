@@ -39,9 +39,11 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -49,6 +51,25 @@ from meshplan.errors import SpecError
 from meshplan.xp import Num
 
 _Spec = Any  # the ModelSpec (specs/model.py) that inherits ModelExtras; imported there, not here (no cycle)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def per_spec(method: Callable[P, R]) -> Callable[P, R]:
+    """A pure method of a frozen spec answered once per spec and arguments (kept in the spec's ``__dict__``, as a
+    ``cached_property``; dataclasses.replace makes a new spec, which starts afresh): ModelSpec.block_params, which a
+    search asks thousands of times for a handful of kinds."""
+    name = f"_{method.__name__}_answers"
+
+    @functools.wraps(method)
+    def answered(*args: P.args, **kwargs: P.kwargs) -> R:
+        known: dict[tuple, R] = args[0].__dict__.setdefault(name, {})
+        key = (args[1:], tuple(kwargs.items()))
+        if key not in known:
+            known[key] = method(*args, **kwargs)
+        return known[key]
+
+    return answered
 
 
 @dataclass(frozen=True, kw_only=True)

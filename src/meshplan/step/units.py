@@ -90,6 +90,15 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
                  {w: {k: time_ops(v, cluster, plan, eff) for k, v in groups.items()} for w, groups in extra.items()})
 
 
+def kernel_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, compute: dict[str, list[Num | None]]
+                 ) -> Parts:
+    """``timed_parts`` without the collectives' prices (0 s each) nor any wrapper work: what the forward and backward
+    kernel times and the saved bytes of the units read (``pass_times`` sums the kernels apart from the collectives),
+    for the search's units of one key per op shape (search/keyed.py), whose collectives are priced per key later."""
+    ops = _ops(model, plan, stack)
+    return Parts(ops, {k: [0.0 if t is None else t for t in compute[k]] for k in ops}, cluster.python_host)
+
+
 def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT
                   ) -> dict[str, list[Num | None]]:
     """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -112,26 +113,44 @@ def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, 
            eff: ServeEfficiency = SERVE_DEFAULT, sampled: bool = False) -> Prices:
     """The grid for one instance of ``plan`` (module docstring): sequences up to its batch, prompt tokens up to the
     engine's budget, contexts up to ``longest`` tokens; ``sampled``: every prompt row is sampled (the LM head over
-    each: speculative decoding's verified tokens, speculation.py), not one per chunk."""
+    each: speculative decoding's verified tokens, speculation.py), not one per chunk. A simulation of another draw
+    of the same instance's requests (seeds, rates) reads the same grid: memoised on the frozen specs, the grid being a
+    pure function of them (a Prices only adds to its own memo of knots); specs that do not hash are priced anew."""
+    args = (model, cluster, plan, engine, longest, eff, sampled)
+    try:
+        hash(args)
+    except TypeError:
+        return _prices(*args)
+    return _memo(*args)
+
+
+def _prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
+            eff: ServeEfficiency, sampled: bool) -> Prices:
     lanes = plan.pp * plan.dpa
     d = _axis(max(plan.batch / lanes, 1.0), 32, 1.15)
     p = [0.0] + [float(round(v)) for v in 2.0 ** (np.arange(8, 80) / 2) if v < engine.max_batched_tokens] + \
         [float(engine.max_batched_tokens)]
     c = [0.0] + [float(v) for v in 2.0 ** np.arange(4, 40) if v < longest] + [float(max(longest, 1))]
-    dd, pp, cc = np.meshgrid(d, p, c, indexing="ij")
+    # the axes apart (NumPy broadcasts them): an op that does not read the context (the GEMMs, the collectives) is
+    # priced once per (sequences, prompt tokens), not once per grid point; each point's value is the same
+    dd, pp, cc = (np.asarray(axis).reshape(shape) for axis, shape in
+                  ((d, (-1, 1, 1)), (p, (1, -1, 1)), (c, (1, 1, -1))))
     cols = plan_columns(plan.with_(replicas=1, prefill_replicas=0))
     setting = _AtContext(model, cluster, cols, plan.quant, engine, Workload(input_len=1, output_len=1), eff,
-                         context=cc.ravel())
+                         context=cc)
     with np.errstate(all="ignore"):
-        t = setting.time(dd.ravel(), pp.ravel(), pp.ravel() if sampled else np.minimum(pp.ravel(), 1.0), 0.0)
+        t = setting.time(dd, pp, pp if sampled else np.minimum(pp, 1.0), 0.0)
         # a chunk after ``prefix`` cached tokens of its prompt, less the same chunk with none (no decodes)
-        p2, q2 = np.meshgrid(p, c, indexing="ij")
-        one = np.minimum(p2.ravel(), 1.0)
+        p2, q2 = np.asarray(p).reshape(-1, 1), np.asarray(c).reshape(1, -1)
+        one = np.minimum(p2, 1.0)
         alone = replace(setting, context=0.0)
-        after = alone.time(0.0, p2.ravel(), one, q2.ravel()) - alone.time(0.0, p2.ravel(), one, 0.0)
+        after = alone.time(0.0, p2, one, q2) - alone.time(0.0, p2, one, 0.0)
         dense = np.unique(np.append(np.arange(0.0, engine.max_batched_tokens, ALONE_STEP), p[-1]))
         lone = alone.time(0.0, dense, dense if sampled else np.minimum(dense, 1.0), 0.0)
-    prefixed = np.broadcast_to(np.asarray(after, dtype=float), p2.ravel().shape).reshape(p2.shape)
+    prefixed = np.broadcast_to(np.asarray(after, dtype=float), (len(p), len(c)))
     lone = np.broadcast_to(np.asarray(lone, dtype=float), dense.shape)
-    return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), dd.ravel().shape).reshape(dd.shape), lanes,
+    return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), (len(d), len(p), len(c))), lanes,
                   np.nan_to_num(prefixed), ([float(v) for v in dense], [float(v) for v in lone]))
+
+
+_memo = lru_cache(maxsize=16)(_prices)  # a few instances at a time (each holds an axis of every prompt length)
