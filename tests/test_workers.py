@@ -53,3 +53,40 @@ def test_searches_in_one_pool_find_what_each_finds_alone():
     together = searches(model, cluster, spaces, top_k=3, workers=2)
     for space, result in zip(spaces, together, strict=True):
         _same(result, search(model, cluster, space, top_k=3, workers=2))
+
+
+def _stuck(_: int) -> int:
+    import time
+
+    time.sleep(120)  # a worker busy (or, as in the hang, waiting on the task queue's lock) when the pool is ended
+    return 0
+
+
+def test_a_pool_is_ended_whatever_sigterm_handler_the_process_had():
+    """A library in the parent process (a test process had one) installed a SIGTERM handler that returns: the forked
+    workers inherited it, Pool.terminate's SIGTERM ran it and the worker went on waiting, and the search's process
+    waited for it for ever. The workers' initializer restores SIGTERM's default, so ending the pool ends them."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    from meshplan.search.workers import ignore_interrupts
+
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        pool = multiprocessing.get_context("fork").Pool(1, initializer=ignore_interrupts)
+        pool.map_async(_stuck, [0])
+        time.sleep(0.5)  # the worker is in its task
+        pids = [p.pid for p in pool._pool]  # the workers, to clean up if the pool does not end them
+        ender = threading.Thread(target=pool.terminate, daemon=True)
+        ender.start()
+        ender.join(20)
+        hung = ender.is_alive()
+        for pid in pids:
+            if hung:
+                os.kill(pid, signal.SIGKILL)
+        assert not hung, "Pool.terminate did not end a worker that inherited a SIGTERM handler"
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -94,6 +94,8 @@ def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list
     try:
         with multiprocessing.get_context("fork").Pool(workers, initializer=ignore_interrupts) as pool:
             yield from pool.imap_unordered(_evaluate_shared, tasks)
+            pool.close()  # every task answered: the workers take their sentinels and exit (``with`` terminates
+            pool.join()  # them, which is for a pool left early: an error, Ctrl-C)
     finally:
         _SHARED.clear()
 
@@ -103,8 +105,12 @@ _SHARED: dict[str, Any] = {}  # the candidates, inherited by forked workers inst
 
 def ignore_interrupts() -> None:
     """A worker's start: Ctrl-C reaches every process of the terminal's group, and the parent alone answers it (it
-    ends the pool); a worker that took it would print its own KeyboardInterrupt traceback."""
+    ends the pool); a worker that took it would print its own KeyboardInterrupt traceback. SIGTERM ends the worker
+    whatever handler it inherited: Pool.terminate sends it to a worker that may be waiting for the task queue's lock,
+    which the terminating parent holds (multiprocessing/pool.py _help_stuff_finish); a handler a library installed
+    in the parent (a test process had one) ran and returned, the worker waited on, and the parent's join hung."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _evaluate(job: Job, combos: list[Combo], args: tuple) -> Part:
