@@ -51,18 +51,18 @@ from meshplan.errors import SpecError
 from meshplan.xp import Num
 
 _Spec = Any  # the ModelSpec (specs/model.py) that inherits ModelExtras; imported there, not here (no cycle)
-P = ParamSpec("P")
+_P = ParamSpec("_P")
 R = TypeVar("R")
 
 
-def per_spec(method: Callable[P, R]) -> Callable[P, R]:
+def per_spec(method: Callable[_P, R]) -> Callable[_P, R]:
     """A pure method of a frozen spec answered once per spec and arguments (kept in the spec's ``__dict__``, as a
     ``cached_property``; dataclasses.replace makes a new spec, which starts afresh): ModelSpec.block_params, which a
     search asks thousands of times for a handful of kinds."""
     name = f"_{method.__name__}_answers"
 
     @functools.wraps(method)
-    def answered(*args: P.args, **kwargs: P.kwargs) -> R:
+    def answered(*args: _P.args, **kwargs: _P.kwargs) -> R:
         known: dict[tuple, R] = args[0].__dict__.setdefault(name, {})
         key = (args[1:], tuple(kwargs.items()))
         if key not in known:
