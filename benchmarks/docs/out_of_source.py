@@ -91,9 +91,25 @@ def serving_priors(files: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         records = [r for rs in files.values() for r in rs if record_source(r) not in f.sources]
         base = loso_serving.priced(records)
         moved = loso_serving.priced(records, loso_serving.prior_values(f.name))
-        pairs = [(a.error, b.error) for a, b in zip(base, moved, strict=True) if a.headline and a.error is not None
-                 and b.error is not None and a.predicted and b.predicted and abs(b.predicted / a.predicted - 1) > 1e-9]
+        judged = _judged(base)
+        pairs = [(a.error, b.error) for i, (a, b) in enumerate(zip(base, moved, strict=True)) if i in judged and
+                 a.error is not None and b.error is not None and a.predicted and b.predicted and
+                 abs(b.predicted / a.predicted - 1) > 1e-9]
         out[f.name] = {"runs": len(pairs), "shipped": [a for a, _ in pairs], "prior": [b for _, b in pairs]}
+    return out
+
+
+def _judged(results: list[Any]) -> set[int]:
+    """The index of each run's observation that judges it: its headline throughput, or, for a run that measured no
+    throughput and was not driven at an offered rate (a fixed batch timed end to end: AMD's MI300X latency tables), the
+    first metric it measured."""
+    headed = {r.id for r in results if r.headline}
+    out: set[int] = set()
+    seen: set[str] = set()
+    for i, r in enumerate(results):
+        if r.headline or (r.id not in headed and r.id not in seen and r.mode != "rate" and r.error is not None):
+            out.add(i)
+            seen.add(r.id)
     return out
 
 

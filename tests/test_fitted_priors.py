@@ -1,0 +1,38 @@
+"""What a fitted constant falls to without its only source (meshplan_validation/fitted.py ``prior``), and which
+runs of the other sources judge it (benchmarks/docs/out_of_source.py ``serving_priors``; issue 79: "a fitted constant
+must earn its place out of source")."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from meshplan_validation import loso_serving
+from meshplan_validation.records import read_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _out_of_source():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "docs"))
+    import out_of_source  # noqa: PLC0415
+
+    return out_of_source
+
+
+def test_a_fixed_batch_latency_run_judges_the_constants_that_move_it():
+    # AMD's MI300X tables time a fixed batch end to end (no throughput): each run is judged by that latency, once
+    records = [r for r in read_runs(ROOT / "data/serving/published_serving.jsonl")
+               if r["group"] == "amd_mi300x_vllm_0.6.6_latency"][:4]
+    results = loso_serving.priced(records)
+    judged = _out_of_source()._judged(results)
+    assert not any(r.headline for r in results)
+    assert sorted({results[i].id for i in judged}) == sorted(r["id"] for r in records)
+    assert {results[i].metric for i in judged} == {"e2e_latency_ms"}
+
+
+def test_a_run_with_a_throughput_is_judged_by_it_alone():
+    records = [r for r in read_runs(ROOT / "data/serving/llm_inference_bench_dev.jsonl")][:3]
+    results = loso_serving.priced(records)
+    judged = _out_of_source()._judged(results)
+    assert judged == {i for i, r in enumerate(results) if r.headline} and len(judged) == 3
