@@ -7,10 +7,25 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from meshplan_validation import loso_serving
+from meshplan_validation.fitted import UNTUNED_GEMM_PRIOR, by_name
 from meshplan_validation.records import read_runs
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_rocm_gemm_rate_falls_to_the_published_tuning_gain_not_to_one():
+    # Nscale: GEMM tuning speeds vLLM on MI300X up "by up to 7.2x"; the GEMMs gain at least what the whole step gains,
+    # so untuned they run at most 1 / 7.2 of the tuned rate
+    f = by_name("vLLM ROCm skinny_gemm_rate")
+    assert f.prior == UNTUNED_GEMM_PRIOR == pytest.approx(0.1389, abs=1e-4)
+    # the rate fitted on Argonne's MI300X runs is within that bound (its steps' GEMMs gain more than 7.2x)
+    assert 0 < f.value() < f.prior < 1
+    # leaving Argonne out (its only source) prices its runs at the prior; leaving another source out keeps it
+    assert loso_serving.single_without("argonne_bench")["vLLM ROCm skinny_gemm_rate"] == f.prior
+    assert "vLLM ROCm skinny_gemm_rate" not in loso_serving.single_without("amd_vllm")
 
 
 def _out_of_source():
