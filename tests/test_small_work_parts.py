@@ -59,3 +59,14 @@ def test_table_rows_in_milliseconds():
     records, times = _made_up(3e-3, 5e-3, 7e-3)
     rows = sp.table(sp.layer_split(sp.lines(records, times)))
     assert rows[2] == "| 2 | 2 | 1024 | 3.00 | 3.00 | 3.00 | 3.00 | 5.00 | 5.00 | 7.00 | 7.00 |"
+
+
+def test_residual_of_a_line_and_of_a_scatter():
+    """Step times on the line give 0; moving the n = 4 run of the 12-layer plan from 171 to 180 ms: the least squares
+    line through (2, 89), (4, 180), (8, 335) ms has slope 759.33 / 18.667 = 40.68 and intercept 201.33 - 40.68 x 4.667
+    = 11.5, so residuals -3.857, +5.786, -1.929 ms, the largest share 3.857 / 89 = 4.33 %."""
+    records, times = _made_up(3e-3, 5e-3, 7e-3)
+    assert sp.residual(records, times) == pytest.approx(0.0, abs=1e-12)
+    times = {**times, "measured": times["measured"].copy()}
+    times["measured"][1] = 0.180
+    assert sp.residual(records, times) == pytest.approx(3.857e-3 / 0.089, rel=1e-3)

@@ -91,6 +91,23 @@ def lines(records: Sequence[dict[str, Any]], times: dict[str, np.ndarray]
     return out
 
 
+def residual(records: Sequence[dict[str, Any]], times: dict[str, np.ndarray], name: str = "measured") -> float:
+    """The largest |step time - its plan's line| / step time over the plans with at least three global batches: 0
+    where every plan's step times lie exactly on a line in the micro-batch count (independent measurements of a
+    step would scatter about it)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault(plan_key(r), []).append(i)
+    worst = 0.0
+    for idx in groups.values():
+        n = np.array([microbatches(records[i]) for i in idx], dtype=float)
+        if len(set(n.tolist())) < 3:
+            continue
+        t = times[name][idx]
+        worst = max(worst, float(np.max(np.abs(t - np.polyval(np.polyfit(n, t, 1), n)) / t)))
+    return worst
+
+
 def layer_split(fits: dict[tuple[int, ...], dict[str, tuple[float, float]]]
                 ) -> dict[tuple[int, ...], dict[str, dict[str, float]]]:
     """Per (tp, pp, dp, micro-batch, hidden) with both DEPTHS fitted: each series' seconds per layer and micro-batch,
@@ -129,9 +146,12 @@ def table(split: dict[tuple[int, ...], dict[str, dict[str, float]]]) -> list[str
 
 def main(path: Path = VTRAIN) -> list[str]:
     records = [clean_record(r) for r in read_runs(path)]
-    split = layer_split(lines(records, series(records, cases(records))))
-    return ["Milliseconds. Per layer: one layer's forward, recompute and backward for one micro-batch; outside the "
-            "layers: the rest of a micro-batch; per step: what a step pays once (benchmarks/measure/"
+    times = series(records, cases(records))
+    split = layer_split(lines(records, times))
+    head = (f"Largest distance of a step time from its plan's line: measured {100 * residual(records, times):.2e} %, "
+            f"priced {100 * residual(records, times, 'priced'):.2e} %.")
+    return [head, "", "Milliseconds. Per layer: one layer's forward, recompute and backward for a micro-batch; outside "
+            "the layers: the rest of a micro-batch; per step: what a step pays once (benchmarks/measure/"
             "small_work_parts.py).", "", *table(split)]
 
 
