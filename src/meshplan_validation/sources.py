@@ -151,14 +151,25 @@ MEGATRON_DEEPSPEED = SourceDefaults(
 # loop; the unscale, norm, update and copy-back are multi-tensor launches, cost/multi_tensor.py). fp16 without
 # --accumulate-allreduce-grads-in-fp32 (a store_true flag forced on for bf16 only, megatron/arguments.py): the
 # gradients stay fp16. No ZeRO (Megatron's own optimizer has no stage; --use-distributed-optimizer is unstated).
+# The causal attention mask that Megatron-DeepSpeed built on the CPU for every micro-batch from a2a476e1
+# (2023-08-23) until af06d144 (2024-07-08, #411 "keeping attention_mask on device"): get_ltor_masks_and_position_ids
+# in megatron/utils.py made torch.tril(torch.ones((1, s, s))) without a device, compared it with 0.5 and then copied
+# it to the GPU, after get_batch's broadcast_data had synchronised (sizes_cuda.cpu()): host time the GPU waits out,
+# each micro-batch (Stack.microbatch_host). vTrain's 4822c87e lies in that window, and its runs are all at sequence
+# 1024: 1.14 ms on one intra-op thread (torchrun's OMP_NUM_THREADS=1), replayed on this project's host as
+# megatron_ci_loop.py's replay is and taken as the DGX H100 host's time (data/measured/2026-11-28-cpu-causal-mask.json,
+# benchmarks/measure/cpu_causal_mask.py; the 1 MiB pageable copy that follows needs a GPU and is not counted)
+MDS_CPU_MASK_1024 = 1.14e-3
 VTRAIN = SourceDefaults(
     "vTrain (Megatron-DeepSpeed, Megatron's optimizer)", r"^vtrain",
     load_stack("megatron-deepspeed").with_(name="megatron-deepspeed-megatron-optimizer", optimizer_wrapper="stated",
-                                           tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True),
+                                           tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True,
+                                           microbatch_host=MDS_CPU_MASK_1024),
     False, 0, 2, "full",
     "vTrain's Megatron-DeepSpeed runs: Megatron's own training loop (no --deepspeed: vTrain models PyTorch DDP's "
     "gradient buckets and apex FusedAdam, never DeepSpeed's engine), Float16OptimizerWithFloat16Params over apex "
-    "FusedAdam, fp16 gradients, no ZeRO; the module code and host costs of the megatron-deepspeed preset")
+    "FusedAdam, fp16 gradients, no ZeRO; the module code and host costs of the megatron-deepspeed preset, and the "
+    "causal mask its September 2023 code built on the CPU for every micro-batch")
 
 
 SOURCES: tuple[SourceDefaults, ...] = (
