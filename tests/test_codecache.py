@@ -88,3 +88,14 @@ def test_only_the_console_script_installs_it():
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
     assert done.stdout.strip() == "True"
+
+
+def test_the_file_is_read_when_the_first_text_comes(tmp_path):
+    """A process that defines no dataclass (``meshplan --help``) reads nothing; the first text reads the file."""
+    path = tmp_path / "methods.marshal"
+    codecache.write_codes(str(path), {"x = 1": compile("x = 1", "<string>", "exec", dont_inherit=True)})
+    compiled = codecache.Compiled(path=str(path))
+    assert compiled.codes == {}
+    space: dict = {}
+    compiled.exec("x = 1", space)
+    assert space["x"] == 1 and compiled.compiled == 0 and list(compiled.codes) == ["x = 1"]

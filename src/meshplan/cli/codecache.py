@@ -32,10 +32,12 @@ MAX_TEXTS = 5000
 
 
 class Compiled:
-    """Source text → its code object, and whether any was compiled since the texts were read."""
+    """Source text → its code object (those of the file at ``path`` read when the first text comes: a command that
+    defines no dataclass, ``meshplan --help``, reads nothing), and how many were compiled since."""
 
-    def __init__(self, codes: dict[str, CodeType] | None = None) -> None:
+    def __init__(self, codes: dict[str, CodeType] | None = None, path: str | None = None) -> None:
         self.codes = dict(codes or {})
+        self.path = path
         self.used: set[str] = set()
         self.compiled = 0
 
@@ -44,6 +46,9 @@ class Compiled:
         if not isinstance(source, str):
             builtins.exec(source, globals, locals)
             return
+        if self.path is not None:
+            self.codes = read_codes(self.path) | self.codes
+            self.path = None
         code = self.codes.get(source)
         if code is None:
             code = self.codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
@@ -93,12 +98,12 @@ def write_codes(path: str, codes: dict[str, CodeType]) -> None:
 
 
 def install() -> Compiled | None:
-    """For the console script: ``dataclasses`` compiles through a ``Compiled`` read from the cache file, written back
-    at exit when something new was compiled and bytecode writing is on. None where there is no file to keep."""
+    """For the console script: ``dataclasses`` compiles through a ``Compiled`` of the cache file, written back at
+    exit when something new was compiled and bytecode writing is on. None where there is no file to keep."""
     path = cache_path()
     if path is None or "exec" in vars(dataclasses):
         return None
-    compiled = Compiled(read_codes(path))
+    compiled = Compiled(path=path)
     dataclasses.exec = compiled.exec  # type: ignore[attr-defined]  # the module's global shadows the builtin
 
     def save() -> None:
