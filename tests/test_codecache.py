@@ -5,6 +5,7 @@ script's process uses it."""
 from __future__ import annotations
 
 import dataclasses
+import marshal
 import os
 import subprocess
 import sys
@@ -65,10 +66,13 @@ def test_a_bad_file_is_no_cache_and_an_unwritable_place_no_error(tmp_path):
     bad.write_bytes(b"\x00not marshal")
     assert codecache.read_codes(str(bad)) == {}
     assert codecache.read_codes(str(tmp_path / "missing.marshal")) == {}
+    other = tmp_path / "other.marshal"  # another interpreter build's file: its code objects are not read
+    other.write_bytes(marshal.dumps(("2.7.18 (another build)", {"x = 1": compile("x = 1", "<string>", "exec")})))
+    assert codecache.read_codes(str(other)) == {}
     blocked = tmp_path / "file"
     blocked.write_text("a file, not a folder")
     codecache.write_codes(str(blocked / "sub" / "methods.marshal"), {})  # no folder can be made: no file, no error
-    assert sorted(os.listdir(tmp_path)) == ["bad.marshal", "file"]
+    assert sorted(os.listdir(tmp_path)) == ["bad.marshal", "file", "other.marshal"]
 
 
 def test_the_file_keeps_one_runs_texts_beyond_its_limit(monkeypatch):

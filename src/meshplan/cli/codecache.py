@@ -73,15 +73,16 @@ def cache_path() -> str | None:
 
 
 def read_codes(path: str) -> dict[str, CodeType]:
-    """The texts and code objects kept at ``path``; none when it is missing, unreadable or not such a file."""
+    """The texts and code objects kept at ``path``; none when it is missing, unreadable, not such a file or written by
+    another interpreter build (``sys.version``: marshal's format of code objects is that build's)."""
     try:
         with open(path, "rb") as f:
-            codes = marshal.loads(f.read())  # marshal.load(f) reads the file in small pieces: ten times slower
+            kept = marshal.loads(f.read())  # marshal.load(f) reads the file in small pieces: ten times slower
     except (OSError, EOFError, ValueError, TypeError):
         return {}
-    if not isinstance(codes, dict):
+    if not (isinstance(kept, tuple) and len(kept) == 2 and kept[0] == sys.version and isinstance(kept[1], dict)):
         return {}
-    return {k: v for k, v in codes.items() if isinstance(k, str) and isinstance(v, CodeType)}
+    return {k: v for k, v in kept[1].items() if isinstance(k, str) and isinstance(v, CodeType)}
 
 
 def write_codes(path: str, codes: dict[str, CodeType]) -> None:
@@ -90,7 +91,7 @@ def write_codes(path: str, codes: dict[str, CodeType]) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(temporary, "wb") as f:
-            f.write(marshal.dumps(codes))
+            f.write(marshal.dumps((sys.version, codes)))
         os.replace(temporary, path)
     except OSError:
         with contextlib.suppress(OSError):
