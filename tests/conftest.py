@@ -48,7 +48,7 @@ def rates_only(system: str):
 @pytest.fixture(autouse=True)
 def _terminal_width_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test starts without ``COLUMNS``, as in a pipe: the CLI then prints at its file width (150 columns,
-    report/text.terminal_console) whatever terminal runs the suite; pytest-xdist's workers inherit COLUMNS=80. A test
+    report/console.terminal_console) whatever terminal runs the suite; pytest-xdist's workers inherit COLUMNS=80. A test
     of a width sets its own."""
     monkeypatch.delenv("COLUMNS", raising=False)
 

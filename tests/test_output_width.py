@@ -55,7 +55,7 @@ def test_any_table_is_folded_to_the_terminal(monkeypatch, capsys):
     tables that repeat the key column, every cell whole."""
     from rich.table import Table
 
-    from meshplan.report.text import terminal_console
+    from meshplan.report.console import terminal_console
 
     monkeypatch.setenv("COLUMNS", "80")
     table = Table(title="wide")

@@ -33,22 +33,24 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 # importing the config formats (configs/, only --emit writes one) and NumPy's masked arrays (np.unique's import):
 # 117 / 145 / 103 measured then; lowered again when a hybrid block's mixers (cost/layers.MIXER_COSTS), the 2D layouts'
 # layer costs, the mixed-cluster and goodput searches and difflib were imported by their users only: 107 / 133 / 102
-# measured then (about 270 other modules each, 173 for --help), the limits a few modules above
+# measured then (about 270 other modules each, 173 for --help), the limits a few modules above; lowered again when the
+# terminal's console left the training report (report/console.py) and the stragglers and the background traffic were
+# imported only when asked for: 132 / 106 / 86 measured then (133 / 107 / 102 before)
 # what a dense model's plain search and estimate do not use (a hybrid's mixers, a 2D layout, --system pools, --mtbf,
-# an error's suggestions)
+# an error's suggestions, --stragglers and --background-traffic)
 UNUSED_AT_START = ("meshplan.cost.mamba", "meshplan.cost.summa", "meshplan.cli.mixed", "meshplan.search.by_goodput",
-                   "difflib")
+                   "difflib", "meshplan.specs.stragglers", "meshplan.specs.background")
 CASES = {
     "help": (["--help"], 8, 180, (*HEAVY, "numpy", "rich")),
-    "plan": (["plan", *QUICK], 138, 285, (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.specs.hf",
+    "plan": (["plan", *QUICK], 136, 285, (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.specs.hf",
                                           "meshplan.report.vega", "meshplan.configs", "numpy.ma", *UNUSED_AT_START)),
-    "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 112, 285,
+    "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 110, 285,
                  (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.search.run", "multiprocessing",
                   *UNUSED_AT_START)),
     "serve": (["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "1", "--input-len", "1000",
-               "--output-len", "200"], 107, 285,
+               "--output-len", "200"], 90, 285,
               (*HEAVY, "meshplan.search.run", "meshplan.autoshard", "meshplan.step.assemble", "multiprocessing",
-               "meshplan.report.vega", "difflib")),
+               "meshplan.report.vega", "difflib", "meshplan.report.text", "meshplan.goodput", "meshplan.search")),
 }
 
 

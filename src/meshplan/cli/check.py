@@ -74,7 +74,7 @@ def main(ref: str, options: dict[str, Any]) -> None:
         if options["as_json"]:
             click.echo(json.dumps(result.to_dict(), indent=2))
         else:
-            from meshplan.report.text import terminal_console
+            from meshplan.report.console import terminal_console
 
             render_dp(result, terminal_console())
         return
@@ -96,7 +96,7 @@ def main(ref: str, options: dict[str, Any]) -> None:
     if options["as_json"]:
         click.echo(json.dumps(data, indent=2))
         return
-    from meshplan.report.text import terminal_console
+    from meshplan.report.console import terminal_console
 
     compare.render_check(result, terminal_console(), options["top"], learned)
 

@@ -28,14 +28,23 @@ condition_options = [
 
 
 def conditions_of(given: dict[str, Any]) -> tuple[Any, Any]:
-    """(Stragglers or None, (PowerCap or None, Background or None)) of the options (taken out of ``given``)."""
-    from meshplan.specs.background import parse_background
-    from meshplan.specs.power import parse_power_cap
-    from meshplan.specs.stragglers import parse_stragglers
-
+    """(Stragglers or None, (PowerCap or None, Background or None)) of the options (taken out of ``given``); each
+    condition's module is imported only when its option is given (a plain plan loads none of them)."""
     text, cap, background = given.pop("stragglers"), given.pop("power_cap"), given.pop("background")
-    return (None if text is None else parse_stragglers(text)), Shared(
-        None if cap is None else parse_power_cap(cap), None if background is None else parse_background(background))
+    stragglers = power = traffic = None
+    if text is not None:
+        from meshplan.specs.stragglers import parse_stragglers
+
+        stragglers = parse_stragglers(text)
+    if cap is not None:
+        from meshplan.specs.power import parse_power_cap
+
+        power = parse_power_cap(cap)
+    if background is not None:
+        from meshplan.specs.background import parse_background
+
+        traffic = parse_background(background)
+    return stragglers, Shared(power, traffic)
 
 
 @dataclass(frozen=True)
@@ -51,16 +60,18 @@ class Shared:
 
 def under(cluster: Cluster, stragglers: Any, shared: Any) -> Cluster:
     """``cluster`` under the power cap and the background traffic (``shared``) and at the stragglers' pace."""
-    from meshplan.specs.background import under_background
-    from meshplan.specs.power import capped
-    from meshplan.specs.stragglers import slowed
-
     cap, background = (shared.cap, shared.background) if shared is not None else (None, None)
     if cap is not None:
+        from meshplan.specs.power import capped
+
         cluster = capped(cluster, cap)
     if background is not None:
+        from meshplan.specs.background import under_background
+
         cluster = under_background(cluster, background)
     if stragglers is not None:
+        from meshplan.specs.stragglers import slowed
+
         cluster = slowed(cluster, stragglers.pace(cluster.num_gpus))
     return cluster
 

@@ -82,7 +82,8 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         out |= {"conditions": conditions} if conditions else {}
         click.echo(json.dumps(out, indent=None if show_ops else 2))
         return
-    from meshplan.report.text import estimate_tables, terminal_console
+    from meshplan.report.console import terminal_console
+    from meshplan.report.text import estimate_tables
 
     console = terminal_console()
     if conditions:

@@ -308,8 +308,8 @@ def _search_or_keep(points: list, workers: int | None, ray_address: str | None, 
 def _print_rows(rows, written: list) -> None:
     """The best plan per point, folded to the terminal's width (report/fold.py: numbers never cut, the plan wraps),
     and the files written."""
+    from meshplan.report.console import terminal_console
     from meshplan.report.fold import Col, folded_tables
-    from meshplan.report.text import terminal_console
     from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
     cells: dict[str, list[str]] = {h: [] for h in ("system", "NVLink", "GPUs", "param", "factor", "step", "tokens/s",

@@ -235,8 +235,8 @@ def _one(model, cluster, engine, options, price, as_json, report_path=None) -> A
     """One configuration (every axis fixed) priced and printed; it (when it fits) for --emit."""
     import json
 
+    from meshplan.report.console import terminal_console
     from meshplan.report.serve_text import serving_estimate_tables
-    from meshplan.report.text import terminal_console
     from meshplan.serve.check import targets
     from meshplan.serve.estimate import serve_estimate
     from meshplan.serve.plan import Workload

@@ -117,6 +117,6 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
     if as_json:
         click.echo(json.dumps(to_dict(result), indent=2, default=float))
         return
-    from meshplan.report.text import terminal_console
+    from meshplan.report.console import terminal_console
 
     shard_tables(result, terminal_console())

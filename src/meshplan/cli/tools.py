@@ -79,7 +79,7 @@ def calibrate_cmd(world_size: int | None, mesh: str | None, quick: bool, device:
         click.echo(json.dumps(cal.to_dict(), indent=2))
         return
     from meshplan.calibrate.report import print_calibration
-    from meshplan.report.text import terminal_console
+    from meshplan.report.console import terminal_console
 
     print_calibration(cal, terminal_console(), out)
     if stack_out is not None:
@@ -122,7 +122,7 @@ def trace_cmd(model_ref: str, shapes: tuple[str, ...], dtypes: tuple[str, ...], 
     if flags["as_json"]:
         click.echo(json.dumps(report.to_dict(top), indent=2))
         return
-    from meshplan.report.text import terminal_console
+    from meshplan.report.console import terminal_console
 
     trace_tables(report, terminal_console(), 0 if flags["all_ops"] else top)
 

@@ -49,7 +49,7 @@ def print_mixed(result: Any, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    from meshplan.report.text import terminal_console
+    from meshplan.report.console import terminal_console
 
     console = terminal_console()
     pools = result.pools

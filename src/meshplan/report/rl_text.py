@@ -40,7 +40,7 @@ def print_rl(result: RLSearchResult, console: Console | None = None, as_json: bo
         click.echo(json.dumps(result.to_dict()))
         return
     if console is None:
-        from meshplan.report.text import terminal_console
+        from meshplan.report.console import terminal_console
 
         console = terminal_console()
     ranked = from_rl(result)

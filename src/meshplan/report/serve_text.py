@@ -84,7 +84,7 @@ def print_serve(result: ServeSearchResult, price: float | None, as_json: bool) -
 
     import click
 
-    from meshplan.report.text import terminal_console
+    from meshplan.report.console import terminal_console
 
     if as_json:
         click.echo(json.dumps(result.to_dict(price)))

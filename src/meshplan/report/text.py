@@ -13,7 +13,8 @@ from meshplan.energy import step_energy
 from meshplan.fields import MEMORY_HEADROOM, usable_hbm
 from meshplan.goodput import Reliability, plan_goodput
 from meshplan.report import terms
-from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables, refold, shell_command
+from meshplan.report.console import terminal_console
+from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables, shell_command
 from meshplan.report.host_note import host_note
 from meshplan.report.ranked_training import (
     ASYNC_NOTES,
@@ -39,32 +40,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from meshplan.estimate import Estimate
-
-def terminal_console() -> Console:
-    """A console as wide as the terminal (or as ``COLUMNS`` says), else 150 columns when the output is a file or a
-    pipe."""
-    import os
-    import sys
-
-    from rich.console import Console
-
-    class _Console(Console):
-        def print(self, *objects: Any, **kwargs: Any) -> None:
-            """Tables wider than the terminal folded (fold.refold) instead of squeezed into "…" and split numbers."""
-            from rich.table import Table
-
-            if self.color_system is None:  # no styles written (a pipe, a file): its highlighting would be dropped
-                kwargs.setdefault("highlight", False)
-            super().print(*(x for o in objects for x in (refold(o, self.width) if isinstance(o, Table) else [o])),
-                          **kwargs)
-
-        def on_broken_pipe(self) -> None:
-            """`meshplan … | head -1`: rich exits 1 here (SystemExit); the CLI's main exits 0 quietly instead."""
-            self.quiet = True
-            raise BrokenPipeError
-
-    return _Console() if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else _Console(width=150)
-
 
 def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
     from rich.table import Table

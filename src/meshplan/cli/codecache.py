@@ -1,0 +1,115 @@
+"""The compiled code of the methods ``dataclasses`` writes, kept between the console script's runs (start-up, issue 83).
+
+A dataclass gets its ``__init__``, ``__repr__``, ``__eq__``, ``__hash__`` and, frozen, ``__setattr__`` and
+``__delattr__`` as source text that ``dataclasses`` compiles with ``exec`` each time the class is defined (CPython 3.11
+``Lib/dataclasses.py`` ``_create_fn``; 3.13 batches a class's texts into one, ``_FuncBuilder.add_fns_to_class``).
+meshplan's spec and record classes make about 450 such texts for ``meshplan plan``; compiling them took about a sixth
+of the quick start's CPU time (0.08 to 0.13 s of 0.55 s). ``Compiled.exec`` stands in for ``exec`` in the
+``dataclasses`` module: a text it has met before runs its stored code object, which is what compiling the same text
+gives (same text, no inherited ``__future__`` flags, as ``exec`` called from ``dataclasses``, whose module has none;
+the interpreter's optimisation level), and a new text is compiled and kept. The console script keeps them in one
+marshal file beside the package's bytecode (``__pycache__``, tagged with the interpreter's bytecode version as a
+``.pyc`` is) and rewrites it at exit when it compiled something new, unless bytecode writing is off
+(``PYTHONDONTWRITEBYTECODE``, ``-B``), as Python does for ``.pyc`` files. Only the console script installs it, before
+its commands are imported (its process is meshplan's alone, cli/__init__.py); a program that imports meshplan keeps
+``dataclasses`` as it is.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import contextlib
+import dataclasses
+import marshal
+import os
+import sys
+from types import CodeType
+from typing import Any
+
+# beyond this many texts the file keeps only those one run used (texts of classes since changed are dropped)
+MAX_TEXTS = 5000
+
+
+class Compiled:
+    """Source text → its code object (those of the file at ``path`` read when the first text comes: a command that
+    defines no dataclass, ``meshplan --help``, reads nothing), and how many were compiled since."""
+
+    def __init__(self, codes: dict[str, CodeType] | None = None, path: str | None = None) -> None:
+        self.codes = dict(codes or {})
+        self.path = path
+        self.used: set[str] = set()
+        self.compiled = 0
+
+    def exec(self, source: Any, globals: Any = None, locals: Any = None) -> None:  # noqa: A002 (exec's own names)
+        """``exec(source, globals, locals)``, a source text compiled once."""
+        if not isinstance(source, str):
+            builtins.exec(source, globals, locals)
+            return
+        if self.path is not None:
+            self.codes = read_codes(self.path) | self.codes
+            self.path = None
+        code = self.codes.get(source)
+        if code is None:
+            code = self.codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
+            self.compiled += 1
+        self.used.add(source)
+        builtins.exec(code, globals, locals)
+
+    def kept(self) -> dict[str, CodeType]:
+        """What the file keeps: every text, or this run's alone once there are more than ``MAX_TEXTS``."""
+        if len(self.codes) <= MAX_TEXTS:
+            return self.codes
+        return {text: self.codes[text] for text in self.used}
+
+
+def cache_path() -> str | None:
+    """The file beside the package's bytecode; None where the interpreter writes no bytecode versions."""
+    tag = sys.implementation.cache_tag
+    if tag is None:
+        return None
+    package = os.path.dirname(os.path.dirname(__file__))  # meshplan's own folder
+    return os.path.join(package, "__pycache__", f"dataclass-methods.{tag}.marshal")
+
+
+def read_codes(path: str) -> dict[str, CodeType]:
+    """The texts and code objects kept at ``path``; none when it is missing, unreadable, not such a file or written by
+    another interpreter build (``sys.version``: marshal's format of code objects is that build's)."""
+    try:
+        with open(path, "rb") as f:
+            kept = marshal.loads(f.read())  # marshal.load(f) reads the file in small pieces: ten times slower
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    if not (isinstance(kept, tuple) and len(kept) == 2 and kept[0] == sys.version and isinstance(kept[1], dict)):
+        return {}
+    return {k: v for k, v in kept[1].items() if isinstance(k, str) and isinstance(v, CodeType)}
+
+
+def write_codes(path: str, codes: dict[str, CodeType]) -> None:
+    """``codes`` to ``path`` whole or not at all (a temporary file renamed over it); nothing where it cannot write."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temporary, "wb") as f:
+            f.write(marshal.dumps((sys.version, codes)))
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+def install() -> Compiled | None:
+    """For the console script: ``dataclasses`` compiles through a ``Compiled`` of the cache file, written back at
+    exit when something new was compiled and bytecode writing is on. None where there is no file to keep."""
+    path = cache_path()
+    if path is None or "exec" in vars(dataclasses):
+        return None
+    compiled = Compiled(path=path)
+    dataclasses.exec = compiled.exec  # type: ignore[attr-defined]  # the module's global shadows the builtin
+
+    def save() -> None:
+        if compiled.compiled and not sys.dont_write_bytecode:
+            write_codes(path, compiled.kept())
+
+    atexit.register(save)
+    return compiled
