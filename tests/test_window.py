@@ -188,6 +188,28 @@ def test_a_clamped_glu_and_biased_experts_add_their_eager_kernels():
                                                     "bwd_w": 3 * 1024 * rows * ACT_BYTES}
 
 
+def test_the_biases_per_expert_loop_is_launched_by_the_host_two_kernels_an_expert_each_way():
+    """TEGroupedMLP._apply_bias runs ``t + b * p`` per local expert, then one cat: forward 2 kernels an expert + 1;
+    backward the probabilities' gradient (product, row sum) an expert + the split's cat, and the bias gradient
+    (product, column sum) an expert. 8 experts on one GPU (ep 1): 17, 17 and 16 launches at the stack's cost per
+    kernel, a floor on each record's time (roofline.op_time): 17 x 12 us = 204 us where its traffic takes less."""
+    from meshplan.roofline import op_time
+
+    stack = Stack(host_dispatch=12e-6)
+    ops = {o.phase: o for o in moe_layer(moe(linear_bias=True), Plan(), stack) if o.name == "moe/experts/fc2/bias"}
+    assert {ph: o.launches for ph, o in ops.items()} == {"fwd": 2 * 8 + 1, "bwd_x": 2 * 8 + 1, "bwd_w": 2 * 8}
+    assert {o.launch_host for o in ops.values()} == {stack.host.per_kernel} == {12e-6}
+    cluster = load_system("h100").cluster(8)
+    small = replace(ops["fwd"], nbytes=1e3)
+    assert op_time(small, cluster.accelerator, "bf16", DEFAULT) == pytest.approx(17 * 12e-6)
+    # with more experts per GPU the floor grows; a bare Stack() (no host cost) has none
+    more = {o.phase: o for o in moe_layer(replace(moe(linear_bias=True), num_experts=16), Plan(), stack)
+            if o.name == "moe/experts/fc2/bias"}
+    assert more["fwd"].launches == 2 * 16 + 1 > ops["fwd"].launches
+    assert {o.launch_host for o in moe_layer(moe(linear_bias=True), Plan(), Stack())
+            if o.name == "moe/experts/fc2/bias"} == {0.0}
+
+
 @pytest.mark.parametrize("stack", [Stack(expert_gemm="grouped"), Stack(fusion="eager")])
 def test_a_fused_grouped_mlp_or_a_stack_without_megatrons_experts_runs_none_of_them(stack: Stack):
     names = {o.name for o in moe_layer(moe(glu_clamp=7.0, linear_bias=True), Plan(), stack)}

@@ -68,7 +68,7 @@ _UNWRITTEN = {"sliding_window": "sliding-window attention", "attention_sinks": "
               "layer_pattern": "a hybrid Mamba layer pattern", "moe_latent_size": "a latent MoE",
               "shared_expert_gate": "a gated shared expert", "index_topk": "DeepSeek Sparse Attention's indexer",
               "attn_head_gate": "a per-head attention output gate", "rope_key_norm": "a norm over MLA's RoPE key",
-              "diff_attention": "differential attention"}
+              "diff_attention": "differential attention", "yarn_rope": "YaRN-scaled RoPE"}
 
 
 def _moe(model: ModelSpec, stack: Stack) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from meshplan.cost.blocks import collective, elementwise, gemm, norm, projections, residual, tp_enter, tp_exit
 from meshplan.cost.dsa import indexer_ops, selected_keys
-from meshplan.cost.eager import softmax_unfused
+from meshplan.cost.eager import softmax_unfused, unfused_rope
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.cost.shapes import kv_up_shape, qkv_shapes
 from meshplan.specs.model import ModelSpec
@@ -254,7 +254,7 @@ def head_gate(model: ModelSpec, d: Dims) -> list[OpCost]:
 def attention_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops = norm("attn/norm", model, d)
     ops += tp_enter("attn/tp_in", model, plan, d)
-    ops += qkv_ops(model, plan, d)
+    ops += qkv_ops(model, plan, d) + unfused_rope(model, d)
     ops += indexer_ops(model, plan, d)  # DeepSeek Sparse Attention's lightning indexer (none without one)
     ops += core_attention(model, plan, d) + differential(model, plan, d)
     ops += context_exchange(model, plan, d)

@@ -37,6 +37,14 @@ EAGER: dict[str, dict[str, tuple[tuple[str, int, int], ...]]] = {
     # rotary embedding as torchtitan's apply_rotary_emb (complex multiply on fp32 views), per element of q and k
     "rope": {"fwd": (("to fp32", 2, 4), ("complex mul", 4, 4), ("type_as", 4, 2)),
              "bwd_x": (("to fp32", 2, 4), ("complex mul", 4, 4), ("to bf16", 4, 2))},
+    # Megatron-Core's unfused RoPE (rope_utils._apply_rotary_pos_emb_bshd @ core_v0.16.1), per element of q or k in
+    # bf16: t * cos, rotate_half's neg of one half and its cat, * sin, the add, the cat with the empty unrotated
+    # part; backward the two products' gradients, the neg's, the chunk's (a cat), the two paths to t added and the
+    # full-width slice's (zeros, then the copy into it). Its cos and sin of the [s, d] angles are neglected.
+    "rope_megatron": {"fwd": (("mul cos", 2, 2), ("neg half", 1, 1), ("cat rotated", 2, 2), ("mul sin", 2, 2),
+                              ("add", 4, 2), ("cat pass", 2, 2)),
+                      "bwd_x": (("mul sin", 2, 2), ("neg half", 1, 1), ("cat chunks", 2, 2), ("mul cos", 2, 2),
+                                ("add paths", 4, 2), ("slice zeros", 0, 2), ("slice copy", 2, 2))},
     # SwiGLU: silu(gate) * up as two kernels, per element of the FFN width, beyond the one fused kernel counted
     # in mlp_gemms (fwd r 4 w 2, bwd r 8 w 2): silu (r 2 w 2) + mul (r 4 w 2); backward two muls and silu's
     "swiglu": {"fwd": (("silu", 2, 2), ("mul", 4, 2), ("fused act", -4, -2)),
@@ -82,6 +90,22 @@ def eager_op(name: str, kind: str, elems: Num, tensors: int = 1) -> list[OpCost]
     return [OpCost(f"{name}/eager", phase, "memory", 0.0, per_elem * elems,
                    kernels=tensors * max(1, eager_kernels(kind, phase)))
             for phase in ("fwd", "bwd_x", "bwd_w") if (per_elem := eager_bytes(kind, phase))]
+
+
+def unfused_rope(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """YaRN-scaled RoPE (``model.yarn_rope``) in Megatron-Core's modules (``stack.fusion = "fused"``), applied to q
+    and k as separate eager kernels (``EAGER["rope_megatron"]``): Megatron-Core's apply_rotary_pos_emb uses Transformer
+    Engine's fused RoPE only at mscale 1 (models/common/embeddings/rope_utils.py @ core_v0.16.1: "mscale ... is not
+    supported by TE's fused RoPE. Using unfused implementation."), and YaRN's mscale is 0.1 ln(factor) + 1 where the
+    config states none (yarn_rotary_pos_embedding.py _yarn_get_mscale: 1.347 at GPT-OSS's factor 32); Megatron-Bridge
+    also turns the fusion off for any position type but "rope" (NVIDIA-NeMo/Megatron-Bridge
+    src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility @ 07eea52; its GPT-OSS bridge sets
+    position_embedding_type "yarn", gpt_oss_bridge.py). TE's fused kernel (read q and k, write them, each way) is
+    not priced where RoPE fuses; an eager stack's own RoPE is eager_layer's."""
+    if not model.yarn_rope or d.eager or d.stack.fusion != "fused" or model.is_mla:
+        return []
+    q, k = model.num_heads / d.tp * model.head_dim, model.num_kv_heads / d.tp * model.head_dim
+    return eager_op("attn/rope", "rope_megatron", d.tokens * (q + k), tensors=2)
 
 
 def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> list[OpCost]:

@@ -104,7 +104,7 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     local = model.num_experts / plan.ep
     ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
                                    groups=local, width=h), d.stack, local)
-    ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp)
+    ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp, local)
     ops += experts_eager(model, d, rows, model.moe_ffn_hidden_size / plan.etp)
     if latent:
         ops += gemm("moe/latent_out", routed, latent, model.hidden_size, d)
@@ -116,7 +116,7 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     return ops
 
 
-def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num) -> list[OpCost]:
+def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local: Num = 1.0) -> list[OpCost]:
     """What Megatron-Core's TEGroupedMLP (the per-expert path, ``stack.expert_gemm = "per_expert"``) runs as eager
     PyTorch kernels around its fused ones, ``rows`` routed rows of F = ``ffn`` (per etp shard) on this GPU, in bf16
     (the router's probabilities keep the activations' dtype without moe_router_dtype; GPTOSSProvider sets none):
@@ -133,11 +133,13 @@ def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num) -> li
       experts.py): forward b·p (write H), the add (read 2H, write H), the cat (read H, write H): 6H a row;
       backward the probabilities' gradient (a product, read H write H, and its row sum, read H) and the split's,
       a cat (2H), then the bias gradient (a product and its column sum, 3H). fc1's bias is added in the grouped
-      GEMM (Transformer Engine GroupedLinear, skip_bias_add false), for free.
+      GEMM (Transformer Engine GroupedLinear, skip_bias_add false), for free. Its list comprehension runs per
+      ``local`` expert after the tokens-per-expert sync, so the host launches each piece's kernels
+      (``BIAS_KERNELS``) at the stack's cost per kernel, a floor as ``host_launched``'s.
     A fused grouped MLP (``"grouped"``: Transformer Engine's CuTeDSL kernel applies the clamp and the scaled bias
     in its epilogues) runs none of these, nor does a stack of eager PyTorch (``stack.fusion = "eager"``), whose
     experts are not Megatron-Core's (``eager_layer``), nor Megatron-LM's module code of 2020-22 (``"jit"``), which
-    has no MoE layer of this kind. The host time of the per-expert launches is not priced."""
+    has no MoE layer of this kind. The clamps run once for all experts; the biases' loop per expert (above)."""
     if stack.expert_gemm != "per_expert" or stack.fusion != "fused":
         return []
     a, h = ACT_BYTES, model.moe_width
@@ -146,10 +148,17 @@ def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num) -> li
         ops += [OpCost("moe/experts/act/clamp", "fwd", "memory", 0.0, 8 * ffn * rows * a, 2 * ffn * rows * a),
                 OpCost("moe/experts/act/clamp", "bwd_x", "memory", 0.0, 10 * ffn * rows * a)]
     if model.linear_bias:
-        ops += [OpCost("moe/experts/fc2/bias", "fwd", "memory", 0.0, 6 * h * rows * a),
-                OpCost("moe/experts/fc2/bias", "bwd_x", "memory", 0.0, 5 * h * rows * a),
-                OpCost("moe/experts/fc2/bias", "bwd_w", "memory", 0.0, 3 * h * rows * a)]
+        per_kernel = stack.host.per_kernel
+        ops += [OpCost("moe/experts/fc2/bias", phase, "memory", 0.0, n * h * rows * a,
+                       launches=BIAS_KERNELS[phase][0] * local + BIAS_KERNELS[phase][1], launch_host=per_kernel)
+                for phase, n in (("fwd", 6), ("bwd_x", 5), ("bwd_w", 3))]
     return ops
+
+
+# Kernels of TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py @ core_v0.16.1) by pass: (per local
+# expert, once). Forward b·p and the add per expert, the cat once; backward, per expert, the probabilities' gradient
+# (a product and its row sum) and, once, the split's cat; the bias gradient (a product and its column sum) per expert.
+BIAS_KERNELS = {"fwd": (2.0, 1.0), "bwd_x": (2.0, 1.0), "bwd_w": (2.0, 0.0)}
 
 
 def experts_eager(model: ModelSpec, d: Dims, rows: Num, ffn: Num) -> list[OpCost]:

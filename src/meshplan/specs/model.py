@@ -63,6 +63,7 @@ class ModelSpec(extras.ModelExtras):
     position_embedding: str = "rope"
     # the RoPE base (HF ``rope_theta``; Llama 3 500,000): no cost depends on it, configs/ write it; 0: not stated
     rope_theta: float = field(default=0.0, compare=False)
+    yarn_rope: bool = False  # YaRN-scaled RoPE, cos / sin times its mscale (GPT-OSS): cost/eager.py unfused_rope
     dropout: bool = False  # dropout after attention / MLP (GPT-3-era Megatron); adds masks to activations
     causal: bool = True  # causal (decoder) attention; False for encoders such as ViT
     # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, GPT-OSS): in ``window_layers`` of the attention layers a
@@ -90,8 +91,7 @@ class ModelSpec(extras.ModelExtras):
     # sigmoid(gate) before o_proj; Qiu et al. 2025, "Gated Attention for LLMs", G1): H·A·d more (+ A·d with qkv_bias)
     attn_output_gate: bool = False
     gate_bias: bool = False  # a bias per head added to that gate (Beam's gate_bias): A weights
-    # the GLU clamps its gate from above and its linear input both ways at this value before the activation
-    # (GPT-OSS ``swiglu_limit`` = 7; Megatron-Core ``activation_func_clamp_value``); 0: no clamp
+    # the GLU clamps its gate from above, its linear input both ways (GPT-OSS ``swiglu_limit`` = 7); 0: no clamp
     glu_clamp: float = 0.0
     embedding_norm: bool = False  # a norm right after the token embedding (BLOOM word_embeddings_layernorm)
     # Multi-head latent attention (DeepSeek-V2/V3). kv_lora_rank = 0 means standard attention.

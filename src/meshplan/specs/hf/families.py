@@ -220,8 +220,15 @@ def gpt_oss(c: ConfigReader) -> dict[str, Any]:
                 num_experts=c.need("num_local_experts"),
                 moe_topk=c.need("num_experts_per_tok"),
                 moe_ffn_hidden_size=c.need("intermediate_size"),
-                glu_clamp=c.number("swiglu_limit", 7.0))  # GptOssExperts clamps at swiglu_limit (default 7.0)
+                glu_clamp=c.number("swiglu_limit", 7.0),  # GptOssExperts clamps at swiglu_limit (default 7.0)
+                yarn_rope=_yarn(c))
     return spec
+
+
+def _yarn(c: ConfigReader) -> bool:
+    """Whether the RoPE is YaRN-scaled: ``rope_scaling`` (transformers 5: ``rope_parameters``) of rope_type yarn."""
+    scaling = c.config.get("rope_scaling") or c.config.get("rope_parameters") or {}
+    return isinstance(scaling, dict) and str(scaling.get("rope_type", scaling.get("type", ""))) == "yarn"
 
 
 def nemotron_h(c: ConfigReader) -> dict[str, Any]:
