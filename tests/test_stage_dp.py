@@ -300,3 +300,15 @@ def test_the_least_threshold_is_the_least_largest_step_of_any_split():
         least = min(largest, default=np.inf)
         values, lo = least_threshold((steps, steps, []), layers)
         assert (values[lo] if lo < len(values) else np.inf) == least
+
+
+def test_the_dp_prices_only_the_lines_it_reads():
+    # one setting for every rank (Megatron-Core): no rank offloads N layers, so the offloaded lines are not priced;
+    # a rank of its own setting (any) prices them where it may offload, and without chunks only
+    from meshplan.search.stage_dp import bases
+
+    assert bases(KINDS, False, 1) == (("none", False), ("selective", False), ("full", False))
+    assert bases(("none", "full", "recompute", "offload"), True, 1) == (("none", False), ("full", False),
+                                                                          ("none", True))
+    assert bases(("none", "full", "recompute", "offload"), True, 2) == (("none", False), ("full", False))
+    assert bases(("none",), True, 1) == (("none", False),)

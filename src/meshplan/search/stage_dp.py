@@ -33,7 +33,7 @@ import numpy as np
 from meshplan.estimate import Estimate
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import schedule_of
-from meshplan.search.stage_lines import RankLines, rank_lines
+from meshplan.search.stage_lines import BASES, RankLines, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
@@ -58,13 +58,14 @@ def eligible(plan: Plan, stack: Stack) -> bool:
 def _candidates(lines: dict, layers: np.ndarray, limit: float, kinds: tuple[str, ...], vpp: int
                 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, list[StageSetting]]]:
     """Every setting a rank may take at each layer count: (step, time, memory, setting per count)."""
-    none, full, off = lines[("none", False)], lines[("full", False)], lines[("none", True)]
+    none = lines[("none", False)]
+    plain: tuple[str, ...] = ("none", "selective", "full")
     out = [(ln.step.at(layers), ln.time.at(layers), ln.memory.at(layers), [(kind, 0)] * len(layers))
-           for kind, ln in (("none", none), ("selective", lines[("selective", False)]), ("full", full))
-           if kind in kinds]
-    for kind, done in (("recompute", full), ("offload", off)):
+           for kind in plain if kind in kinds for ln in (lines[(kind, False)],)]
+    for kind, base in (("recompute", ("full", False)), ("offload", ("none", True))):
         if kind not in kinds or vpp > 1:
             continue
+        done = lines[base]
         saved = none.memory.k - done.memory.k  # bytes a layer frees by it
         if saved <= 0:
             continue
@@ -72,6 +73,16 @@ def _candidates(lines: dict, layers: np.ndarray, limit: float, kinds: tuple[str,
         n = np.minimum(n, layers - (kind == "recompute"))
         out.append((*mix(none, done, layers, n), [(kind, int(x)) for x in n]))
     return out
+
+
+def bases(kinds: tuple[str, ...], per_rank: bool, vpp: int) -> tuple[tuple[str, bool], ...]:
+    """The settings whose lines the DP reads (stage_lines.BASES, in its order): the plain one, which every mix
+    reads, selective and full recompute where a rank may run them (full also for N layers recomputed), and every layer
+    offloaded where a rank may offload N of them (only where each rank has its own setting, and without chunks)."""
+    wanted = {("none", False), *((("selective", False),) if "selective" in kinds else ()),
+              *((("full", False),) if {"full", "recompute"} & set(kinds) else ()),
+              *((("none", True),) if per_rank and "offload" in kinds and vpp == 1 else ())}
+    return tuple(b for b in BASES if b in wanted)
 
 
 def mix(plain: RankLines, done: RankLines, layers: np.ndarray, n: np.ndarray
@@ -216,7 +227,7 @@ def uniform_settings(kinds: tuple[str, ...], most: int, vpp: int) -> list[StageS
 def proposals(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack: Stack, eff: Efficiency,
               kinds: tuple[str, ...], headroom: float) -> list[tuple[float, Plan]]:
     """The best splits and settings under the lines, (t_step, plan), best first."""
-    lines = rank_lines(model, clusters, plan, stack, eff)
+    lines = rank_lines(model, clusters, plan, stack, eff, bases(kinds, stack.supports.stage_settings, plan.vpp))
     limits = [usable_hbm(c.accelerator.hbm_bytes, headroom) for c in clusters]
     layers, vpp = model.num_layers, plan.vpp
     out: list[tuple[float, Plan]] = []
