@@ -149,3 +149,34 @@ def _h100_text() -> str:
     from importlib import resources
 
     return (resources.files("meshplan") / "presets" / "hardware" / "h100.toml").read_text()
+
+
+def test_what_is_not_estimated_could_not_have_ranked():
+    # the rows walked in float32 order stop once the next is slower than the k-th found by the float32 slack: the
+    # k fastest, and the DP's pool of pipelines, are those every row estimated gives (the same plans, the same order)
+    import numpy as np
+
+    from meshplan.estimate import estimate
+    from meshplan.search.best import Best
+    from meshplan.search.select import _by_time_first, _rows, fastest_kept, pricer
+    from meshplan.specs.efficiency import DEFAULT
+    from meshplan.specs.plan import Plan
+
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(64)
+    by_time = replace(space(512), prefer_simple=False)
+    plans = [e.plan for e in search(model, cluster, by_time, top_k=40, workers=1).plans]
+    every = [estimate(model, cluster, p, by_time.stack) for p in plans]
+    kept = Best(40)  # the shares' float32 times
+    kept.offer(np.array([e.step_time for e in every], dtype=np.float32),
+               np.array([e.peak_memory for e in every], dtype=np.float32), lambda i: plans[i])
+    calls: list[Plan] = []
+    priced = pricer(model, cluster, by_time, DEFAULT)
+    counted = lambda p: calls.append(p) or priced(p)  # noqa: E731
+    rows = _rows([kept])
+    full = sorted(every, key=lambda e: (e.step_time, e.peak_memory))[:10]
+    assert [e.plan for e in _by_time_first(rows, 10, counted)] == [e.plan for e in full]
+    assert 10 <= len(calls) < len(rows)  # not every row estimated
+    piped = lambda p: p.pp > 1  # noqa: E731
+    pool = fastest_kept(priced, [kept], 30, piped, 3)
+    assert [e.plan for e in sorted(pool, key=lambda e: e.step_time)[:3]] == [
+        e.plan for e in sorted((e for e in every if piped(e.plan)), key=lambda e: e.step_time)[:3]]

@@ -281,3 +281,34 @@ def test_estimate_takes_stage_layers_and_refuses_a_bad_one(capsys):
 def test_plan_error_names_the_field():
     with pytest.raises(PlanError, match="stage_layers"):
         estimate(L70, H100_32, UNIFORM.with_(stage_layers=(40, 40)), ANY)
+
+
+def test_the_least_threshold_is_the_least_largest_step_of_any_split():
+    # every split of a few layers over a few ranks enumerated: the least T with a split whose every s_r <= T is the
+    # least over the splits of their largest s_r (the min-max DP's answer), ∞ (the values' length) where none exists
+    import itertools
+
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        ranks, layers = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+        steps = rng.integers(1, 20, size=(ranks, layers + 1)).astype(float)
+        steps[rng.random(steps.shape) < rng.random()] = np.inf
+        largest = [max(steps[r, n] for r, n in enumerate(split))
+                   for split in itertools.product(range(layers + 1), repeat=ranks) if sum(split) == layers]
+        least = min(largest, default=np.inf)
+        values, lo = least_threshold((steps, steps, []), layers)
+        assert (values[lo] if lo < len(values) else np.inf) == least
+
+
+def test_the_dp_prices_only_the_lines_it_reads():
+    # one setting for every rank (Megatron-Core): no rank offloads N layers, so the offloaded lines are not priced;
+    # a rank of its own setting (any) prices them where it may offload, and without chunks only
+    from meshplan.search.stage_dp import bases
+
+    assert bases(KINDS, False, 1) == (("none", False), ("selective", False), ("full", False))
+    assert bases(("none", "full", "recompute", "offload"), True, 1) == (("none", False), ("full", False),
+                                                                          ("none", True))
+    assert bases(("none", "full", "recompute", "offload"), True, 2) == (("none", False), ("full", False))
+    assert bases(("none",), True, 1) == (("none", False),)

@@ -39,9 +39,9 @@ from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
 from meshplan.search.limits import check_space
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
-from meshplan.search.select import fastest_kept, ranked
+from meshplan.search.select import fastest_kept, pricer, ranked
 from meshplan.search.space import Space
-from meshplan.search.stage_dp import PIPELINES, dp_kinds, refine_ranked
+from meshplan.search.stage_dp import PIPELINES, dp_kinds, eligible, refine_ranked
 from meshplan.search.stage_settings import refine_stages
 from meshplan.search.tally import Tally
 from meshplan.search.workers import Job, jobs, run_searches, worker_count
@@ -148,7 +148,8 @@ def _finish(model: ModelSpec, cluster: Cluster, prepared: _Prepared, results: li
     space, tally = prepared.space, prepared.tally
     for part in results:
         tally.merge(part.tally)
-    plans, fastest = ranked(model, cluster, space, eff, [part.best for part in results], top_k)
+    kept, priced = [part.best for part in results], pricer(model, cluster, space, eff)  # each plan estimated once
+    plans, fastest = ranked(model, cluster, space, eff, kept, top_k, priced)
     if plans and fastest is not None and space.uneven_stages:  # the first plan's end stages resized (refine.py)
         refined = refine_ends(model, cluster, plans[0], space.stack, eff)
         plans = (refined, *(p for p in plans[1:] if p.plan != refined.plan))
@@ -159,7 +160,8 @@ def _finish(model: ModelSpec, cluster: Cluster, prepared: _Prepared, results: li
         fastest = min(fastest, staged, key=lambda e: e.step_time)
     if plans and fastest is not None and space.stage_layers:  # layers and settings per rank (stage_dp.py)
         kinds = dp_kinds(space.recompute, True in space.offload_activations)
-        pool = (*plans, *fastest_kept(model, cluster, space, eff, [part.best for part in results], 2 * PIPELINES))
+        stack = plans[0].stack  # the DP's pool: the kept plans that can be among its PIPELINES fastest pipelines
+        pool = (*plans, *fastest_kept(priced, kept, 2 * PIPELINES, lambda p: eligible(p, stack), PIPELINES, plans))
         plans, fastest = refine_ranked(model, cluster, plans, fastest, kinds, space.headroom, eff, pool)
     return SearchResult(model=model, cluster=cluster, space=space, plans=plans, fastest=fastest,
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),

@@ -15,6 +15,7 @@ first avoids that: tests/test_fastest_first.py).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 
 import numpy as np
@@ -27,17 +28,12 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 
-
-def fastest_kept(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, kept: list[Best], n: int
-                 ) -> tuple[Estimate, ...]:
-    """The ``n`` fastest plans every share ``kept``, estimated (by the shares' float32 sums' order)."""
-    rows = sorted((row for best in kept for row in best.rows), key=lambda r: (r[0], r[1], r[2][0]))[:n]
-    return tuple(estimate(model, cluster, key[1], space.stack, eff) for _, _, key in rows)
+Priced = Callable[[Plan], Estimate]
 
 
-def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, kept: list[Best], top_k: int
-           ) -> tuple[tuple[Estimate, ...], Estimate | None]:
-    """(the ``top_k`` plans in the search's order, the fastest plan) from what every share ``kept``."""
+def pricer(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency) -> Priced:
+    """``estimate()`` of a plan on ``cluster``, each plan estimated once: the ranking, the pool of the stage DP and
+    the refinements of one search share it (search/run.py)."""
     cache: dict[Plan, Estimate] = {}
 
     def priced(plan: Plan) -> Estimate:
@@ -45,19 +41,47 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
             cache[plan] = estimate(model, cluster, plan, space.stack, eff)
         return cache[plan]
 
-    rows = sorted((row for best in kept for row in best.rows), key=lambda r: (r[0], r[1], r[2][0]))
+    return priced
+
+
+def _rows(kept: list[Best]) -> list[tuple]:
+    """Every share's kept rows, in float32 order (time, peak, then a fixed order of the plan fields)."""
+    return sorted((row for best in kept for row in best.rows), key=lambda r: (r[0], r[1], r[2][0]))
+
+
+def fastest_kept(priced: Priced, kept: list[Best], n: int, keep: Callable[[Plan], bool], first: int,
+                 known: tuple[Estimate, ...] = ()) -> tuple[Estimate, ...]:
+    """Of the ``n`` fastest plans every share ``kept`` (by the shares' float32 sums' order), those ``keep`` accepts
+    that can be among the ``first`` fastest (float64) of them and of ``known``'s, estimated: the rest, slower in
+    float32 than the ``first``-th found by more than the float32 slack, cannot be, and are not estimated."""
+    seen = {e.plan for e in known}
+    times = sorted(e.step_time for e in known if keep(e.plan))
+    out = []
+    for time32, _, key in _rows(kept)[:n]:
+        if key[1] in seen or not keep(key[1]):
+            continue
+        if len(times) >= first and time32 > times[first - 1] * (1 + 2 * RANK_SLACK):
+            break  # and every row after it, slower still
+        out.append(priced(key[1]))
+        bisect.insort(times, out[-1].step_time)
+    return tuple(out)
+
+
+def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, kept: list[Best], top_k: int,
+           priced: Priced | None = None) -> tuple[tuple[Estimate, ...], Estimate | None]:
+    """(the ``top_k`` plans in the search's order, the fastest plan) from what every share ``kept``; ``priced``:
+    the search's estimates (``pricer``)."""
+    priced = priced or pricer(model, cluster, space, eff)
+    rows = _rows(kept)
     if not rows:
         return (), None
     # re-estimate the leaders in float64 (the shares ranked float32 sums) and rank them again: the fastest is the
     # float64 fastest of the plans as fast as the first to the float32 sums' precision
     tied = sum(r[0] <= rows[0][0] * (1 + 2 * RANK_SLACK) for r in rows)
     fastest = min((priced(key[1]) for _, _, key in rows[:tied]), key=_by_time)
-
-    def by_time() -> list[Estimate]:
-        return sorted((priced(key[1]) for _, _, key in rows[: max(2 * top_k + 2, tied)]), key=_by_time)
-
+    head = rows[: max(2 * top_k + 2, tied)]
     if not space.prefer_simple:
-        return tuple(by_time()[:top_k]), fastest
+        return tuple(_by_time_first(head, top_k, priced)), fastest
     limit = fastest.step_time * (1 + fastest.ranking_band)
     close = _within(kept, limit, top_k, priced)
     if not space.simplest_leads:
@@ -65,8 +89,23 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
     if len(close) >= top_k:
         return tuple(close[:top_k]), fastest
     chosen = {e.plan for e in close}
-    rest = [e for e in by_time() if e.plan not in chosen and e.step_time > limit]
+    rest = [e for e in sorted(map(priced, (key[1] for _, _, key in head)), key=_by_time)
+            if e.plan not in chosen and e.step_time > limit]
     return tuple((close + rest)[:top_k]), fastest
+
+
+def _by_time_first(rows: list[tuple], top_k: int, priced: Priced) -> list[Estimate]:
+    """The ``top_k`` fastest of ``rows`` (float32 order) in float64, fastest first: the rows walked in their order,
+    each estimated, until the next is slower in float32 than the ``top_k``-th found by more than the float32 slack
+    (then it and every row after it are slower in float64 too, and none of them can be among the ``top_k``)."""
+    out: list[Estimate] = []
+    times: list[float] = []
+    for time32, _, key in rows:
+        if len(times) >= top_k and time32 > times[top_k - 1] * (1 + 2 * RANK_SLACK):
+            break
+        out.append(priced(key[1]))
+        bisect.insort(times, out[-1].step_time)
+    return sorted(out, key=_by_time)[:top_k]
 
 
 def _within(kept: list[Best], limit: float, top_k: int, priced: Callable[[Plan], Estimate]) -> list[Estimate]:

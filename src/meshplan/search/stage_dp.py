@@ -10,11 +10,12 @@ where rank r's step s_r, time per micro-batch t_r and memory depend on its own l
 (search/stage_lines.py prices them as lines in l_r). The problem — the min over (l_r, σ_r) of t_step subject to
 Σ l_r = L and each rank's memory within its limit — is solved as Alpa solves its stage DP: for a threshold T on the
 largest step, a DP over the ranks and the layers used so far finds the split of least Σ t_r whose every s_r ≤ T
-(a min-plus convolution per rank); T runs over the smallest feasible step values (the least found by bisection on
-a reachability DP), and the split of least t_step wins. Each rank's setting is its fastest that fits, where the
-framework sets one per rank (``Supports.stage_settings``: none, selective, full, N layers recomputed, N offloaded);
-where it runs one setting for every rank (Megatron-Core's TransformerConfig), the DP runs once per setting (none,
-selective, full, or N layers recomputed on each rank, Megatron's block method: min(N, l_r) on rank r).
+(a min-plus convolution per rank); T runs over the smallest feasible step values (the least found by a min-max DP
+over the ranks, the bottleneck form of the same convolution), and the split of least t_step wins. Each rank's
+setting is its fastest that fits, where the framework sets one per rank (``Supports.stage_settings``: none,
+selective, full, N layers recomputed, N offloaded); where it runs one setting for every rank (Megatron-Core's
+TransformerConfig), the DP runs once per setting (none, selective, full, or N layers recomputed on each
+rank, Megatron's block method: min(N, l_r) on rank r).
 
 The lines only propose: the best few splits are priced by ``estimate()`` (or the mixed cluster's pricing) and the
 fastest that fits within the headroom is kept only where it beats the plan it refines, so the search's #1 is never
@@ -32,7 +33,7 @@ import numpy as np
 from meshplan.estimate import Estimate
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import schedule_of
-from meshplan.search.stage_lines import RankLines, rank_lines
+from meshplan.search.stage_lines import BASES, RankLines, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
@@ -57,13 +58,14 @@ def eligible(plan: Plan, stack: Stack) -> bool:
 def _candidates(lines: dict, layers: np.ndarray, limit: float, kinds: tuple[str, ...], vpp: int
                 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, list[StageSetting]]]:
     """Every setting a rank may take at each layer count: (step, time, memory, setting per count)."""
-    none, full, off = lines[("none", False)], lines[("full", False)], lines[("none", True)]
+    none = lines[("none", False)]
+    plain: tuple[str, ...] = ("none", "selective", "full")
     out = [(ln.step.at(layers), ln.time.at(layers), ln.memory.at(layers), [(kind, 0)] * len(layers))
-           for kind, ln in (("none", none), ("selective", lines[("selective", False)]), ("full", full))
-           if kind in kinds]
-    for kind, done in (("recompute", full), ("offload", off)):
+           for kind in plain if kind in kinds for ln in (lines[(kind, False)],)]
+    for kind, base in (("recompute", ("full", False)), ("offload", ("none", True))):
         if kind not in kinds or vpp > 1:
             continue
+        done = lines[base]
         saved = none.memory.k - done.memory.k  # bytes a layer frees by it
         if saved <= 0:
             continue
@@ -71,6 +73,16 @@ def _candidates(lines: dict, layers: np.ndarray, limit: float, kinds: tuple[str,
         n = np.minimum(n, layers - (kind == "recompute"))
         out.append((*mix(none, done, layers, n), [(kind, int(x)) for x in n]))
     return out
+
+
+def bases(kinds: tuple[str, ...], per_rank: bool, vpp: int) -> tuple[tuple[str, bool], ...]:
+    """The settings whose lines the DP reads (stage_lines.BASES, in its order): the plain one, which every mix
+    reads, selective and full recompute where a rank may run them (full also for N layers recomputed), and every layer
+    offloaded where a rank may offload N of them (only where each rank has its own setting, and without chunks)."""
+    wanted = {("none", False), *((("selective", False),) if "selective" in kinds else ()),
+              *((("full", False),) if {"full", "recompute"} & set(kinds) else ()),
+              *((("none", True),) if per_rank and "offload" in kinds and vpp == 1 else ())}
+    return tuple(b for b in BASES if b in wanted)
 
 
 def mix(plain: RankLines, done: RankLines, layers: np.ndarray, n: np.ndarray
@@ -120,13 +132,19 @@ def uniform_table(lines: Sequence[dict], layers: int, limits: Sequence[float], s
     return steps, times, [[setting] * (layers + 1) for _ in lines]
 
 
-def _reachable(ok: np.ndarray, layers: int) -> bool:
-    """Whether the ranks' allowed counts (``ok``: ranks × counts) can sum to ``layers``."""
-    reach = np.zeros(layers + 1, dtype=bool)
-    reach[0] = True
-    for row in ok:
-        reach = np.convolve(reach, row).astype(bool)[: layers + 1] if row.any() else np.zeros_like(reach)
-    return bool(reach[layers])
+def _least_largest(steps: np.ndarray, layers: int) -> float:
+    """The least largest s_r over the splits of ``layers`` (a min-max convolution per rank over the counts it may
+    hold: the bottleneck form of ``_least_time``'s DP), ∞ where no split exists: the least T for which some split has
+    every s_r ≤ T, in one pass over the ranks rather than a reachability DP per T tried."""
+    cost = np.full(2 * layers + 2, _INF)  # the second half: negative counts (k − n < 0), ∞
+    cost[0] = -_INF
+    k = np.arange(layers + 1)[:, None]
+    for row in steps:
+        counts = np.flatnonzero(np.isfinite(row))
+        if not counts.size:
+            return _INF
+        cost[: layers + 1] = np.maximum(cost[k - counts[None, :]], row[counts][None, :]).min(axis=1)
+    return float(cost[layers])
 
 
 def _least_time(times: np.ndarray, layers: int) -> list[int] | None:
@@ -154,18 +172,15 @@ def _least_time(times: np.ndarray, layers: int) -> list[int] | None:
 
 
 def least_threshold(table: StageTable, layers: int) -> tuple[np.ndarray, int]:
-    """The ranks' step values, sorted, and the index of the least T for which a split has every s_r ≤ T (bisection
-    on reachability; the length of the values where none has): a lower bound of the split's t_step."""
+    """The ranks' step values, sorted, and the index of the least T for which a split has every s_r ≤ T
+    (``_least_largest``; the length of the values where none has): a lower bound of the split's t_step."""
     steps = table[0]
     values = np.sort(steps[np.isfinite(steps)])  # np.unique's sort and mask, without the numpy.ma it imports
     values = values[np.concatenate(([True], values[1:] != values[:-1]))] if values.size else values
-    if not values.size or not _reachable(np.isfinite(steps), layers):
+    least = _least_largest(steps, layers) if values.size else _INF
+    if not np.isfinite(least):
         return values, len(values)
-    lo, hi = 0, len(values) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if _reachable(steps <= values[mid], layers) else (mid + 1, hi)
-    return values, lo
+    return values, int(np.searchsorted(values, least))  # the least is one of the values, exactly
 
 
 def partition(table: StageTable, layers: int, vpp: int, least: tuple[np.ndarray, int] | None = None
@@ -212,7 +227,7 @@ def uniform_settings(kinds: tuple[str, ...], most: int, vpp: int) -> list[StageS
 def proposals(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack: Stack, eff: Efficiency,
               kinds: tuple[str, ...], headroom: float) -> list[tuple[float, Plan]]:
     """The best splits and settings under the lines, (t_step, plan), best first."""
-    lines = rank_lines(model, clusters, plan, stack, eff)
+    lines = rank_lines(model, clusters, plan, stack, eff, bases(kinds, stack.supports.stage_settings, plan.vpp))
     limits = [usable_hbm(c.accelerator.hbm_bytes, headroom) for c in clusters]
     layers, vpp = model.num_layers, plan.vpp
     out: list[tuple[float, Plan]] = []

@@ -82,7 +82,33 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
                 compute: dict[str, list[Num | None]] | None = None, works: tuple[str, ...] | None = None) -> Parts:
     """Ops of each group and their times (``compute``: the non-collective ops' times, computed elsewhere), and the
     records of each kind of wrapper work in ``works`` (default: every kind some setting of the plan runs,
-    cost/wrapper_work.possible_work)."""
+    cost/wrapper_work.possible_work). One plan's, with its works named, are kept (``_kept_parts``) for every plan
+    that differs from it only in the layers and the recompute or offload setting of its ranks (``_PER_RANK``): the
+    search's refinements price a plan and then such variants of it (search/refine.py, search/stage_dp.py)."""
+    if compute is None and works is not None and type(plan) is Plan:
+        kept = _kept_parts(model, cluster, plan.with_(**_PER_RANK), stack, eff, works)
+        return Parts({k: list(v) for k, v in kept.ops.items()}, {k: list(v) for k, v in kept.times.items()},
+                     kept.python_host, {w: {k: list(v) for k, v in g.items()} for w, g in kept.wrapper_ops.items()},
+                     {w: {k: list(v) for k, v in g.items()} for w, g in kept.wrapper_times.items()})
+    return _timed(model, cluster, plan, stack, eff, compute, works)
+
+
+# what a rank's layer count and recompute or offload setting set: no op record (ops of one layer, the ends, a send)
+# nor its time reads them (the recompute is the units': units_for_recomputes; tests/test_parts_kept.py times
+# searches' plans both ways)
+_PER_RANK: dict[str, object] = {
+    "stage_layers": (), "first_stage_layers": 0, "last_stage_layers": 0, "stage_recompute": (), "stage_offload": (),
+    "recompute": "none", "recompute_layers": 0, "offload_activations": False, "offload_layers": 0}
+
+
+@lru_cache(maxsize=256)
+def _kept_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency,
+                works: tuple[str, ...]) -> Parts:
+    return _timed(model, cluster, plan, stack, eff, None, works)
+
+
+def _timed(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency,
+           compute: dict[str, list[Num | None]] | None, works: tuple[str, ...] | None) -> Parts:
     ops = _ops(model, plan, stack)
     extra = work_ops(model, plan, stack, tuple(model.block_counts), works, cluster.python_host)
     return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()},

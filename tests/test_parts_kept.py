@@ -1,0 +1,60 @@
+"""step/units.timed_parts keeps one plan's ops and times for the plans that differ from it only in the layers and the
+recompute or offload setting of its ranks (the variants the search's refinements price: search/refine.py,
+search/stage_dp.py): what it returns for each is what the plan's own ops and times are, record for record, and a
+caller that changes the lists it got does not change what the next caller gets."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from meshplan.cost.wrapper_work import work_of
+from meshplan.search import Space, search
+from meshplan.specs.efficiency import DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.stack import load_stack
+from meshplan.step.units import _kept_parts, _timed, timed_parts  # noqa: PLC2701 (the module's own)
+
+CASES = [("llama3-70b", "h100", 256, 1024, "megatron-core"), ("mixtral-8x7b", "h100", 64, 256, "any"),
+         ("llama3-8b", "a100", 16, 256, "deepspeed")]
+
+
+def _variants(plan, layers: int, rng: random.Random):
+    """The plan with its ranks' layers, recompute and offload redrawn (valid or not: the ops do not check)."""
+    pp = plan.pp
+    split = [layers // pp] * pp
+    split[0] -= 1
+    split[-1] += 1
+    yield plan.with_(stage_layers=tuple(split), stage_recompute=("full",) + ("none",) * (pp - 1))
+    yield plan.with_(recompute=rng.choice(("none", "selective", "full")), recompute_layers=rng.randint(0, 2))
+    yield plan.with_(offload_activations=True, offload_layers=rng.randint(0, 3))
+    yield plan.with_(first_stage_layers=1, last_stage_layers=2, stage_offload=(1,) * pp)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_kept_parts_are_each_plans_own(case):
+    name, system, gpus, gbs, framework = case
+    model, cluster, stack = load_model(name), load_system(system).cluster(gpus), load_stack(framework)
+    result = search(model, cluster, Space(global_batch=gbs, stack=stack), top_k=6, workers=1)
+    assert result.plans
+    rng = random.Random(3)
+    for est in result.plans:
+        for plan in (est.plan, *_variants(est.plan, model.num_layers, rng)):
+            own = work_of(plan, stack)
+            works = (own,) if own else ()
+            kept = timed_parts(model, cluster, plan, stack, DEFAULT, works=works)
+            assert kept == _timed(model, cluster, plan, stack, DEFAULT, None, works)  # computed afresh
+
+
+def test_a_caller_changing_its_parts_does_not_change_the_next():
+    model, cluster, stack = load_model("llama3-8b"), load_system("h100").cluster(8), load_stack("megatron-core")
+    plan = search(model, cluster, Space(global_batch=64, stack=stack), top_k=1, workers=1).plans[0].plan
+    _kept_parts.cache_clear()
+    first = timed_parts(model, cluster, plan, stack, DEFAULT, works=())
+    for ops in first.ops.values():
+        ops.clear()
+    second = timed_parts(model, cluster, plan.with_(recompute="full"), stack, DEFAULT, works=())
+    assert _kept_parts.cache_info().hits == 1  # the variant took the kept parts
+    assert second.ops["dense"] and second == _timed(model, cluster, plan, stack, DEFAULT, None, ())
