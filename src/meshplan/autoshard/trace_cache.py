@@ -30,7 +30,7 @@ import meshplan
 
 # the files whose code decides a preset's trace: the modules (autoshard/torch_models.py), the capture (trace/), this
 TRACED_BY = ("autoshard/torch_models.py", "autoshard/trace_cache.py", "trace/*.py")
-FORMAT = 1  # the record's layout (a pickled graph.Trace)
+RECORD_VERSION = 1  # the record's layout (a pickled graph.Trace)
 
 
 def cache_dir() -> Path | None:
@@ -62,7 +62,7 @@ def _torch_version() -> str:
 def preset_key(spec: Any, layers: int, inputs: Sequence[tuple[tuple[int, ...], str]], param_dtype: str | None) -> str:
     """The key of a preset's trace: a digest of everything it is traced from (module docstring)."""
     h = hashlib.blake2b(digest_size=20)
-    for part in (str(FORMAT), repr(spec), str(layers), repr(tuple(inputs)), str(param_dtype), _torch_version()):
+    for part in (str(RECORD_VERSION), repr(spec), str(layers), repr(tuple(inputs)), str(param_dtype), _torch_version()):
         h.update(part.encode() + b"\0")
     h.update(_code_digest())
     return h.hexdigest()
