@@ -12,6 +12,10 @@ import os
 for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
 
+# The planner's traces of presets are not kept between tests (autoshard/trace_cache.py): each test traces what it
+# plans, as a monkeypatched tracer expects; tests/test_autoshard_trace_cache.py turns it on in a folder of its own.
+os.environ.setdefault("MESHPLAN_CACHE", "off")
+
 import pytest  # noqa: E402
 
 from meshplan.specs.hardware import load_system  # noqa: E402

@@ -114,3 +114,29 @@ def test_plans_are_those_linprog_found(traced, gpus, monkeypatch):
     assert fast.price == slow.price
     assert fast.memory.peak == slow.memory.peak and np.array_equal(fast.memory.timeline, slow.memory.timeline)
     assert objectives[0] == objectives[1]
+
+
+@pytest.mark.parametrize("memory", [False, True])
+def test_a_warm_start_reaches_the_cold_optimum(memory):
+    """Inside ``warm_starts`` a program with the constraints of one solved before starts from its optimal basis
+    (the Lagrangian's rounds: only the costs move): on 200 random programs, each solved again with other costs, the
+    optimum's value is the cold start's, the vertex feasible; outside the scope nothing is kept."""
+    rng = np.random.default_rng(11 + memory)
+    reused = 0
+    for _ in range(100):
+        c, matrix, lo, hi = _pairwise_lp(rng, memory)
+        other = c + rng.choice([0.0, 0.25, 1.5], len(c))
+        cold = highs.relax(other, matrix, lo, hi)
+        with highs.warm_starts():
+            first = highs.relax(c, matrix, lo, hi)
+            kept = dict(highs._BASES.get() or {})
+            warm = highs.relax(other, matrix, lo, hi)
+        if cold is None:
+            continue
+        assert first is not None and warm is not None and len(kept) == 1
+        reused += 1
+        assert warm.fun == pytest.approx(cold.fun, rel=1e-12, abs=1e-12)
+        row = matrix @ warm.x
+        assert np.all(row >= lo - 1e-9) and np.all(row <= hi + 1e-9)
+        assert np.all(warm.x >= -1e-9) and np.all(warm.x <= 1 + 1e-9)
+    assert reused > 50 and highs._BASES.get() is None

@@ -34,6 +34,14 @@ def _torch() -> Any:
     return torch
 
 
+def supported(spec: ModelSpec) -> bool:
+    """Whether torch_models.py builds the preset's module: dense Llama / GPT layers, or Mixtral's MoE (every layer,
+    no shared experts); the others go through transformers (``preset_config``)."""
+    moe_ok = not spec.num_experts or (not spec.shared_expert_ffn_size and not spec.first_k_dense_layers
+                                      and spec.moe_layer_freq == 1 and spec.mlp == "swiglu")
+    return moe_ok and not spec.kv_lora_rank and not spec.layer_pattern
+
+
 def preset_config(spec: ModelSpec) -> dict[str, Any]:
     """The Hugging Face config of a preset's architecture: Llama (SwiGLU, RMSNorm, RoPE), Mixtral (the same with
     experts) or GPT-2 (GELU, LayerNorm, learned positions, tied head; the GELU one kernel, PyTorch's tanh

@@ -57,9 +57,15 @@ def packet(op: TracedOp) -> str:
     return aten_name(op.target)
 
 
+def _pointwise(op: TracedOp) -> bool:
+    """torch's own tag: the op maps elements to elements (with broadcasting). A traced op carries its tags (capture
+    records them with the call), so a trace kept on disk is planned without importing torch; a record made by hand
+    (no call) asks torch."""
+    return "pointwise" in op.tags if op.call else _pointwise_target(op.target)
+
+
 @cache
-def _pointwise(target: str) -> bool:
-    """torch's own tag: the op maps elements to elements (with broadcasting)."""
+def _pointwise_target(target: str) -> bool:
     try:
         import torch
     except ModuleNotFoundError:  # pragma: no cover (a Trace exists only where torch does)
@@ -85,7 +91,7 @@ def rule(op: TracedOp, state_inputs: frozenset[int] = frozenset()) -> tuple[str,
 
     if name in FOLLOWERS:
         return "follow", FOLLOWERS[name](op, state_inputs)
-    if name in ELEMENTWISE or name in LINEAR or _pointwise(op.target) or name == "cat":
+    if name in ELEMENTWISE or name in LINEAR or _pointwise(op) or name == "cat":
         return "follow", broadcast_elementwise(op, name)
     made = _anchor(op, name, state_inputs)
     return "anchor", made if made is not None else replicated_rule(ins, outs)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from meshplan.autoshard import trace_cache
 from meshplan.autoshard.blocks import find_blocks
 from meshplan.autoshard.dataflow import flow
 from meshplan.autoshard.memory import Accounting
@@ -27,6 +28,7 @@ from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.hub_cache import cached_config, is_hub_id
+from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import CONFIG_SEQ_LENGTH, load_model, preset_names
 from meshplan.specs.plan import OPTIMIZERS
 from meshplan.specs.stack import load_stack
@@ -101,19 +103,17 @@ def load(request: Request) -> tuple[Any, list, str, int | None]:
         seq = request.seq or min(context, CONFIG_SEQ_LENGTH)  # a config.json's training length (model_load.py)
         return hf_model(config), _ids(request, seq), name or Path(ref).parent.name or Path(ref).stem, depth(config)
     if ref in preset_names() or ref.endswith(".toml"):
-        spec = load_model(ref)
-        seq = request.seq or spec.seq_length
-        from meshplan.autoshard.torch_models import supported
-
-        if not supported(spec):
+        built = own_preset(request)
+        if built is None:
             from meshplan.autoshard.models import hf_model, preset_config
 
-            return hf_model(preset_config(spec)), _ids(request, seq), spec.name, spec.num_layers
-        from meshplan.autoshard.models import TRACED_LAYERS
+            spec = load_model(ref)
+            return hf_model(preset_config(spec)), _ids(request, request.seq or spec.seq_length), spec.name, \
+                spec.num_layers
         from meshplan.autoshard.torch_models import build_preset
 
-        module = build_preset(replace(spec, seq_length=max(spec.seq_length, seq)), min(TRACED_LAYERS, spec.num_layers))
-        return module, _ids(request, seq), spec.name, spec.num_layers
+        spec, layers, inputs = built
+        return build_preset(spec, layers), inputs, spec.name, spec.num_layers
     from meshplan.trace.command import build_from_factory, input_dtypes, load_factory
 
     if not request.input_shapes:
@@ -121,6 +121,22 @@ def load(request: Request) -> tuple[Any, list, str, int | None]:
     module = build_from_factory(load_factory(ref), ref)
     inputs = input_dtypes(module, list(request.input_shapes), request.dtypes, request.param_dtype)
     return module, inputs, type(module).__name__, None
+
+
+def own_preset(request: Request) -> tuple[ModelSpec, int, list] | None:
+    """A preset that torch_models.py builds: its spec as built (the sequence the longer of its own and the
+    request's), the layers traced and the inputs; None for any other model."""
+    if is_hub_id(request.model) or request.model.endswith(".json"):
+        return None
+    if request.model not in preset_names() and not request.model.endswith(".toml"):
+        return None
+    from meshplan.autoshard.models import TRACED_LAYERS, supported
+
+    spec = load_model(request.model)
+    if not supported(spec):
+        return None
+    seq = request.seq or spec.seq_length
+    return replace(spec, seq_length=max(spec.seq_length, seq)), min(TRACED_LAYERS, spec.num_layers), _ids(request, seq)
 
 
 def _ids(request: Request, seq: int) -> list:
@@ -142,14 +158,10 @@ def plan_sharding(request: Request) -> Result:
     net = {"nvlink_domain": request.nvlink_domain} if request.nvlink_domain else {}
     cluster = system.cluster(request.gpus, **net)
     mesh = device_mesh(cluster, request.mesh)  # a bad mesh is refused before anything is traced
-    module, inputs, name, full = load(request)
-    timings["build model"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    trace = _trace(module, inputs, request)
+    trace, module, name, full = _traced(request, timings)
     if trace.params == 0:  # nothing to place: the ILP has no variable (``meshplan trace`` still times it)
         raise SpecError(f"model={request.model!r} has no parameters: the sharding planner places parameters "
                         "(meshplan trace times a module without any)")
-    timings["trace"] = time.perf_counter() - clock
     clock = time.perf_counter()
     blocks = find_blocks(trace, layers=full)
     fl = flow(trace, blocks.block_of)
@@ -169,6 +181,26 @@ def plan_sharding(request: Request) -> Result:
     return Result(request=request, name=name, params=_full_params(request, trace, module, blocks),
                   layers=layers, traced_layers=blocks.groups[0].traced if blocks.groups else 1, cluster=cluster,
                   intra=intra, pipelines=pipelines, timings=timings)
+
+
+def _traced(request: Request, timings: dict[str, float]) -> tuple[Any, Any, str, int | None]:
+    """(trace, module, name, full depth) of the request's model: a preset's trace kept from an earlier run where
+    there is one (trace_cache.py; the module then None), else the model built and traced (and a preset's kept)."""
+    clock = time.perf_counter()
+    own = own_preset(request)
+    key = trace_cache.preset_key(own[0], own[1], own[2], request.param_dtype) if own is not None else None
+    trace = trace_cache.load_trace(key) if key is not None else None
+    if own is not None and trace is not None:
+        timings["trace (kept)"] = time.perf_counter() - clock
+        return trace, None, own[0].name, own[0].num_layers
+    module, inputs, name, full = load(request)
+    timings["build model"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    trace = _trace(module, inputs, request)
+    timings["trace"] = time.perf_counter() - clock
+    if key is not None:
+        trace_cache.save_trace(key, trace)
+    return trace, module, name, full
 
 
 def _trace(module: Any, inputs: list, request: Request) -> Any:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from meshplan.autoshard.highs import warm_starts
 from meshplan.autoshard.ilp import PASSES
 from meshplan.autoshard.ilp import solve as solve_ilp
 from meshplan.autoshard.memory import Accounting, DeviceMemory
@@ -139,7 +140,8 @@ def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed:
 
     def fitted(passes: tuple[float, float], steps: int = HOST_LAGRANGE_STEPS) -> Sharding:
         return _fitted(problem, memory_limit, micro_batches, allowed, accounting, exact, time_limit, passes, steps)
-    return plan_for_host(fitted(PASSES, LAGRANGE_STEPS), fitted)
+    with warm_starts():  # the rounds of this plan start from each other's bases (highs.py)
+        return plan_for_host(fitted(PASSES, LAGRANGE_STEPS), fitted)
 
 
 def _fitted(problem: Problem, memory_limit: float, micro_batches: int, allowed: dict[int, set[int]] | None,

@@ -19,6 +19,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from meshplan.autoshard.models import supported
 from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 
@@ -160,13 +161,6 @@ class CausalLM(nn.Module):
     def forward(self, ids: Any) -> Any:
         logits = self.lm_head(self.model(ids)).float()
         return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
-
-
-def supported(spec: ModelSpec) -> bool:
-    """Dense Llama / GPT layers, or Mixtral's MoE (every layer, no shared experts)."""
-    moe_ok = not spec.num_experts or (not spec.shared_expert_ffn_size and not spec.first_k_dense_layers
-                                      and spec.moe_layer_freq == 1 and spec.mlp == "swiglu")
-    return moe_ok and not spec.kv_lora_rank and not spec.layer_pattern
 
 
 def build_preset(spec: ModelSpec, layers: int) -> Any:
