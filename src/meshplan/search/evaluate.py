@@ -26,9 +26,9 @@ from meshplan.search.candidates import Sized, expand, size_rows
 from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits, Panels
+from meshplan.search.memory_pass import GroupMemory, group_memory
 from meshplan.search.placements import PLACEMENTS
-from meshplan.search.refused import grid_refusals
-from meshplan.search.scoring import grid_memory, grid_times
+from meshplan.search.scoring import grid_times
 from meshplan.search.space import Space
 from meshplan.search.tally import Tally
 from meshplan.specs.bands import ranking_band
@@ -36,8 +36,8 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
+from meshplan.specs.refusals import Refusal
 from meshplan.specs.stack import Stack
-from meshplan.step.units import Saved
 from meshplan.units import fmt_over
 
 PLAN_CHUNK = 16384  # plans timed at once
@@ -57,11 +57,22 @@ class Part:
     explored: Explored | None = None  # the sample and the Pareto front, when the search explores (explore.py)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Start:
+    """What a job starts from beyond its combinations: a fresh ``Explored`` when the search explores (explore.py);
+    the memory passes of its schedule groups (memory_pass.py) by (schedule, variant), those of the same job of a
+    twin search (another expert-GEMM choice, workers.run_searches) reused where they hold, this job's added."""
+
+    explore: Explored | None = None
+    memo: dict[tuple[str, int], GroupMemory] = field(default_factory=dict)
+
+
 def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, cluster: Cluster, space: Space,
-             top_k: int, eff: Efficiency, explore: Explored | None = None) -> Part:
+             top_k: int, eff: Efficiency, start: Start | None = None) -> Part:
     """Build and score the candidates of one tensor ``mode`` (layout, sequence parallelism) and size combinations;
-    with ``explore`` (a fresh one), also keep a sample of the plans and the Pareto front (explore.py)."""
-    layout, sp = mode
+    with ``start.explore`` (a fresh one), also keep a sample of the plans and the Pareto front (explore.py)."""
+    start = Start() if start is None else start
+    explore, layout, sp = start.explore, *mode
     result = Part(Best(top_k, search_band(model, cluster, space)), explored=explore)
     first_mode = next(m for m in space.modes() if m[0] == layout) == mode  # tally build rejections once
     sized = size_rows(combos, cluster, space, result.tally if first_mode else Tally())
@@ -95,11 +106,22 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
                 result.tally.add(f"{name} needs m >= pp micro-batches", "any pp > 1 plan with fewer",
                                  int(sized.count[short].sum()) * space.grid_size)
     for group, schedule in _groups(pool, space):
-        for extra in space.variants():  # options beyond the grid (Space.variants): one empty variant by default
-            _score_group(model, cluster, space, eff, pool.select(group, schedule=schedule, **extra),
-                         sized.select(group), (free if schedule_of(schedule).family != "sync" else bound)[group],
-                         units.shape_of[group], keyed(str(extra.get("collectives", "nccl"))), result)
+        for i, extra in enumerate(space.variants()):  # options beyond the grid (Space.variants): one by default
+            batch, shapes = pool.select(group, schedule=schedule, **extra), units.shape_of[group]
+            _score_group(model, cluster, space, eff, batch, sized.select(group),
+                         (free if schedule_of(schedule).family != "sync" else bound)[group], shapes,
+                         keyed(str(extra.get("collectives", "nccl"))),
+                         _memory(model, space, batch, units, shapes, start.memo, (schedule, i)), result)
     return result
+
+
+def _memory(model: ModelSpec, space: Space, batch: PlanBatch, units: KeyUnits, shapes: np.ndarray,
+            memo: dict[tuple[str, int], GroupMemory], key: tuple[str, int]) -> GroupMemory:
+    """The memory pass of a schedule group (``batch``: its combinations, ``shapes``: theirs), the twin search's
+    where it holds (memory_pass.GroupMemory.reusable), else computed and kept in ``memo`` under ``key``."""
+    if key not in memo or not memo[key].reusable(space, units.saved(shapes)):
+        memo[key] = group_memory(model, space, batch, lambda rows: units.saved(shapes[rows]), SIZE_BLOCK)
+    return memo[key]
 
 
 def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
@@ -117,28 +139,28 @@ def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
-                 bound: np.ndarray, shapes: np.ndarray, units: KeyUnits, result: Part) -> None:
-    """Score the size combinations of one schedule group (``pool``: one row each, with its lower ``bound`` and
-    shape) in blocks, likely winners first so that the threshold tightens early: the memory of each combination
-    is computed once for all its placements (``_fit``), then the plans that can still reach the top k are built
-    and timed (``_time_rows``)."""
+                 bound: np.ndarray, shapes: np.ndarray, units: KeyUnits, memory: GroupMemory, result: Part) -> None:
+    """Score the size combinations of one schedule group (``pool``: one row each, with its lower ``bound``, shape
+    and ``memory``, computed once for all its placements) in blocks, likely winners first so that the threshold
+    tightens early: the block's feasibility is counted (``_fit``), then the plans that can still reach the top k are
+    built and timed (``_time_rows``)."""
     order = np.argsort(bound, kind="stable")
     for block in _chunks(order, SIZE_BLOCK):
-        fits, peak = _fit(model, cluster, space, pool.select(block), units.saved(shapes[block]), sized.count[block],
-                          result)
+        fits, peak = _fit(model, cluster, space, pool.select(block), memory.at(block), sized.count[block], result)
         _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)
 
 
-def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, saved: dict[str, Saved],
-         plans: np.ndarray, result: Part) -> tuple[np.ndarray, np.ndarray]:
-    """Memory and feasibility of every setting of some size combinations (``sized``: one plan of each; memory
-    does not depend on the placement), each standing for ``plans`` plans: counted as evaluated and feasible,
-    those that do not fit tallied with their reason, those the framework refuses under the refusal. Returns (fits,
-    peak), shaped as ``grid_memory``'s, the peak NaN where the framework refuses the plan."""
+def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch,
+         memory: tuple[np.ndarray, np.ndarray, list[tuple[Refusal, np.ndarray]]], plans: np.ndarray,
+         result: Part) -> tuple[np.ndarray, np.ndarray]:
+    """Feasibility of every setting of some size combinations (``sized``: one plan of each; ``memory``: their peak,
+    host bytes and refusals, memory_pass.GroupMemory.at), each standing for ``plans`` plans: counted as evaluated and
+    feasible, those that do not fit tallied with their reason, those the framework refuses under the refusal.
+    Returns (fits, peak), shaped as ``grid_memory``'s, the peak NaN where the framework refuses the plan."""
     capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
     usable = usable_hbm(capacity, space.headroom)
-    peak, host = grid_memory(model, sized, saved, space)
-    runs = _tally_refused(result.tally, model, sized, space, plans)
+    peak, host, refusals = memory
+    runs = _tally_refused(result.tally, model, sized, space, plans, refusals)
     in_hbm, in_host = (peak <= usable) | ~runs, (host <= host_capacity) | ~runs  # a refused plan misses nothing
     fits = in_hbm & in_host & runs
     result.evaluated += int(plans.sum()) * fits[..., 0].size
@@ -152,12 +174,13 @@ def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch, sav
     return fits, np.where(runs, peak, np.nan)  # a refused plan has no memory to show (explore: left out of the sample)
 
 
-def _tally_refused(tally: Tally, model: ModelSpec, sized: PlanBatch, space: Space, plans: np.ndarray) -> np.ndarray:
+def _tally_refused(tally: Tally, model: ModelSpec, sized: PlanBatch, space: Space, plans: np.ndarray,
+                   refusals: list[tuple[Refusal, np.ndarray]]) -> np.ndarray:
     """Tally the settings of some size combinations (``sized``, each standing for ``plans`` plans) that the stack's
-    framework refuses (search/refused.py), each under its refusal with the first such plan and the source; return
-    where the framework runs them (the grid's shape)."""
+    framework refuses (``refusals``: search/refused.py's), each under its refusal with the first such plan and the
+    source; return where the framework runs them (the grid's shape)."""
     runs = np.ones((*(len(g) for g in space.grid), len(sized)), dtype=bool)
-    for rule, hit in grid_refusals(model, sized, space):
+    for rule, hit in refusals:
         count = int(hit.reshape(-1, len(sized)).sum(axis=0) @ plans)
         flat = int(np.flatnonzero(hit.reshape(-1))[0])
         plan = _decode(sized, space.grid, hit.shape, flat, layers=model.num_layers)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshplan.search.combos import Combo
-from meshplan.search.evaluate import Part, evaluate
+from meshplan.search.evaluate import Part, Start, evaluate
 from meshplan.search.explore import Explored
 from meshplan.search.space import Space
 
@@ -69,24 +69,38 @@ def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: 
     this process (``workers`` = 1) or in one pool of forked ones (search/variants.py's expert-GEMM searches share
     it: a pool each would fork twice); ``progress(done, total)`` counts finished jobs. Each search's parts come in
     its jobs' order, whichever process finished first, so that what a search keeps (the first example of a
-    refusal, the order of equal plans) does not depend on the processes' timing."""
-    tasks = sorted(((s, j) for s, (shares, _, _) in enumerate(searches) for j in range(len(shares))),
-                   key=lambda t: -searches[t[0]][0][t[1]].weight)  # the heaviest first, over every search
+    refusal, the order of equal plans) does not depend on the processes' timing. Searches with the same jobs
+    (variants.py's, whose combinations the expert GEMMs do not change) are twins: a job of every one of them is
+    one task, which computes the memory of a group once for all where it can (search/memory_pass.py)."""
+    tasks = _tasks(searches)
     parts: list[list[Part | None]] = [[None] * len(shares) for shares, _, _ in searches]
-    for done, ((s, j), part) in enumerate(_evaluated(searches, tasks, workers), start=1):
-        parts[s][j] = part
+    total, done = sum(len(shares) for shares, _, _ in searches), 0
+    for (ss, j), found in _evaluated(searches, tasks, workers):
+        for s, part in zip(ss, found, strict=True):
+            parts[s][j] = part
+        done += len(ss)
         if progress:
-            progress(done, len(tasks))
+            progress(done, total)
     return [[p for p in ps if p is not None] for ps in parts]
 
 
-def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list[tuple[int, int]],
-               workers: int) -> Iterator[tuple[tuple[int, int], Part]]:
-    """Each task's (search, job) and part, in this process or, as they finish, in a pool of forked ones."""
+def _tasks(searches: list[tuple[list[Job], list[Combo], tuple]]) -> list[tuple[tuple[int, ...], int]]:
+    """The tasks, heaviest first over every search: (the searches, the job), a job of all the searches where they
+    have the same jobs, else of one search."""
+    first_shares, first_combos, _ = searches[0]
+    if all(shares == first_shares and combos == first_combos for shares, combos, _ in searches[1:]):
+        together = tuple(range(len(searches)))
+        return [(together, j) for j in sorted(range(len(first_shares)), key=lambda j: -first_shares[j].weight)]
+    return sorted((((s,), j) for s, (shares, _, _) in enumerate(searches) for j in range(len(shares))),
+                  key=lambda t: -searches[t[0][0]][0][t[1]].weight)
+
+
+def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list[tuple[tuple[int, ...], int]],
+               workers: int) -> Iterator[tuple[tuple[tuple[int, ...], int], list[Part]]]:
+    """Each task and its searches' parts, in this process or, as they finish, in a pool of forked ones."""
     if workers == 1:
-        for s, j in tasks:
-            shares, combos, args = searches[s]
-            yield (s, j), _evaluate(shares[j], combos, args)
+        for task in tasks:
+            yield task, _evaluate_task(searches, task)
         return
     import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
 
@@ -113,12 +127,20 @@ def ignore_interrupts() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _evaluate(job: Job, combos: list[Combo], args: tuple) -> Part:
+def _evaluate_task(searches: list[tuple[list[Job], list[Combo], tuple]], task: tuple[tuple[int, ...], int]
+                   ) -> list[Part]:
+    """The parts of a task's searches for its job, in order, the memory passes of the first reused by the next
+    where they hold (evaluate's ``memo``)."""
+    memo: dict = {}
+    return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], memo) for s in task[0]]
+
+
+def _evaluate(job: Job, combos: list[Combo], args: tuple, memo: dict) -> Part:
     model, cluster, space, top_k, eff, explored = args
     fresh = None if explored is None else Explored(explored.rate, explored.seed, explored.fits_only)
-    return evaluate(job.mode, [combos[i] for i in job.combos], model, cluster, space, top_k, eff, fresh)
+    return evaluate(job.mode, [combos[i] for i in job.combos], model, cluster, space, top_k, eff,
+                    Start(explore=fresh, memo=memo))
 
 
-def _evaluate_shared(task: tuple[int, int]) -> tuple[tuple[int, int], Part]:
-    shares, combos, args = _SHARED["searches"][task[0]]
-    return task, _evaluate(shares[task[1]], combos, args)
+def _evaluate_shared(task: tuple[tuple[int, ...], int]) -> tuple[tuple[tuple[int, ...], int], list[Part]]:
+    return task, _evaluate_task(_SHARED["searches"], task)

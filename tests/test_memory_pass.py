@@ -1,0 +1,74 @@
+"""search/memory_pass.py: a schedule group's memory computed once, in chunks of the natural order, read by the
+branch and bound's blocks in the bound's order bit for bit; and reused by the expert-GEMM searches' twin jobs unless
+the per-expert path saves more (gpt-oss's clamped GLU)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from meshplan.search import Space, search
+from meshplan.search import evaluate as evaluate_module
+from meshplan.search.refused import grid_refusals
+from meshplan.search.run import searches
+from meshplan.search.scoring import grid_memory
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+
+
+def _spy(monkeypatch) -> list:
+    """Each memory pass the searches compute: (model, space, the group's combinations, saved(rows), the pass)."""
+    calls = []
+    real = evaluate_module.group_memory
+
+    def spy(model, space, pool, saved, chunk):
+        memory = real(model, space, pool, saved, 7)  # chunks of 7: the pass is the same in any chunks
+        calls.append((model, space, pool, saved, memory))
+        return memory
+    monkeypatch.setattr(evaluate_module, "group_memory", spy)
+    return calls
+
+
+def _space(gemm: str) -> Space:
+    base = Space(global_batch=64, offload_activations=(False,))
+    return replace(base, stack=base.stack.with_(expert_gemm=gemm))
+
+
+def _alike(a, b) -> None:
+    left, right = a.to_dict(), b.to_dict()
+    for d in (left, right):
+        d.pop("seconds"), d.pop("plans_per_second")
+    assert left == right
+
+
+def test_a_block_in_the_bounds_order_reads_what_the_block_alone_computes(monkeypatch):
+    calls = _spy(monkeypatch)
+    model, cluster = load_model("qwen3-30b-a3b"), load_system("h100").cluster(32)
+    search(model, cluster, _space("grouped"), top_k=3, workers=1)
+    model, space, pool, saved, memory = max(calls, key=lambda c: len(c[2]))
+    assert len(pool) > 100  # a group of many chunks of 7
+    block = np.random.default_rng(0).permutation(len(pool))[: len(pool) // 2]  # any order, as the bound's
+    peak, host, refusals = memory.at(block)
+    alone = pool.select(block)
+    want_peak, want_host = grid_memory(model, alone, saved(block), space)
+    assert np.array_equal(peak, want_peak) and np.array_equal(host, want_host)  # bit for bit
+    assert [(r.name, h.tolist()) for r, h in refusals] == [(r.name, h.tolist())
+                                                          for r, h in grid_refusals(model, alone, space)]
+    assert any(h.any() for _, h in refusals)  # Megatron-Core refuses some of them (optimizer offload without ZeRO)
+
+
+@pytest.mark.parametrize(("name", "passes"), [("qwen3-30b-a3b", 1), ("gpt-oss-20b", 2)])
+def test_twin_searches_share_a_groups_memory_unless_the_saved_activations_differ(monkeypatch, name, passes):
+    # Qwen3-30B-A3B: per-expert and grouped GEMMs save the same activations, one pass a group serves both searches;
+    # gpt-oss-20b: the per-expert path's clamped GLU keeps fc1's output besides its clamped copy (cost/mlp_moe.py),
+    # so each search computes its own. Either way each result is the one its search finds alone.
+    calls = _spy(monkeypatch)
+    model, cluster = load_model(name), load_system("h100").cluster(32)
+    spaces = [_space(g) for g in ("per_expert", "grouped")]
+    twins = searches(model, cluster, spaces, top_k=3, workers=1)
+    groups = {(bool(c[2].sequence_parallel), c[2].schedule) for c in calls}
+    assert len(calls) == passes * len(groups)
+    for space, result in zip(spaces, twins, strict=True):
+        _alike(result, search(model, cluster, space, top_k=3, workers=1))
