@@ -19,7 +19,9 @@ RAW = re.compile(r"\.write_(?:text|bytes)\(|\bopen\([^)]*['\"][wax]b?\+?['\"]")
 INTERNAL = {"report/vega.py": "Vega's bundle cached under the home folder; an OSError there is caught (bundle again)",
             "calibrate/collectives.py": "a forked rank's timings to a temporary file of the parent's",
             "measure/dp.py": "a forked rank's measurement to a temporary file of the parent's",
-            "specs/hf/sweep.py": "the benchmark's own folder of Hugging Face defaults (no command writes it)"}
+            "specs/hf/sweep.py": "the benchmark's own folder of Hugging Face defaults (no command writes it)",
+            "cli/codecache.py": "the console script's dataclass-method cache beside the package's bytecode, written at "
+                                "exit through a temporary file renamed over it (an OSError there is caught)"}
 
 
 def test_every_file_a_command_writes_goes_through_meshplan_files():

@@ -28,10 +28,10 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 
-Priced = Callable[[Plan], Estimate]
+_Pricing = Callable[[Plan], Estimate]
 
 
-def pricer(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency) -> Priced:
+def pricer(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency) -> _Pricing:
     """``estimate()`` of a plan on ``cluster``, each plan estimated once: the ranking, the pool of the stage DP and
     the refinements of one search share it (search/run.py)."""
     cache: dict[Plan, Estimate] = {}
@@ -49,7 +49,7 @@ def _rows(kept: list[Best]) -> list[tuple]:
     return sorted((row for best in kept for row in best.rows), key=lambda r: (r[0], r[1], r[2][0]))
 
 
-def fastest_kept(priced: Priced, kept: list[Best], n: int, keep: Callable[[Plan], bool], first: int,
+def fastest_kept(priced: _Pricing, kept: list[Best], n: int, keep: Callable[[Plan], bool], first: int,
                  known: tuple[Estimate, ...] = ()) -> tuple[Estimate, ...]:
     """Of the ``n`` fastest plans every share ``kept`` (by the shares' float32 sums' order), those ``keep`` accepts
     that can be among the ``first`` fastest (float64) of them and of ``known``'s, estimated: the rest, slower in
@@ -68,7 +68,7 @@ def fastest_kept(priced: Priced, kept: list[Best], n: int, keep: Callable[[Plan]
 
 
 def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, kept: list[Best], top_k: int,
-           priced: Priced | None = None) -> tuple[tuple[Estimate, ...], Estimate | None]:
+           priced: _Pricing | None = None) -> tuple[tuple[Estimate, ...], Estimate | None]:
     """(the ``top_k`` plans in the search's order, the fastest plan) from what every share ``kept``; ``priced``:
     the search's estimates (``pricer``)."""
     priced = priced or pricer(model, cluster, space, eff)
@@ -94,7 +94,7 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
     return tuple((close + rest)[:top_k]), fastest
 
 
-def _by_time_first(rows: list[tuple], top_k: int, priced: Priced) -> list[Estimate]:
+def _by_time_first(rows: list[tuple], top_k: int, priced: _Pricing) -> list[Estimate]:
     """The ``top_k`` fastest of ``rows`` (float32 order) in float64, fastest first: the rows walked in their order,
     each estimated, until the next is slower in float32 than the ``top_k``-th found by more than the float32 slack
     (then it and every row after it are slower in float64 too, and none of them can be among the ``top_k``)."""
