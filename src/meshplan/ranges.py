@@ -216,6 +216,9 @@ RANGES: dict[str, Range] = {
                             "an fc1 and an fc2 per local expert"),
     "tensor_host": Range(0, 0.001, "s", "host seconds per parameter tensor per optimizer step: 0-220 us (up to 15 "
                          "eager ops and Python loop passes per tensor, specs/stack.py); 1 ms is 4x that", "none"),
+    "tensor_host_queued": Range(0, 0.001, "s", "the part of tensor_host issued before the step's first "
+                                "synchronisation: 15 us of Megatron's fp16 wrapper (specs/stack.py); at most "
+                                "tensor_host", "all after it"),
     "microbatch_host": Range(0, 0.1, "s", "host seconds per micro-batch and pipeline rank outside the model: ~2 ms "
                              "with Megatron-LM's CI timers (specs/stack.py); 100 ms is 50x that", "none counted"),
     "iteration_host": Range(0, 1.0, "s", "host seconds per training step outside the optimizer: a few ms of logging "

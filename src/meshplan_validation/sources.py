@@ -147,8 +147,8 @@ MEGATRON_DEEPSPEED = SourceDefaults(
 # layer group, no wrapper), apex built in its Dockerfile (2386a912). Without --deepspeed, Megatron-DeepSpeed's
 # megatron/training.py (4822c87e, September 2023) runs get_megatron_optimizer's Float16OptimizerWithFloat16Params
 # around apex FusedAdam (megatron/optimizer/__init__.py returns the bare optimizer only under args.deepspeed): the
-# wrapper of Megatron-LM's own code, priced as the megatron-lm-2021 stack's (MEGATRON_LM_TENSOR: its per-tensor copy
-# loop; the unscale, norm, update and copy-back are multi-tensor launches, cost/multi_tensor.py). fp16 without
+# wrapper of Megatron-LM's own code, its per-tensor loops counted in the order they run (MDS_FP16_TENSOR below; the
+# unscale, norm and update are multi-tensor launches, cost/multi_tensor.py). fp16 without
 # --accumulate-allreduce-grads-in-fp32 (a store_true flag forced on for bf16 only, megatron/arguments.py): the
 # gradients stay fp16. No ZeRO (Megatron's own optimizer has no stage; --use-distributed-optimizer is unstated).
 # The causal attention mask that Megatron-DeepSpeed built on the CPU for every micro-batch from a2a476e1
@@ -160,10 +160,31 @@ MEGATRON_DEEPSPEED = SourceDefaults(
 # megatron_ci_loop.py's replay is and taken as the DGX H100 host's time (data/measured/2026-11-28-cpu-causal-mask.json,
 # benchmarks/measure/cpu_causal_mask.py; the 1 MiB pageable copy that follows needs a GPU and is not counted)
 MDS_CPU_MASK_1024 = 1.14e-3
+# Its optimizer step per parameter tensor, in the order the code runs it (Megatron-DeepSpeed 4822c87e: training.py
+# train_step calls optimizer.reduce_model_grads, whose local DDP allreduce_gradients enqueues one NCCL all-reduce of
+# the contiguous fp16 grad buffer and returns, then optimizer.step; megatron/optimizer/optimizer.py,
+# clip_grads.py; --DDP-impl local and contiguous buffers are the defaults, so params_have_main_grad), priced at the
+# units of MEGATRON_LM_TENSOR (a kernel-launching op 14.5 us, a view 0.6 us, a .data read 0.2 us, a Python pass
+# 0.1 us; data/measured/2026-11-28-mds-optimizer-order.md):
+# - before the step's first synchronisation (found_inf.item() in _unscale_main_grads_and_check_for_nan):
+#   _copy_model_grads_to_main_grads's main_grad.float() of the fp16 buffer view (a cast kernel: fp16 gradients
+#   without --accumulate-allreduce-grads-in-fp32), hasattr and the two .grad sets, and
+#   _collect_main_grad_data_for_unscaling's .grad.data: 1 launching op, 1 .data, 3 passes = 14.5 + 0.2 + 0.3 = 15.0 us;
+#   issued while the GPU runs the all-reduce just queued (step/host.optimizer_loops hides it up to that time);
+# - after it: clip_grad_norm's two get_parameters, the norm filter (param_is_not_shared, the TP-duplicate test) and
+#   clip_grad_norm_fp32's grad.type() check and detach() before total_norm.item() (the second sync); apex FusedAdam's
+#   loop (3 .data, 1 pass); _get_model_and_main_params_data_float16 (2 .data) and _multi_tensor_copy_this_to_that,
+#   whose `overflow_buf` test reads the fp16 dummy tensor([0]) (a third sync, False) and so copies each tensor with
+#   copy_ (a launching op); the next step's zero_grad over two groups: 1 launching op, 1 view, 5 .data, 11 passes =
+#   14.5 + 0.6 + 1.0 + 1.1 = 17.2 us, none of it under queued GPU work (the syncs drained it).
+# 32.2 us in all (Megatron-LM 6aad2116's same path, MEGATRON_LM_TENSOR, was priced at 5 .data reads and 14 passes)
+MDS_FP16_QUEUED = 14.5e-6 + 0.2e-6 + 3 * 0.1e-6
+MDS_FP16_TENSOR = MDS_FP16_QUEUED + 14.5e-6 + 0.6e-6 + 5 * 0.2e-6 + 11 * 0.1e-6
 VTRAIN = SourceDefaults(
     "vTrain (Megatron-DeepSpeed, Megatron's optimizer)", r"^vtrain",
     load_stack("megatron-deepspeed").with_(name="megatron-deepspeed-megatron-optimizer", optimizer_wrapper="stated",
-                                           tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True,
+                                           tensor_host=MDS_FP16_TENSOR, tensor_host_queued=MDS_FP16_QUEUED,
+                                           tensor_sharded=True,
                                            microbatch_host=MDS_CPU_MASK_1024),
     False, 0, 2, "full",
     "vTrain's Megatron-DeepSpeed runs: Megatron's own training loop (no --deepspeed: vTrain models PyTorch DDP's "

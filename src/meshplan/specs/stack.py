@@ -131,6 +131,11 @@ class Stack:
                 "loops and eager ops of the optimizer, its mixed-precision wrapper, the data-parallel wrapper and "
                 "per-parameter logging, run after the step's synchronisation (step/host.step_host; cost/tensors.py "
                 "counts the tensors); 0: none"})
+    tensor_host_queued: float = field(default=0.0, metadata={
+        "help": "the part of tensor_host that the optimizer step issues before its first synchronisation, behind the "
+                "data-parallel gradient all-reduce it has just queued (Megatron's fp16 wrapper: the fp16 main_grad "
+                "casts, before the found-inf .item()): hidden under that all-reduce up to its time rather than added "
+                "(step/host.optimizer_loops); 0: all of it after the synchronisation"})
     expert_tensors: int = field(default=0, metadata={
         "help": "the routed experts of a layer held as this many stacked tensors (torchtitan's grouped w1, w2, w3: 3; "
                 "transformers' gate_up_proj, down_proj: 2), each with its bias where the experts have biases; 0: an "
@@ -188,6 +193,9 @@ class Stack:
             raise SpecError(f"{where}blocking_launches=true (CUDA_LAUNCH_BLOCKING=1) runs one kernel at a time, so "
                             f"{', '.join(f'{f}=true' for f in overlaps)} cannot overlap: set them false with it ("
                             + " ".join("--no-" + f.replace("_", "-") for f in overlaps) + ")")
+        if self.tensor_host_queued > self.tensor_host:  # a part of the loops, never more than they
+            raise SpecError(f"{where}tensor_host_queued={self.tensor_host_queued} s is part of tensor_host="
+                            f"{self.tensor_host} s: give at most tensor_host")
         if self.optimizer_wrapper != "stated" and (self.tensor_host or self.tensor_sharded):  # never silently dropped
             raise SpecError(f"{where}tensor_host={self.tensor_host} s / tensor_sharded={self.tensor_sharded} state the "
                             f"optimizer wrapper's loops, which optimizer_wrapper={self.optimizer_wrapper} picks per "

@@ -49,7 +49,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.grid import Settings, middle_may_bind, own_settings, rank_params, with_settings
-from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
+from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step, queued_reduction
 from meshplan.step.memory_grid import compose_memory
 from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
@@ -111,7 +111,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     tied = _rows(plan, embedding_sync(model, cluster, plan, eff)[:n], shape, np.float64)  # after the backward
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
-    host = _step_hosts(model, cluster, plan, stack, grid, n, shape)
+    host = _step_hosts(model, cluster, plan, stack, grid, n, shape, collectives.all_reduce)
     logging = iteration_host(stack, cluster.python_host) / updates  # once per step: opt is paid per update
     parted = {(z, oo): partitioned_zero(with_settings(plan, zero=z, offload_optimizer=oo), stack) for z, oo in host}
     opt = {k: optimizer_time(cluster, with_settings(plan, zero=parted[k], offload_optimizer=k[1]), params, eff)
@@ -143,10 +143,11 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
 
 
 def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, grid: Settings, n: int,
-                shape: tuple[int, ...]) -> dict[tuple[int, bool], Num]:
-    """The host's per-step work after the step's synchronisation (step/host.step_host), per (ZeRO stage, optimizer
-    offload) of the grid: the per-parameter loops over the tensors the wrapper of that setting walks
-    (cost/wrappers.py; DualPipe's ranks hold two stages), for the n ranks."""
+                shape: tuple[int, ...], all_reduce: Num) -> dict[tuple[int, bool], Num]:
+    """The host's per-step work of the optimizer's per-parameter loops (step/host.optimizer_loops), per (ZeRO stage,
+    optimizer offload) of the grid: over the tensors the wrapper of that setting walks (cost/wrappers.py; DualPipe's
+    ranks hold two stages), for the n ranks (``all_reduce``: their gradient all-reduce's seconds, a row each, under
+    which the loops' part before the step's first synchronisation may hide: step/host.queued_reduction)."""
     settings = [(z, oo) for z in grid.zero for oo in grid.offload_optimizer]
     host: dict[tuple[int, bool], Num] = dict.fromkeys(settings, 0.0)
     if not paid_per_step(stack):
@@ -154,9 +155,16 @@ def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, gr
     tensors, both = rank_tensors(model, plan, stack)[:n], schedule_of(plan.schedule).weight_copies
     for z, oo in settings:
         setting = with_settings(plan, zero=z, offload_optimizer=oo)
-        host[z, oo] = _rows(plan, [optimizer_loops(t, setting, stack, cluster.python_host, both) for t in tensors],
+        zero = partitioned_zero(setting, stack)
+        host[z, oo] = _rows(plan, [optimizer_loops(t, setting, stack, cluster.python_host, both, queued_reduction(
+            _row(all_reduce, i), zero, stack)) for i, t in enumerate(tensors)],
                             shape, np.float64)
     return host
+
+
+def _row(values: Num, i: int) -> Num:
+    """Row ``i`` of a per-rank array (a float: the same for every rank)."""
+    return values[i] if isinstance(values, np.ndarray) and values.ndim else values
 
 
 def _copies(model: ModelSpec, cluster: Cluster, plan: Plan, u: Units, shape: tuple[int, ...], dtype: type, n: int

@@ -65,6 +65,7 @@ def on_host(stack: Stack, python_host: float) -> Stack:
     object.__setattr__(scaled, "collective_host", stack.collective_host * python_host)
     object.__setattr__(scaled, "region_host", stack.region_host * python_host)
     object.__setattr__(scaled, "tensor_host", stack.tensor_host * python_host)
+    object.__setattr__(scaled, "tensor_host_queued", stack.tensor_host_queued * python_host)
     object.__setattr__(scaled, "microbatch_host", stack.microbatch_host * python_host)
     object.__setattr__(scaled, "iteration_host", stack.iteration_host * python_host)
     return scaled
@@ -76,16 +77,41 @@ def step_host(tensors: Num, stack: Stack, python_host: float = 1.0) -> Num:
     synchronisations come first (the loss scaler's inf check and the gradient norm read back with ``.item()``
     in Megatron's and DeepSpeed's optimizers, the logged loss in every training loop), so no queued GPU work hides
     the per-parameter loops that follow, and the optimizer's kernels are issued only after them; the term adds to
-    the optimizer step's GPU time (channels.optimizer_time)."""
+    the optimizer step's GPU time (channels.optimizer_time). The part issued before the first synchronisation
+    (``Stack.tensor_host_queued``) may hide under the gradient all-reduce queued ahead of it (``optimizer_loops``)."""
     return tensors * on_host(stack, python_host).tensor_host
 
 
-def optimizer_loops(tensors: Tensors, plan: Plan, stack: Stack, python_host: float = 1.0, stages: int = 1) -> Num:
+def optimizer_loops(tensors: Tensors, plan: Plan, stack: Stack, python_host: float = 1.0, stages: int = 1,
+                    queued: Num = 0.0) -> Num:
     """Host seconds of the optimizer step's per-parameter loops on a rank holding ``tensors`` (of ``stages`` pipeline
-    stages: DualPipe's ranks hold two): the tensors that the wrapper the plan runs walks (cost/wrappers.wrapped,
-    cost/tensors.stepped), at its cost per tensor (``step_host``)."""
+    stages: DualPipe's ranks hold two) that the GPU waits out: the tensors that the wrapper the plan runs walks
+    (cost/wrappers.wrapped, cost/tensors.stepped), at its cost per tensor (``step_host``), less what hides. The part
+    issued before the step's first synchronisation (``Stack.tensor_host_queued``: Megatron's fp16 wrapper casts each
+    fp16 main_grad before its found-inf ``.item()``) runs while the GPU works through ``queued`` seconds already
+    queued (the data-parallel gradient all-reduce issued just before, on a stack that does not overlap it): that
+    segment takes max(pre, queued), so min(pre, queued) of it hides. Non-decreasing in every per-tensor cost and
+    tensor count, non-increasing in ``queued``, and ``queued`` + this is non-decreasing in ``queued`` (the step
+    stays monotone as the collective slows)."""
     walker = wrapped(stack, plan)
-    return step_host(stages * stepped(tensors, plan, walker), walker, python_host)
+    count = stages * stepped(tensors, plan, walker)
+    loops = step_host(count, walker, python_host)
+    if not walker.tensor_host_queued or (type(queued) is float and queued == 0.0):
+        return loops
+    return loops - minimum(count * on_host(walker, python_host).tensor_host_queued, queued)
+
+
+def queued_reduction(all_reduce: Num, zero: int, stack: Stack) -> Num:
+    """GPU seconds queued ahead of the optimizer step's first loops (``optimizer_loops``' ``queued``): the
+    data-parallel gradient all-reduce (``all_reduce`` seconds, channels.dp_collectives), which a stack without ZeRO
+    issues after the backward pass and, where it does not overlap it with the backward (``Stack.overlap_dp``), right
+    before the optimizer step: Megatron's train_step calls reduce_model_grads and then optimizer.step (Megatron-
+    DeepSpeed 4822c87e megatron/training.py; the local DDP's allreduce_gradients enqueues NCCL's all-reduce and
+    returns, module docstring). 0 otherwise (an overlapped reduction is spent by then; ZeRO's reductions are its
+    optimizer's own)."""
+    if stack.overlap_dp or zero != 0:
+        return 0.0
+    return all_reduce
 
 
 def paid_per_step(stack: Stack) -> bool:
