@@ -134,7 +134,7 @@ def uniform_table(lines: Sequence[dict], layers: int, limits: Sequence[float], s
 
 def _least_largest(steps: np.ndarray, layers: int) -> float:
     """The least largest s_r over the splits of ``layers`` (a min-max convolution per rank over the counts it may
-    hold: the bottleneck form of ``_least_time``'s DP), ∞ where no split exists: the least T for which some split has
+    hold: the bottleneck form of ``_least_times``' DP), ∞ where no split exists: the least T for which some split has
     every s_r ≤ T, in one pass over the ranks rather than a reachability DP per T tried."""
     cost = np.full(2 * layers + 2, _INF)  # the second half: negative counts (k − n < 0), ∞
     cost[0] = -_INF
@@ -147,28 +147,36 @@ def _least_largest(steps: np.ndarray, layers: int) -> float:
     return float(cost[layers])
 
 
-def _least_time(times: np.ndarray, layers: int) -> list[int] | None:
-    """The split of least Σ t_r (a min-plus convolution per rank over the counts it may hold, with back pointers),
-    None where none exists."""
-    cost = np.full(2 * layers + 2, _INF)  # the second half: the costs of negative counts (k − n < 0), ∞
-    cost[0] = 0.0
+def _least_times(times: np.ndarray, layers: int) -> list[list[int] | None]:
+    """For each table of ``times`` (thresholds × ranks × counts), the split of least Σ t_r (a min-plus convolution
+    per rank over the counts it may hold, with back pointers), None where none exists: the DPs of every threshold
+    in one pass over the ranks. A rank's counts are those any table lets it hold; a count another table allows adds
+    ∞ to this one's sums, which never ties a finite least (its back pointer is the first least count, as over its
+    own counts alone), and a position of ∞ cost is never walked back through."""
+    n = times.shape[0]
+    cost = np.full((n, 2 * layers + 2), _INF)  # the second half: the costs of negative counts (k − c < 0), ∞
+    cost[:, 0] = 0.0
     k = np.arange(layers + 1)[:, None]
     back = []
-    for row in times:
-        counts = np.flatnonzero(np.isfinite(row))
+    for r in range(times.shape[1]):
+        counts = np.flatnonzero(np.isfinite(times[:, r]).any(axis=0))
         if not counts.size:
-            return None
-        prev = cost[k - counts[None, :]] + row[counts][None, :]
-        best = prev.argmin(axis=1)
+            return [None] * n
+        prev = cost[:, k - counts[None, :]] + times[:, r, counts][:, None, :]
+        best = prev.argmin(axis=2)
         back.append(counts[best])
-        cost[: layers + 1] = prev[np.arange(layers + 1), best]
-    if not np.isfinite(cost[layers]):
-        return None
-    split, left = [], layers
-    for arg in reversed(back):
-        split.append(int(arg[left]))
-        left -= split[-1]
-    return split[::-1]
+        cost[:, : layers + 1] = np.take_along_axis(prev, best[:, :, None], axis=2)[:, :, 0]
+    out: list[list[int] | None] = []
+    for t in range(n):
+        if not np.isfinite(cost[t, layers]):
+            out.append(None)
+            continue
+        split, left = [], layers
+        for arg in reversed(back):
+            split.append(int(arg[t, left]))
+            left -= split[-1]
+        out.append(split[::-1])
+    return out
 
 
 def least_threshold(table: StageTable, layers: int) -> tuple[np.ndarray, int]:
@@ -190,8 +198,10 @@ def partition(table: StageTable, layers: int, vpp: int, least: tuple[np.ndarray,
     steps, times, _ = table
     values, lo = least or least_threshold(table, layers)
     found: dict[tuple[int, ...], float] = {}
-    for threshold in values[lo: lo + THRESHOLDS]:
-        split = _least_time(np.where(steps <= threshold, times, _INF), layers)
+    tried = values[lo: lo + THRESHOLDS]
+    splits = _least_times(np.where(steps[None] <= tried[:, None, None], times[None], _INF), layers) if len(
+        tried) else []
+    for split in splits:
         if split is None:
             continue
         ranks = range(len(split))
