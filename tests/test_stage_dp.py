@@ -156,6 +156,27 @@ def test_the_settings_of_a_rank_share_its_parameters_pricing_exactly(rank):
     alone = [price_rank(L70, H100_32, _trial(UNIFORM, 10, s), ANY, units, DEFAULT, rank) for s in BASES]
     assert shared == alone
     assert len({c.step for c in alone}) > 1  # the settings do price differently
+    # the middle ranks of a cluster share it too: rank 3 priced after rank 1 (both holding 10 layers) is itself
+    middle: dict = {}
+    _priced(L70, H100_32, UNIFORM, ANY, units, DEFAULT, 1, 10, BASES, middle)
+    assert _priced(L70, H100_32, UNIFORM, ANY, units, DEFAULT, rank, 10, BASES, middle) == alone
+    assert len(middle) == 1
+
+
+def test_the_middle_ranks_of_equal_counts_share_their_parameters_pricing_exactly():
+    # assemble_ranks prices rank_shared once per middle layer count: each rank's price is the one price_rank makes
+    # on its own, to the bit (ranks 1 to 6 hold 10, 10, 12, 12, 10 and 10 layers)
+    from meshplan.step.ranks import assemble_ranks, price_rank, stage_modes
+    from meshplan.step.units import timed_parts, units_for_recomputes
+
+    plan = UNIFORM.with_(stage_layers=(8, 10, 10, 12, 12, 10, 10, 8), first_stage_layers=0, last_stage_layers=0)
+    parts = timed_parts(L70, H100_32, plan, ANY, DEFAULT)
+    units = units_for_recomputes(L70, plan, ANY, parts, stage_modes(plan), DEFAULT)
+    alone = [price_rank(L70, H100_32, plan, ANY, units, DEFAULT, r) for r in range(8)]
+    costs = assemble_ranks(L70, H100_32, plan, ANY, units, DEFAULT)
+    assert costs.stage_steps == tuple(c.step for c in alone)
+    assert costs.stage_memory == tuple(c.memory.total for c in alone)
+    assert len({c.step for c in alone[1:-1]}) > 1  # the counts do price differently
 
 
 def test_partition_is_the_least_step_split_under_the_lines():

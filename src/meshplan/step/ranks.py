@@ -158,7 +158,8 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     opt = float(updates * fixed.optimizer + fixed.iteration)
     weights, grads, optimizer = model_states(params, view, stack, last)
     memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), fixed.buffers)
-    host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] * plan.offload_optimizer
+    host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] if plan.offload_optimizer \
+        else 0.0  # the optimizer's states held in host memory, where they are offloaded
     if view.offload_activations:  # the offloaded layers' share of what the rank would otherwise keep
         kept = activation_bytes(model, replace(view, offload_activations=False), u.layer_saved,
                                 layer_input_bytes(model, view), last, rank)
