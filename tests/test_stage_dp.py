@@ -323,6 +323,25 @@ def test_the_least_threshold_is_the_least_largest_step_of_any_split():
         assert (values[lo] if lo < len(values) else np.inf) == least
 
 
+def test_the_dps_of_many_tables_in_one_pass_are_each_tables_own():
+    # the uniform settings' min-max DPs and a table's thresholds' min-plus DPs run stacked (a count only another
+    # table allows is ∞ in this one's): each table's answer is the one its DP alone gives, ties and none included
+    import numpy as np
+
+    from meshplan.search.stage_dp import _least_times, least_thresholds  # noqa: PLC2701 (the module's own DP)
+
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        tables, ranks, layers = int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 12))
+        steps = rng.integers(1, 6, size=(tables, ranks, layers + 1)).astype(float)  # few values: many ties
+        steps[rng.random(steps.shape) < rng.random()] = np.inf
+        stacked = [(t, t, []) for t in steps]
+        alone = [least_threshold(t, layers) for t in stacked]
+        together = least_thresholds(stacked, layers)
+        assert [(list(v), lo) for v, lo in together] == [(list(v), lo) for v, lo in alone]
+        assert _least_times(steps, layers) == [_least_times(t[None], layers)[0] for t in steps]
+
+
 def test_the_dp_prices_only_the_lines_it_reads():
     # one setting for every rank (Megatron-Core): no rank offloads N layers, so the offloaded lines are not priced;
     # a rank of its own setting (any) prices them where it may offload, and without chunks only
