@@ -156,6 +156,27 @@ def test_the_settings_of_a_rank_share_its_parameters_pricing_exactly(rank):
     alone = [price_rank(L70, H100_32, _trial(UNIFORM, 10, s), ANY, units, DEFAULT, rank) for s in BASES]
     assert shared == alone
     assert len({c.step for c in alone}) > 1  # the settings do price differently
+    # the middle ranks of a cluster share it too: rank 3 priced after rank 1 (both holding 10 layers) is itself
+    middle: dict = {}
+    _priced(L70, H100_32, UNIFORM, ANY, units, DEFAULT, 1, 10, BASES, middle)
+    assert _priced(L70, H100_32, UNIFORM, ANY, units, DEFAULT, rank, 10, BASES, middle) == alone
+    assert len(middle) == 1
+
+
+def test_the_middle_ranks_of_equal_counts_share_their_parameters_pricing_exactly():
+    # assemble_ranks prices rank_shared once per middle layer count: each rank's price is the one price_rank makes
+    # on its own, to the bit (ranks 1 to 6 hold 10, 10, 12, 12, 10 and 10 layers)
+    from meshplan.step.ranks import assemble_ranks, price_rank, stage_modes
+    from meshplan.step.units import timed_parts, units_for_recomputes
+
+    plan = UNIFORM.with_(stage_layers=(8, 10, 10, 12, 12, 10, 10, 8), first_stage_layers=0, last_stage_layers=0)
+    parts = timed_parts(L70, H100_32, plan, ANY, DEFAULT)
+    units = units_for_recomputes(L70, plan, ANY, parts, stage_modes(plan), DEFAULT)
+    alone = [price_rank(L70, H100_32, plan, ANY, units, DEFAULT, r) for r in range(8)]
+    costs = assemble_ranks(L70, H100_32, plan, ANY, units, DEFAULT)
+    assert costs.stage_steps == tuple(c.step for c in alone)
+    assert costs.stage_memory == tuple(c.memory.total for c in alone)
+    assert len({c.step for c in alone[1:-1]}) > 1  # the counts do price differently
 
 
 def test_partition_is_the_least_step_split_under_the_lines():
@@ -300,6 +321,25 @@ def test_the_least_threshold_is_the_least_largest_step_of_any_split():
         least = min(largest, default=np.inf)
         values, lo = least_threshold((steps, steps, []), layers)
         assert (values[lo] if lo < len(values) else np.inf) == least
+
+
+def test_the_dps_of_many_tables_in_one_pass_are_each_tables_own():
+    # the uniform settings' min-max DPs and a table's thresholds' min-plus DPs run stacked (a count only another
+    # table allows is ∞ in this one's): each table's answer is the one its DP alone gives, ties and none included
+    import numpy as np
+
+    from meshplan.search.stage_dp import _least_times, least_thresholds  # noqa: PLC2701 (the module's own DP)
+
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        tables, ranks, layers = int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 12))
+        steps = rng.integers(1, 6, size=(tables, ranks, layers + 1)).astype(float)  # few values: many ties
+        steps[rng.random(steps.shape) < rng.random()] = np.inf
+        stacked = [(t, t, []) for t in steps]
+        alone = [least_threshold(t, layers) for t in stacked]
+        together = least_thresholds(stacked, layers)
+        assert [(list(v), lo) for v, lo in together] == [(list(v), lo) for v, lo in alone]
+        assert _least_times(steps, layers) == [_least_times(t[None], layers)[0] for t in steps]
 
 
 def test_the_dp_prices_only_the_lines_it_reads():

@@ -114,73 +114,97 @@ def per_rank_table(lines: Sequence[dict], layers: int, limits: Sequence[float], 
     return steps, times, settings
 
 
-def uniform_table(lines: Sequence[dict], layers: int, limits: Sequence[float], setting: StageSetting, vpp: int
-                  ) -> StageTable:
-    """Every rank under one ``setting`` (N layers recomputed: min(N, l) on a rank of l), at each layer count."""
+def uniform_tables(lines: Sequence[dict], layers: int, limits: Sequence[float], settings: Sequence[StageSetting],
+                   vpp: int) -> list[StageTable]:
+    """For each of ``settings``, every rank under it (N layers recomputed: min(N, l) on a rank of l) at each layer
+    count; the N-layers-recomputed settings' mixes priced in one array a rank (one row an N)."""
     counts = np.arange(layers + 1, dtype=float)
     allowed = (counts >= vpp) & (counts % vpp == 0)
-    kind, n = setting
-    steps, times = np.full((len(lines), layers + 1), _INF), np.full((len(lines), layers + 1), _INF)
+    steps, times = np.full((2, len(settings), len(lines), layers + 1), _INF)
+    redone = [i for i, (kind, _) in enumerate(settings) if kind == "recompute"]
+    n = np.minimum(np.array([settings[i][1] for i in redone], dtype=int)[:, None], counts)
     for r, mine in enumerate(lines):
-        if kind == "recompute":
-            s, t, mem = mix(mine[("none", False)], mine[("full", False)], counts, np.minimum(n, counts))
-        else:
-            ln: RankLines = mine[(kind, False)]
-            s, t, mem = ln.step.at(counts), ln.time.at(counts), ln.memory.at(counts)
-        ok = allowed & (mem <= limits[r])
-        steps[r], times[r] = np.where(ok, s, _INF), np.where(ok, t, _INF)
-    return steps, times, [[setting] * (layers + 1) for _ in lines]
+        for i, (kind, _) in enumerate(settings):
+            if kind != "recompute":
+                ln: RankLines = mine[(kind, False)]
+                ok = allowed & (ln.memory.at(counts) <= limits[r])
+                steps[i, r], times[i, r] = (np.where(ok, ln.step.at(counts), _INF),
+                                            np.where(ok, ln.time.at(counts), _INF))
+        if redone:
+            s, t, mem = mix(mine[("none", False)], mine[("full", False)], counts, n)
+            ok = allowed & (mem <= limits[r])
+            steps[redone, r], times[redone, r] = np.where(ok, s, _INF), np.where(ok, t, _INF)
+    return [(steps[i], times[i], [[setting] * (layers + 1)] * len(lines)) for i, setting in enumerate(settings)]
 
 
-def _least_largest(steps: np.ndarray, layers: int) -> float:
-    """The least largest s_r over the splits of ``layers`` (a min-max convolution per rank over the counts it may
-    hold: the bottleneck form of ``_least_time``'s DP), ∞ where no split exists: the least T for which some split has
-    every s_r ≤ T, in one pass over the ranks rather than a reachability DP per T tried."""
-    cost = np.full(2 * layers + 2, _INF)  # the second half: negative counts (k − n < 0), ∞
-    cost[0] = -_INF
+def _least_largest(steps: np.ndarray, layers: int) -> np.ndarray:
+    """For each table of ``steps`` (tables × ranks × counts), the least largest s_r over the splits of ``layers`` (a
+    min-max convolution per rank over the counts it may hold: the bottleneck form of ``_least_times``' DP), ∞ where
+    no split exists: the least T for which some split has every s_r ≤ T, in one pass over the ranks rather than a
+    reachability DP per T tried. A count only another table allows is ∞ in this one's, which no max-min picks."""
+    cost = np.full((steps.shape[0], 2 * layers + 2), _INF)  # the second half: negative counts (k − n < 0), ∞
+    cost[:, 0] = -_INF
     k = np.arange(layers + 1)[:, None]
-    for row in steps:
-        counts = np.flatnonzero(np.isfinite(row))
+    for r in range(steps.shape[1]):
+        counts = np.flatnonzero(np.isfinite(steps[:, r]).any(axis=0))
         if not counts.size:
-            return _INF
-        cost[: layers + 1] = np.maximum(cost[k - counts[None, :]], row[counts][None, :]).min(axis=1)
-    return float(cost[layers])
+            return np.full(steps.shape[0], _INF)
+        cost[:, : layers + 1] = np.maximum(cost[:, k - counts[None, :]], steps[:, r, counts][:, None, :]).min(axis=2)
+    return cost[:, layers]
 
 
-def _least_time(times: np.ndarray, layers: int) -> list[int] | None:
-    """The split of least Σ t_r (a min-plus convolution per rank over the counts it may hold, with back pointers),
-    None where none exists."""
-    cost = np.full(2 * layers + 2, _INF)  # the second half: the costs of negative counts (k − n < 0), ∞
-    cost[0] = 0.0
+def _least_times(times: np.ndarray, layers: int) -> list[list[int] | None]:
+    """For each table of ``times`` (thresholds × ranks × counts), the split of least Σ t_r (a min-plus convolution
+    per rank over the counts it may hold, with back pointers), None where none exists: the DPs of every threshold
+    in one pass over the ranks. A rank's counts are those any table lets it hold; a count another table allows adds
+    ∞ to this one's sums, which never ties a finite least (its back pointer is the first least count, as over its
+    own counts alone), and a position of ∞ cost is never walked back through."""
+    n = times.shape[0]
+    cost = np.full((n, 2 * layers + 2), _INF)  # the second half: the costs of negative counts (k − c < 0), ∞
+    cost[:, 0] = 0.0
     k = np.arange(layers + 1)[:, None]
     back = []
-    for row in times:
-        counts = np.flatnonzero(np.isfinite(row))
+    for r in range(times.shape[1]):
+        counts = np.flatnonzero(np.isfinite(times[:, r]).any(axis=0))
         if not counts.size:
-            return None
-        prev = cost[k - counts[None, :]] + row[counts][None, :]
-        best = prev.argmin(axis=1)
+            return [None] * n
+        prev = cost[:, k - counts[None, :]] + times[:, r, counts][:, None, :]
+        best = prev.argmin(axis=2)
         back.append(counts[best])
-        cost[: layers + 1] = prev[np.arange(layers + 1), best]
-    if not np.isfinite(cost[layers]):
-        return None
-    split, left = [], layers
-    for arg in reversed(back):
-        split.append(int(arg[left]))
-        left -= split[-1]
-    return split[::-1]
+        cost[:, : layers + 1] = np.take_along_axis(prev, best[:, :, None], axis=2)[:, :, 0]
+    out: list[list[int] | None] = []
+    for t in range(n):
+        if not np.isfinite(cost[t, layers]):
+            out.append(None)
+            continue
+        split, left = [], layers
+        for arg in reversed(back):
+            split.append(int(arg[t, left]))
+            left -= split[-1]
+        out.append(split[::-1])
+    return out
 
 
 def least_threshold(table: StageTable, layers: int) -> tuple[np.ndarray, int]:
     """The ranks' step values, sorted, and the index of the least T for which a split has every s_r ≤ T
     (``_least_largest``; the length of the values where none has): a lower bound of the split's t_step."""
-    steps = table[0]
-    values = np.sort(steps[np.isfinite(steps)])  # np.unique's sort and mask, without the numpy.ma it imports
-    values = values[np.concatenate(([True], values[1:] != values[:-1]))] if values.size else values
-    least = _least_largest(steps, layers) if values.size else _INF
-    if not np.isfinite(least):
-        return values, len(values)
-    return values, int(np.searchsorted(values, least))  # the least is one of the values, exactly
+    return least_thresholds([table], layers)[0]
+
+
+def least_thresholds(tables: Sequence[StageTable], layers: int) -> list[tuple[np.ndarray, int]]:
+    """``least_threshold`` of each of ``tables`` (of one shape), their min-max DPs in one pass over the ranks."""
+    out: list[tuple[np.ndarray, int]] = []
+    if not tables:
+        return out
+    for table, least in zip(tables, _least_largest(np.stack([t[0] for t in tables]), layers), strict=True):
+        steps = table[0]
+        values = np.sort(steps[np.isfinite(steps)])  # np.unique's sort and mask, without the numpy.ma it imports
+        values = values[np.concatenate(([True], values[1:] != values[:-1]))] if values.size else values
+        if not values.size or not np.isfinite(least):
+            out.append((values, len(values)))
+        else:
+            out.append((values, int(np.searchsorted(values, least))))  # the least is one of the values, exactly
+    return out
 
 
 def partition(table: StageTable, layers: int, vpp: int, least: tuple[np.ndarray, int] | None = None
@@ -190,8 +214,10 @@ def partition(table: StageTable, layers: int, vpp: int, least: tuple[np.ndarray,
     steps, times, _ = table
     values, lo = least or least_threshold(table, layers)
     found: dict[tuple[int, ...], float] = {}
-    for threshold in values[lo: lo + THRESHOLDS]:
-        split = _least_time(np.where(steps <= threshold, times, _INF), layers)
+    tried = values[lo: lo + THRESHOLDS]
+    splits = _least_times(np.where(steps[None] <= tried[:, None, None], times[None], _INF), layers) if len(
+        tried) else []
+    for split in splits:
         if split is None:
             continue
         ranks = range(len(split))
@@ -238,9 +264,10 @@ def proposals(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack: 
     else:  # one setting for every rank: each setting's least threshold bounds its t_step from below
         bounded = []
         most = min(layers - (plan.pp - 1) * vpp, 3 * -(-layers // plan.pp))  # a rank holds at most 3x the even
-        for setting in uniform_settings(kinds, most, vpp):
-            table = uniform_table(lines, layers, limits, setting, vpp)
-            values, lo = least = least_threshold(table, layers)
+        settings = uniform_settings(kinds, most, vpp)
+        tables = uniform_tables(lines, layers, limits, settings, vpp)
+        for setting, table, least in zip(settings, tables, least_thresholds(tables, layers), strict=True):
+            values, lo = least
             if lo < len(values):
                 bounded.append((float(values[lo]), setting, table, least))
         for bound, setting, table, least in sorted(bounded, key=lambda x: x[0]):

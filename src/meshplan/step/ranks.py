@@ -159,7 +159,8 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     opt = float(updates * fixed.optimizer + fixed.iteration)
     weights, grads, optimizer = model_states(params, view, stack, last)
     memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), fixed.buffers)
-    host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] * plan.offload_optimizer
+    host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] if plan.offload_optimizer \
+        else 0.0  # the optimizer's states held in host memory, where they are offloaded
     if view.offload_activations:  # the offloaded layers' share of what the rank would otherwise keep
         kept = activation_bytes(model, replace(view, offload_activations=False), u.layer_saved,
                                 layer_input_bytes(model, view), last, rank)
@@ -189,12 +190,31 @@ def rank_bubble(plan: Plan, times: list[PassTimes]) -> float:
     return float(schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum))
 
 
+def _shared_by_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency
+                    ) -> list[RankShared]:
+    """``rank_shared`` of every rank of ``plan``, priced once per end rank and once per layer count of the middle
+    ranks: a middle rank's reads its rank only through the layers it holds (its parameters, its tensors; no end's
+    embedding or head), so middle ranks of equal counts share it."""
+    middle: dict[Any, RankShared] = {}
+    out = []
+    for r in range(plan.pp):
+        if r in (0, plan.pp - 1):
+            out.append(rank_shared(model, cluster, plan, stack, eff, r))
+            continue
+        n = layers_on_rank(model, plan, r)
+        if n not in middle:
+            middle[n] = rank_shared(model, cluster, plan, stack, eff, r)
+        out.append(middle[n])
+    return out
+
+
 def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: Mapping[str, Units],
                    eff: Efficiency) -> StepCosts:
     """The step of one plan priced rank by rank (module docstring), as ``assemble.assemble`` reports it: the
     busiest rank's breakdown, the heaviest rank's memory, every rank's step and memory (``stage_steps``,
     ``stage_memory``)."""
-    ranks = [price_rank(model, cluster, plan, stack, units, eff, r) for r in range(plan.pp)]
+    ranks = [price_rank(model, cluster, plan, stack, units, eff, r, fixed)
+             for r, fixed in enumerate(_shared_by_rank(model, cluster, plan, stack, eff))]
     bubble = rank_bubble(plan, [c.times for c in ranks])
     busiest = max(range(plan.pp), key=lambda r: ranks[r].step)
     heaviest = max(range(plan.pp), key=lambda r: ranks[r].memory.total)
