@@ -208,16 +208,10 @@ def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: l
         r += 1
     lo.append(np.ones(len(keys)))
     hi.append(np.ones(len(keys)))
-    for ((u, v), m, row_of, col_of), start in zip(edges, e_offset, strict=True):
-        su, sv = m.shape
-        grid = start + np.arange(su * sv)
-        # Σ_b e[a, b] - Σ_{i in row a} s_u[i] = 0, then Σ_a e[a, b] - Σ_{j in column b} s_v[j] = 0
-        rows += [r + np.repeat(np.arange(su), sv), r + row_of, r + su + np.tile(np.arange(sv), su), r + su + col_of]
-        cols += [grid, offset[u] + np.arange(len(row_of)), grid, offset[v] + np.arange(len(col_of))]
-        vals += [np.ones(su * sv), -np.ones(len(row_of)), np.ones(su * sv), -np.ones(len(col_of))]
-        lo.append(np.zeros(su + sv))
-        hi.append(np.zeros(su + sv))
-        r += su + sv
+    if edges:
+        r = _edge_entries(edges, e_offset, offset, r, rows, cols, vals)
+        lo.append(np.zeros(r - len(keys)))
+        hi.append(np.zeros(r - len(keys)))
     for coef, limit in memory_rows:
         entries = [(offset[k] + a, float(vec[i])) for k, vec in coef.items() if k in offset
                    for a, i in enumerate(pw.ids[k]) if vec[i]]
@@ -229,3 +223,31 @@ def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: l
         r += 1
     matrix = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, n)).tocsr()
     return matrix, np.concatenate(lo), np.concatenate(hi)
+
+
+def _edge_entries(edges: list, e_offset: list[int], offset: dict[int, int], r: int, rows: list, cols: list,
+                  vals: list) -> int:
+    """``_constraints``' marginal rows of every edge at once, from row ``r`` on: for edge (u, v) with merged matrix
+    su x sv, Σ_b e[a, b] - Σ_{i in row a} s_u[i] = 0 (its su rows), then Σ_a e[a, b] - Σ_{j in column b} s_v[j] = 0
+    (its sv rows). Appends the entries; returns the next free row."""
+    su = np.array([m.shape[0] for _, m, _, _ in edges])
+    sv = np.array([m.shape[1] for _, m, _, _ in edges])
+    first = r + np.concatenate(([0], np.cumsum(su + sv)[:-1]))  # each edge's first row
+    size = su * sv
+    eid = np.repeat(np.arange(len(edges)), size)
+    local = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+    a, b = local // sv[eid], local % sv[eid]
+    grid = np.asarray(e_offset)[eid] + local
+    rows += [first[eid] + a, first[eid] + su[eid] + b]
+    cols += [grid, grid]
+    vals += [np.ones(len(grid)), np.ones(len(grid))]
+    for side, at in ((1, first), (2, first + su)):  # the nodes' strategies: u's by row class, v's by column class
+        of = [e[side + 1] for e in edges]
+        lengths = np.array([len(x) for x in of])
+        which = np.repeat(np.arange(len(edges)), lengths)
+        index = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        base = np.array([offset[e[0][side - 1]] for e in edges])
+        rows.append(at[which] + np.concatenate(of))
+        cols.append(base[which] + index)
+        vals.append(-np.ones(len(index)))
+    return int(first[-1] + su[-1] + sv[-1])
