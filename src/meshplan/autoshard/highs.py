@@ -57,7 +57,7 @@ class Coo:
         """Column pointers, row indices (ascending in each column, as scipy's canonical CSC) and values; rows moved
         to ``position`` first where given."""
         rows = self.rows if position is None else position[self.rows]
-        order = np.lexsort((rows, self.cols))
+        order = np.argsort(self.cols.astype(np.int64) * max(self.shape[0], 1) + rows, kind="stable")  # by (column, row)
         ptr = np.concatenate(([0], np.cumsum(np.bincount(self.cols, minlength=self.shape[1]))))
         return ptr.astype(np.int32), rows[order].astype(np.int32), self.vals[order].astype(float)
 
