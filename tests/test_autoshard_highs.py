@@ -140,3 +140,39 @@ def test_a_warm_start_reaches_the_cold_optimum(memory):
         assert np.all(row >= lo - 1e-9) and np.all(row <= hi + 1e-9)
         assert np.all(warm.x >= -1e-9) and np.all(warm.x <= 1 + 1e-9)
     assert reused > 50 and highs._BASES.get() is None
+
+
+@pytest.mark.parametrize("memory", [False, True])
+def test_entries_give_scipys_columns(memory):
+    """ilp.py hands its program over as entries (highs.Coo): the column-wise arrays HiGHS reads are scipy's
+    canonical CSC of the same matrix, inequality rows first as linprog orders them, so the model is the same to the
+    bit and so is the vertex."""
+    rng = np.random.default_rng(5 + memory)
+    for _ in range(30):
+        c, matrix, lo, hi = _pairwise_lp(rng, memory)
+        coo = matrix.tocoo()
+        order = rng.permutation(coo.nnz)  # entries in any order
+        entries = highs.Coo(rows=coo.row[order], cols=coo.col[order], vals=coo.data[order], shape=matrix.shape)
+        eq = lo == hi
+        for mine, theirs in zip(highs._columns(entries, eq), highs._columns(matrix, eq), strict=True):
+            assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
+        a, b = highs.relax(c, entries, lo, hi), highs.relax(c, matrix, lo, hi)
+        assert (a is None) == (b is None)
+        if a is not None and b is not None:
+            assert np.array_equal(a.x, b.x) and a.fun == b.fun
+
+
+def test_the_bindings_load_without_scipy_optimize():
+    """highs.py loads HiGHS' bindings from SciPy's file without running scipy.optimize's package (about half a
+    second of imports); scipy.optimize imported afterwards uses the same module, and linprog still answers."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom meshplan.autoshard import highs\ncore = highs._bindings()\n"
+            "assert core is not None and 'scipy.optimize' not in sys.modules and 'scipy.sparse' not in sys.modules\n"
+            "from scipy.optimize import linprog\nfrom scipy.optimize._highspy import _core\nassert _core is core\n"
+            "r = linprog([1.0, 2.0], A_eq=[[1.0, 1.0]], b_eq=[1.0], bounds=(0, 1), method='highs')\n"
+            "assert r.status == 0 and list(r.x) == [1.0, 0.0]\nprint('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

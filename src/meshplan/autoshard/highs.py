@@ -21,10 +21,14 @@ vertices, HiGHS may end at another of them, the same one on every run (the scope
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
+import importlib.util
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,12 +43,65 @@ class Relaxed:
     status: int = 0  # linprog's code for optimal
 
 
+@dataclass(frozen=True, kw_only=True)
+class Coo:
+    """A sparse matrix as its entries (row, column, value; no two at one place), made into the arrays HiGHS reads
+    without scipy.sparse (whose import is a tenth of a second or more), or into scipy's CSR where linprog asks."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray
+    shape: tuple[int, int]
+
+    def csc(self, position: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Column pointers, row indices (ascending in each column, as scipy's canonical CSC) and values; rows moved
+        to ``position`` first where given."""
+        rows = self.rows if position is None else position[self.rows]
+        order = np.argsort(self.cols.astype(np.int64) * max(self.shape[0], 1) + rows, kind="stable")  # by (column, row)
+        ptr = np.concatenate(([0], np.cumsum(np.bincount(self.cols, minlength=self.shape[1]))))
+        return ptr.astype(np.int32), rows[order].astype(np.int32), self.vals[order].astype(float)
+
+    def scipy(self) -> Any:
+        from scipy.sparse import coo_matrix
+
+        return coo_matrix((self.vals, (self.rows, self.cols)), shape=self.shape).tocsr()
+
+
+_CORE = "scipy.optimize._highspy._core"
+
+
 def _bindings() -> Any:
-    try:
+    """HiGHS' bindings as SciPy ships them, loaded from SciPy's own file without running scipy.optimize's package
+    (which imports scipy.linalg, .sparse, .special and .fft: about half a second) where that is not loaded yet;
+    None where this SciPy has another layout (linprog answers instead)."""
+    core = sys.modules.get(_CORE)
+    if core is None:
+        try:
+            core = _load_core()
+        except ImportError:  # another SciPy's layout: linprog instead
+            return None
+    return core if core is not None and hasattr(core, "_Highs") and hasattr(core, "HighsLp") else None
+
+
+def _load_core() -> Any:
+    if "scipy.optimize" in sys.modules:
         from scipy.optimize._highspy import _core
-    except ImportError:  # another SciPy's layout: linprog instead
+
+        return _core
+    scipy = importlib.util.find_spec("scipy")
+    if scipy is None or not scipy.submodule_search_locations:
         return None
-    return _core if hasattr(_core, "_Highs") and hasattr(_core, "HighsLp") else None
+    folder = Path(next(iter(scipy.submodule_search_locations))) / "optimize" / "_highspy"
+    found = [folder / f"_core{s}" for s in importlib.machinery.EXTENSION_SUFFIXES if (folder / f"_core{s}").exists()]
+    if not found:
+        return None
+    spec = importlib.util.spec_from_file_location(_CORE, found[0])
+    if spec is None or spec.loader is None:
+        return None
+    core = importlib.util.module_from_spec(spec)
+    sys.modules[_CORE] = core  # where scipy.optimize is imported later, its _highspy finds this module
+    spec.loader.exec_module(core)
+    return core
 
 
 _BASES: ContextVar[dict[bytes, Any] | None] = ContextVar("highs_bases", default=None)
@@ -76,10 +133,8 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray) -> Relaxed
     h = _bindings()
     if h is None:
         return None
-    from scipy.sparse import vstack
-
     eq = lo == hi
-    a = vstack((matrix[~eq], matrix[eq])).tocsc() if not eq.all() else matrix.tocsc()  # linprog's: A_ub above A_eq
+    indptr, indices, data = _columns(matrix, eq)
     lhs = np.concatenate((np.full(int((~eq).sum()), -h.kHighsInf), lo[eq]))
     rhs = np.concatenate((np.minimum(hi[~eq], h.kHighsInf), hi[eq]))
     highs = h._Highs()
@@ -95,14 +150,13 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray) -> Relaxed
     # the model as arrays (linprog's wrapper fills a HighsLp column by column through Python lists): minimise, no
     # offset, column-wise matrix, every column continuous
     n = len(c)
-    if highs.passModel(n, len(lhs), a.nnz, int(h.MatrixFormat.kColwise), int(h.ObjSense.kMinimize), 0.0,
-                       np.ascontiguousarray(c, dtype=float), np.zeros(n), np.ones(n), lhs, rhs,
-                       a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data.astype(float),
+    if highs.passModel(n, len(lhs), len(data), int(h.MatrixFormat.kColwise), int(h.ObjSense.kMinimize), 0.0,
+                       np.ascontiguousarray(c, dtype=float), np.zeros(n), np.ones(n), lhs, rhs, indptr, indices, data,
                        np.zeros(n, dtype=np.int32)) == h.HighsStatus.kError:
         return None
     bases, key = _BASES.get(), b""
     if bases is not None:
-        key = _constraints_key(a.indptr, a.indices, a.data, lhs, rhs)
+        key = _constraints_key(indptr, indices, data, lhs, rhs)
         if key in bases:
             highs.setBasis(bases[key])  # a basis HiGHS refuses leaves the slack basis: a cold start
     if highs.run() == h.HighsStatus.kError or highs.getModelStatus() != h.HighsModelStatus.kOptimal:
@@ -110,3 +164,16 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray) -> Relaxed
     if bases is not None:
         bases[key] = highs.getBasis()
     return Relaxed(x=np.array(highs.getSolution().col_value), fun=float(highs.getInfo().objective_function_value))
+
+
+def _columns(matrix: Any, eq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The matrix column-wise (CSC arrays) with linprog's row order: ``A_ub`` (rows with lo < hi) above ``A_eq``."""
+    if isinstance(matrix, Coo):
+        position = np.empty(len(eq), dtype=np.int64)
+        position[~eq] = np.arange(int((~eq).sum()))
+        position[eq] = int((~eq).sum()) + np.arange(int(eq.sum()))
+        return matrix.csc(None if eq.all() else position)
+    from scipy.sparse import vstack
+
+    a = vstack((matrix[~eq], matrix[eq])).tocsc() if not eq.all() else matrix.tocsc()
+    return a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data.astype(float)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from importlib.util import find_spec
 from typing import Any
 
 import numpy as np
 
-from meshplan.autoshard.highs import relax
+from meshplan.autoshard.highs import Coo, relax
 from meshplan.autoshard.problem import Edge, Problem
 from meshplan.autoshard.reduce import MEMO, Pairwise, digest, expand_choice, reduce, restrict
 from meshplan.errors import MissingDependency
@@ -109,11 +110,8 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
     bytes) per point; ``allowed``: the strategies a node may take (a plan fixed in part, e.g. Megatron-LM's);
     ``penalty``: seconds added to node strategies (solve.py's Lagrangian price of memory); ``passes``: the forward
     and the backward pass's weights (solve.py's host-bound search)."""
-    try:
-        from scipy import optimize
-        from scipy.sparse import coo_matrix
-    except ModuleNotFoundError:
-        raise MissingDependency("scipy", "solve") from None
+    if find_spec("scipy") is None:  # imported only where HiGHS' bindings do not answer (highs.py)
+        raise MissingDependency("scipy", "solve")
     started = time.perf_counter()
     pw = reduce(pairwise(problem, micro_batches, memory_rows, allowed, penalty, passes))
     keys = sorted(pw.costs)
@@ -131,11 +129,11 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
         e_offset.append(n)
         c_parts.append(m.ravel())
         n += m.size
-    matrix, lo, hi = _constraints(pw, keys, offset, edges, e_offset, n, memory_rows, coo_matrix)
+    matrix, lo, hi = _constraints(pw, keys, offset, edges, e_offset, n, memory_rows)
     integrality = np.zeros(n)
     integrality[:e_offset[0] if e_offset else n] = 1
     c = np.concatenate(c_parts) if c_parts else np.zeros(0)
-    result = _relaxation_first(optimize, c, integrality, matrix, lo, hi, time_limit)
+    result = _relaxation_first(c, integrality, matrix, lo, hi, time_limit)
     status = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded"}.get(result.status, "failed")
     if result.status == 1 and result.x is None:
         status = "time limit, no plan"
@@ -165,15 +163,17 @@ def _classes(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _CLASSES: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # edge matrix digest -> its classes
 
 
-def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, matrix: Any, lo: np.ndarray,
-                      hi: np.ndarray, time_limit: float) -> Any:
+def _relaxation_first(c: np.ndarray, integrality: np.ndarray, coo: Coo, lo: np.ndarray, hi: np.ndarray,
+                      time_limit: float) -> Any:
     """The LP relaxation first (HiGHS' dual simplex): Alpa's marginal constraints make it integral in most
     unconstrained programs, and then it is the optimum; otherwise branch and bound (``milp``)."""
-    from scipy.optimize import Bounds, LinearConstraint
-
-    relaxed = relax(c, matrix, lo, hi)  # linprog's own HiGHS run without its per-column wrapper (highs.py)
+    relaxed = relax(c, coo, lo, hi)  # linprog's own HiGHS run without its per-column wrapper (highs.py)
     if relaxed is not None and np.all(np.minimum(nodes := relaxed.x[integrality == 1], 1 - nodes) < 1e-7):
         return relaxed
+    from scipy import optimize
+    from scipy.optimize import Bounds, LinearConstraint
+
+    matrix = coo.scipy()
     eq = lo == hi
     # presolve off: after reduce.py's reductions it only costs time; one thread: scipy runs HiGHS' serial dual simplex,
     # and HiGHS' pool of worker threads only waited (a third of the planner's wall time here, the same solutions).
@@ -194,8 +194,7 @@ def _relaxation_first(optimize: Any, c: np.ndarray, integrality: np.ndarray, mat
 
 
 def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: list, e_offset: list[int], n: int,
-                 memory_rows: list[tuple[dict[int, np.ndarray], float]], coo_matrix: Any
-                 ) -> tuple[Any, np.ndarray, np.ndarray]:
+                 memory_rows: list[tuple[dict[int, np.ndarray], float]]) -> tuple[Coo, np.ndarray, np.ndarray]:
     """One strategy per node; each edge's marginals (per merged row and column, ``_classes``) equal the sums of its
     nodes' strategies; the memory rows."""
     rows, cols, vals, lo, hi = [], [], [], [], []
@@ -208,16 +207,10 @@ def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: l
         r += 1
     lo.append(np.ones(len(keys)))
     hi.append(np.ones(len(keys)))
-    for ((u, v), m, row_of, col_of), start in zip(edges, e_offset, strict=True):
-        su, sv = m.shape
-        grid = start + np.arange(su * sv)
-        # Σ_b e[a, b] - Σ_{i in row a} s_u[i] = 0, then Σ_a e[a, b] - Σ_{j in column b} s_v[j] = 0
-        rows += [r + np.repeat(np.arange(su), sv), r + row_of, r + su + np.tile(np.arange(sv), su), r + su + col_of]
-        cols += [grid, offset[u] + np.arange(len(row_of)), grid, offset[v] + np.arange(len(col_of))]
-        vals += [np.ones(su * sv), -np.ones(len(row_of)), np.ones(su * sv), -np.ones(len(col_of))]
-        lo.append(np.zeros(su + sv))
-        hi.append(np.zeros(su + sv))
-        r += su + sv
+    if edges:
+        r = _edge_entries(edges, e_offset, offset, r, rows, cols, vals)
+        lo.append(np.zeros(r - len(keys)))
+        hi.append(np.zeros(r - len(keys)))
     for coef, limit in memory_rows:
         entries = [(offset[k] + a, float(vec[i])) for k, vec in coef.items() if k in offset
                    for a, i in enumerate(pw.ids[k]) if vec[i]]
@@ -227,5 +220,33 @@ def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: l
         lo.append(np.array([-np.inf]))
         hi.append(np.array([limit]))
         r += 1
-    matrix = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, n)).tocsr()
+    matrix = Coo(rows=np.concatenate(rows), cols=np.concatenate(cols), vals=np.concatenate(vals), shape=(r, n))
     return matrix, np.concatenate(lo), np.concatenate(hi)
+
+
+def _edge_entries(edges: list, e_offset: list[int], offset: dict[int, int], r: int, rows: list, cols: list,
+                  vals: list) -> int:
+    """``_constraints``' marginal rows of every edge at once, from row ``r`` on: for edge (u, v) with merged matrix
+    su x sv, Σ_b e[a, b] - Σ_{i in row a} s_u[i] = 0 (its su rows), then Σ_a e[a, b] - Σ_{j in column b} s_v[j] = 0
+    (its sv rows). Appends the entries; returns the next free row."""
+    su = np.array([m.shape[0] for _, m, _, _ in edges])
+    sv = np.array([m.shape[1] for _, m, _, _ in edges])
+    first = r + np.concatenate(([0], np.cumsum(su + sv)[:-1]))  # each edge's first row
+    size = su * sv
+    eid = np.repeat(np.arange(len(edges)), size)
+    local = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+    a, b = local // sv[eid], local % sv[eid]
+    grid = np.asarray(e_offset)[eid] + local
+    rows += [first[eid] + a, first[eid] + su[eid] + b]
+    cols += [grid, grid]
+    vals += [np.ones(len(grid)), np.ones(len(grid))]
+    for side, at in ((1, first), (2, first + su)):  # the nodes' strategies: u's by row class, v's by column class
+        of = [e[side + 1] for e in edges]
+        lengths = np.array([len(x) for x in of])
+        which = np.repeat(np.arange(len(edges)), lengths)
+        index = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        base = np.array([offset[e[0][side - 1]] for e in edges])
+        rows.append(at[which] + np.concatenate(of))
+        cols.append(base[which] + index)
+        vals.append(-np.ones(len(index)))
+    return int(first[-1] + su[-1] + sv[-1])

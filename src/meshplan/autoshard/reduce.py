@@ -62,17 +62,19 @@ def digest(m: np.ndarray) -> bytes:
     return h.digest()
 
 
-def restrict(pw: Pairwise, key: int, keep: np.ndarray) -> None:
-    """Keep only the strategies ``keep`` (reduced indices) of node ``key``."""
+def restrict(pw: Pairwise, key: int, keep: np.ndarray, near: set[int] | None = None) -> None:
+    """Keep only the strategies ``keep`` (reduced indices) of node ``key``; ``near``: its neighbours, where the
+    caller knows them (else every edge is looked at)."""
     pw.costs[key] = pw.costs[key][keep]
     pw.ids[key] = pw.ids[key][keep]
     if key in pw.memory:
         pw.memory[key] = pw.memory[key][keep]
-    for (u, v), m in list(pw.edges.items()):
+    pairs = list(pw.edges) if near is None else [(key, v) if key < v else (v, key) for v in near]
+    for u, v in pairs:
         if u == key:
-            pw.edges[(u, v)] = m[keep, :]
+            pw.edges[(u, v)] = pw.edges[(u, v)][keep, :]
         elif v == key:
-            pw.edges[(u, v)] = m[:, keep]
+            pw.edges[(u, v)] = pw.edges[(u, v)][:, keep]
 
 
 def _dominated(pw: Pairwise, key: int, around: set[int]) -> np.ndarray:
@@ -120,7 +122,7 @@ def reduce(pw: Pairwise) -> Pairwise:
             dirty.discard(key)
             keep = _dominated(pw, key, around[key])
             if len(keep) < len(pw.costs[key]):
-                restrict(pw, key, keep)
+                restrict(pw, key, keep, around[key])
                 dirty |= around[key]  # their edges to this node lost rows
                 changed = True
         for key in sorted(pw.costs, key=lambda k: len(around[k])):
