@@ -28,6 +28,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.host import on_host
+from meshplan.step.known_times import KnownTimes, same_op
 from meshplan.step.passes import PassTimes, pass_times, time_ops
 from meshplan.xp import Num
 
@@ -125,12 +126,27 @@ def kernel_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, c
     return Parts(ops, {k: [0.0 if t is None else t for t in compute[k]] for k in ops}, cluster.python_host)
 
 
-def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT
-                  ) -> dict[str, list[Num | None]]:
-    """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only."""
+def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT,
+                  known: KnownTimes | None = None) -> dict[str, list[Num | None]]:
+    """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only.
+    ``known``: the times a twin search met (step/known_times.py), reused for the same records; this call's added."""
     acc = cluster.accelerator
-    return {k: [None if op.kind == "collective" else op_time(op, acc, plan.precision, eff) for op in v]
-            for k, v in _ops(model, plan, stack).items()}
+    if known is None:
+        return {k: [None if op.kind == "collective" else op_time(op, acc, plan.precision, eff) for op in v]
+                for k, v in _ops(model, plan, stack).items()}
+    out: dict[str, list[Num | None]] = {}
+    for k, v in _ops(model, plan, stack).items():
+        out[k] = []
+        for i, op in enumerate(v):
+            key = (k, i, plan.precision, id(acc), id(eff))
+            if op.kind == "collective":
+                out[k].append(None)
+            elif key in known and same_op(known[key][0], op):
+                out[k].append(known[key][1])
+            else:
+                known[key] = (op, op_time(op, acc, plan.precision, eff))
+                out[k].append(known[key][1])
+    return out
 
 
 def saved_bytes(ops: list[OpCost], recompute: str = "none", modules: tuple[str, ...] = ("core_attn",),
