@@ -88,5 +88,6 @@ def test_a_pass_in_the_bounds_order_holds_what_the_natural_order_does_and_is_rea
     want_peak, want_host, want_refusals = natural.at(memory.order)
     assert np.array_equal(peak, want_peak) and np.array_equal(host, want_host)  # bit for bit
     assert [(r.name, h.tolist()) for r, h in refusals] == [(r.name, h.tolist()) for r, h in want_refusals]
-    block = memory.order[::3]
-    assert all(np.array_equal(x, y) for x, y in zip(memory.at(block)[:2], natural.at(block)[:2], strict=True))
+    for block in (memory.order[::3], memory.order[5:40]):  # gathered; a run of the pass's columns, copied
+        assert all(np.array_equal(x, y) for x, y in zip(memory.at(block)[:2], natural.at(block)[:2], strict=True))
+        assert memory.at(block)[0].flags.c_contiguous

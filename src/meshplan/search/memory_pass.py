@@ -53,8 +53,13 @@ class GroupMemory:
         else:
             at = np.empty_like(self.order)
             at[self.order] = np.arange(len(self.order))
-            # C-ordered (``a[..., rows]`` is not: reshapes would copy)
-            peak, host, code = (np.take(a, at[rows], axis=-1) for a in (self.peak, self.host, self.refused))
+            cols = at[rows]
+            start = int(cols[0]) if len(cols) else 0
+            if np.array_equal(cols, np.arange(start, start + len(cols))):  # a run of columns: one copy each
+                peak, host, code = (np.ascontiguousarray(a[..., start:start + len(cols)])
+                                    for a in (self.peak, self.host, self.refused))
+            else:  # C-ordered (``a[..., rows]`` is not: reshapes would copy)
+                peak, host, code = (np.take(a, cols, axis=-1) for a in (self.peak, self.host, self.refused))
         hits = [(rule, hit) for i, rule in enumerate(self.rules) if (hit := code == i + 1).any()]
         return peak, host, hits
 
