@@ -66,7 +66,7 @@ class Start:
 
     explore: Explored | None = None
     memo: dict[tuple[str, int], GroupMemory] = field(default_factory=dict)
-    known: KnownTimes = field(default_factory=dict)  # the compute-op times met, the twin's too (step/known_times.py)
+    known: KnownTimes | None = None  # the compute-op times met, the twin's too (step/known_times.py), when it has one
 
 
 def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, cluster: Cluster, space: Space,

@@ -133,11 +133,11 @@ def _evaluate_task(searches: list[tuple[list[Job], list[Combo], tuple]], task: t
     """The parts of a task's searches for its job, in order, the memory passes of the first reused by the next
     where they hold (evaluate's ``memo``), and its compute-op times where the records are the same (``known``)."""
     memo: dict = {}
-    known: KnownTimes = {}
+    known: KnownTimes | None = {} if len(task[0]) > 1 else None  # kept for a twin only: it holds the op records
     return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], (memo, known)) for s in task[0]]
 
 
-def _evaluate(job: Job, combos: list[Combo], args: tuple, shared: tuple[dict, KnownTimes]) -> Part:
+def _evaluate(job: Job, combos: list[Combo], args: tuple, shared: tuple[dict, KnownTimes | None]) -> Part:
     model, cluster, space, top_k, eff, explored = args
     fresh = None if explored is None else Explored(explored.rate, explored.seed, explored.fits_only)
     return evaluate(job.mode, [combos[i] for i in job.combos], model, cluster, space, top_k, eff,
