@@ -1,6 +1,6 @@
 """search/memory_pass.py: a schedule group's memory computed once, in chunks of the bound's order, read by the
-branch and bound's blocks in that order (the arrays themselves) or any other bit for bit; and reused by the expert-GEMM searches' twin jobs unless
-the per-expert path saves more (gpt-oss's clamped GLU)."""
+branch and bound's blocks in that order (the arrays themselves) or any other bit for bit; and reused by the
+expert-GEMM searches' twin jobs unless the per-expert path saves more (gpt-oss's clamped GLU)."""
 
 from __future__ import annotations
 
