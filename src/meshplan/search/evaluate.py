@@ -38,7 +38,6 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.refusals import Refusal
 from meshplan.specs.stack import Stack
-from meshplan.step.known_times import KnownTimes
 from meshplan.units import fmt_over
 
 PLAN_CHUNK = 16384  # plans timed at once
@@ -66,7 +65,6 @@ class Start:
 
     explore: Explored | None = None
     memo: dict[tuple[str, int], GroupMemory] = field(default_factory=dict)
-    known: KnownTimes | None = None  # the compute-op times met, the twin's too (step/known_times.py), when it has one
 
 
 def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, cluster: Cluster, space: Space,
@@ -88,13 +86,13 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
     sized = replace(sized, columns=columns).select(rows)  # without the layout column
     works = tuple(w for w, _ in by_work(pool, space.stack, space.zero, space.offload_optimizer) if w)
-    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff, works, start.known)
+    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff, works)
     by_algorithm = {"nccl": units}  # the layers' collectives priced per algorithm (Plan.collectives: comm.fastest_time)
 
     def keyed(algorithm: str) -> KeyUnits:
         if algorithm not in by_algorithm:
             by_algorithm[algorithm] = KeyUnits(model, cluster, pool.select(np.arange(len(pool)), collectives=algorithm),
-                                               space.stack, space.recompute, eff, works, start.known)
+                                               space.stack, space.recompute, eff, works)
         return by_algorithm[algorithm]
     if not space.gpipe and gpipe().name in space.stack.supports.schedules:  # a GPipe the framework has but loses
         dropped = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size

@@ -23,7 +23,6 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
-from meshplan.step.known_times import KnownTimes
 from meshplan.step.passes import ZERO, PassTimes
 from meshplan.step.units import Saved, Units, compute_times, kernel_parts, plan_ops, timed_parts, units_for_recomputes
 from meshplan.xp import Num, where
@@ -148,13 +147,13 @@ class KeyUnits:
     integer; the codes seen so far are kept sorted, beside where each key's units are stored."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, pool: PlanBatch, stack: Stack, recomputes: tuple[str, ...],
-                 eff: Efficiency, works: tuple[str, ...] = (), known: KnownTimes | None = None) -> None:
+                 eff: Efficiency, works: tuple[str, ...] = ()) -> None:
         self.model, self.cluster, self.stack, self.recomputes, self.eff = model, cluster, stack, recomputes, eff
         self.works = works  # the grid's kinds of per-micro-batch wrapper work (cost/wrapper_work.py): a twin each
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
         shaped = _key_batch(pool, shape_first)
         ops = plan_ops(model, shaped, stack)
-        self.compute = compute_times(model, cluster, shaped, stack, eff, known, ops)  # a twin search's where the same
+        self.compute = compute_times(model, cluster, shaped, stack, eff, ops)
         self.n_shapes = len(shape_first)
         # kernel times and saved bytes only: without the twins, the collectives nor a choice of SUMMA panels
         parts = kernel_parts(model, cluster, shaped, stack, _rows_of(self.compute, slice(None), self.n_shapes), ops)

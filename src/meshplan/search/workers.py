@@ -13,7 +13,6 @@ from meshplan.search.combos import Combo
 from meshplan.search.evaluate import Part, Start, evaluate
 from meshplan.search.explore import Explored
 from meshplan.search.space import Space
-from meshplan.step.known_times import KnownTimes
 
 # Plans before the settings grid (size combinations at about 8 placements each): below this one process is faster
 # than forking two workers on a two-core machine. The work goes with the size combinations and unit keys (memory, the
@@ -131,17 +130,16 @@ def ignore_interrupts() -> None:
 def _evaluate_task(searches: list[tuple[list[Job], list[Combo], tuple]], task: tuple[tuple[int, ...], int]
                    ) -> list[Part]:
     """The parts of a task's searches for its job, in order, the memory passes of the first reused by the next
-    where they hold (evaluate's ``memo``), and its compute-op times where the records are the same (``known``)."""
+    where they hold (evaluate's ``memo``)."""
     memo: dict = {}
-    known: KnownTimes | None = {} if len(task[0]) > 1 else None  # kept for a twin only: it holds the op records
-    return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], (memo, known)) for s in task[0]]
+    return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], memo) for s in task[0]]
 
 
-def _evaluate(job: Job, combos: list[Combo], args: tuple, shared: tuple[dict, KnownTimes | None]) -> Part:
+def _evaluate(job: Job, combos: list[Combo], args: tuple, memo: dict) -> Part:
     model, cluster, space, top_k, eff, explored = args
     fresh = None if explored is None else Explored(explored.rate, explored.seed, explored.fits_only)
     return evaluate(job.mode, [combos[i] for i in job.combos], model, cluster, space, top_k, eff,
-                    Start(explore=fresh, memo=shared[0], known=shared[1]))
+                    Start(explore=fresh, memo=memo))
 
 
 def _evaluate_shared(task: tuple[tuple[int, ...], int]) -> tuple[tuple[tuple[int, ...], int], list[Part]]:

@@ -28,7 +28,6 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.host import on_host
-from meshplan.step.known_times import KnownTimes, same_op
 from meshplan.step.passes import PassTimes, pass_times, time_ops
 from meshplan.xp import Num
 
@@ -134,29 +133,12 @@ def plan_ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCos
 
 
 def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT,
-                  known: KnownTimes | None = None, ops: dict[str, list[OpCost]] | None = None
-                  ) -> dict[str, list[Num | None]]:
+                  ops: dict[str, list[OpCost]] | None = None) -> dict[str, list[Num | None]]:
     """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only.
-    ``known``: the times a twin search met (step/known_times.py), reused for the same records; this call's added.
     ``ops``: the plan's op records where the caller built them already (``plan_ops``)."""
     acc = cluster.accelerator
-    ops = _ops(model, plan, stack) if ops is None else ops
-    if known is None:
-        return {k: [None if op.kind == "collective" else op_time(op, acc, plan.precision, eff) for op in v]
-                for k, v in ops.items()}
-    out: dict[str, list[Num | None]] = {}
-    for k, v in ops.items():
-        out[k] = []
-        for i, op in enumerate(v):
-            key = (k, i, plan.precision, id(acc), id(eff))
-            if op.kind == "collective":
-                out[k].append(None)
-            elif key in known and same_op(known[key][0], op):
-                out[k].append(known[key][1])
-            else:
-                known[key] = (op, op_time(op, acc, plan.precision, eff))
-                out[k].append(known[key][1])
-    return out
+    return {k: [None if op.kind == "collective" else op_time(op, acc, plan.precision, eff) for op in v]
+            for k, v in (_ops(model, plan, stack) if ops is None else ops).items()}
 
 
 def saved_bytes(ops: list[OpCost], recompute: str = "none", modules: tuple[str, ...] = ("core_attn",),
