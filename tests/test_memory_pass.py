@@ -1,6 +1,6 @@
-"""search/memory_pass.py: a schedule group's memory computed once, in chunks of the bound's order, read by the
-branch and bound's blocks in that order (the arrays themselves) or any other bit for bit; and reused by the
-expert-GEMM searches' twin jobs unless the per-expert path saves more (gpt-oss's clamped GLU)."""
+"""search/memory_pass.py: a schedule group's memory computed once, in chunks of the natural order, read by the
+branch and bound's blocks in the bound's order bit for bit; and reused by the expert-GEMM searches' twin jobs unless
+the per-expert path saves more (gpt-oss's clamped GLU)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def _spy(monkeypatch) -> list:
     calls = []
     real = evaluate_module.group_memory
 
-    def spy(model, space, pool, saved, chunk, order=None):
-        memory = real(model, space, pool, saved, 7, order)  # chunks of 7: the pass is the same in any chunks
+    def spy(model, space, pool, saved, chunk):
+        memory = real(model, space, pool, saved, 7)  # chunks of 7: the pass is the same in any chunks
         calls.append((model, space, pool, saved, memory))
         return memory
     monkeypatch.setattr(evaluate_module, "group_memory", spy)
@@ -72,22 +72,3 @@ def test_twin_searches_share_a_groups_memory_unless_the_saved_activations_differ
     assert len(calls) == passes * len(groups)
     for space, result in zip(spaces, twins, strict=True):
         _alike(result, search(model, cluster, space, top_k=3, workers=1))
-
-
-def test_a_pass_in_the_bounds_order_holds_what_the_natural_order_does_and_is_read_without_a_copy(monkeypatch):
-    # the search computes a group's pass in the order its bound reads the combinations (evaluate._memory); a block
-    # that is that whole order reads the pass's own arrays, any other block gathers, bit for bit either way
-    calls = _spy(monkeypatch)
-    model, cluster = load_model("qwen3-30b-a3b"), load_system("h100").cluster(32)
-    search(model, cluster, _space("grouped"), top_k=3, workers=1)
-    model, space, pool, saved, memory = max(calls, key=lambda c: len(c[2]))
-    assert not np.array_equal(memory.order, np.arange(len(pool)))  # the bound's order is not the pool's
-    natural = evaluate_module.group_memory(model, space, pool, saved, 7)  # the spy: no order given, the pool's
-    peak, host, refusals = memory.at(memory.order)
-    assert peak is memory.peak and host is memory.host  # read as they are
-    want_peak, want_host, want_refusals = natural.at(memory.order)
-    assert np.array_equal(peak, want_peak) and np.array_equal(host, want_host)  # bit for bit
-    assert [(r.name, h.tolist()) for r, h in refusals] == [(r.name, h.tolist()) for r, h in want_refusals]
-    for block in (memory.order[::3], memory.order[5:40]):  # gathered; a run of the pass's columns, copied
-        assert all(np.array_equal(x, y) for x, y in zip(memory.at(block)[:2], natural.at(block)[:2], strict=True))
-        assert memory.at(block)[0].flags.c_contiguous

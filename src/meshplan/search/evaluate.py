@@ -106,24 +106,21 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
                 result.tally.add(f"{name} needs m >= pp micro-batches", "any pp > 1 plan with fewer",
                                  int(sized.count[short].sum()) * space.grid_size)
     for group, schedule in _groups(pool, space):
-        bound_of = (free if schedule_of(schedule).family != "sync" else bound)[group]
-        order = np.argsort(bound_of, kind="stable")  # the order _score_group reads the group in
         for i, extra in enumerate(space.variants()):  # options beyond the grid (Space.variants): one by default
             batch, shapes = pool.select(group, schedule=schedule, **extra), units.shape_of[group]
-            _score_group(model, cluster, space, eff, batch, sized.select(group), (bound_of, order), shapes,
+            _score_group(model, cluster, space, eff, batch, sized.select(group),
+                         (free if schedule_of(schedule).family != "sync" else bound)[group], shapes,
                          keyed(str(extra.get("collectives", "nccl"))),
-                         _memory(model, space, batch, units, (shapes, order), start.memo, (schedule, i)), result)
+                         _memory(model, space, batch, units, shapes, start.memo, (schedule, i)), result)
     return result
 
 
-def _memory(model: ModelSpec, space: Space, batch: PlanBatch, units: KeyUnits, read: tuple[np.ndarray, np.ndarray],
+def _memory(model: ModelSpec, space: Space, batch: PlanBatch, units: KeyUnits, shapes: np.ndarray,
             memo: dict[tuple[str, int], GroupMemory], key: tuple[str, int]) -> GroupMemory:
-    """The memory pass of a schedule group (``batch``: its combinations; ``read``: their shapes and the order the
-    search reads them in), the twin search's where it holds (memory_pass.GroupMemory.reusable), else computed in
-    that order and kept in ``memo`` under ``key``."""
-    shapes, order = read
+    """The memory pass of a schedule group (``batch``: its combinations, ``shapes``: theirs), the twin search's
+    where it holds (memory_pass.GroupMemory.reusable), else computed and kept in ``memo`` under ``key``."""
     if key not in memo or not memo[key].reusable(space, units.saved(shapes)):
-        memo[key] = group_memory(model, space, batch, lambda rows: units.saved(shapes[rows]), SIZE_BLOCK, order)
+        memo[key] = group_memory(model, space, batch, lambda rows: units.saved(shapes[rows]), SIZE_BLOCK)
     return memo[key]
 
 
@@ -142,13 +139,12 @@ def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
-                 ranked: tuple[np.ndarray, np.ndarray], shapes: np.ndarray, units: KeyUnits, memory: GroupMemory,
-                 result: Part) -> None:
-    """Score the size combinations of one schedule group (``pool``: one row each, with its lower bound, shape
-    and ``memory``, computed once for all its placements; ``ranked``: the bounds and the combinations in the order
-    of them) in blocks, likely winners first so that the threshold tightens early: the block's feasibility is
-    counted (``_fit``), then the plans that can still reach the top k are built and timed (``_time_rows``)."""
-    bound, order = ranked
+                 bound: np.ndarray, shapes: np.ndarray, units: KeyUnits, memory: GroupMemory, result: Part) -> None:
+    """Score the size combinations of one schedule group (``pool``: one row each, with its lower ``bound``, shape
+    and ``memory``, computed once for all its placements) in blocks, likely winners first so that the threshold
+    tightens early: the block's feasibility is counted (``_fit``), then the plans that can still reach the top k are
+    built and timed (``_time_rows``)."""
+    order = np.argsort(bound, kind="stable")
     for block in _chunks(order, SIZE_BLOCK):
         fits, peak = _fit(model, cluster, space, pool.select(block), memory.at(block), sized.count[block], result)
         _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)

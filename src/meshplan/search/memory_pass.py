@@ -42,26 +42,13 @@ class GroupMemory:
     rules: tuple[Refusal, ...]
     saved: dict[str, Saved]
     space: Space
-    order: np.ndarray  # the combination each column holds (the order the search reads them in: group_memory's)
 
     def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[Refusal, np.ndarray]]]:
         """The peak, the host bytes and the refusals (each rule that refuses some plan there, with its plans: as
-        refused.grid_refusals gives them) of the combinations ``rows``: the arrays themselves when ``rows`` is the
-        order they hold (a group the search reads in one block), else gathered."""
-        if len(rows) == len(self.order) and np.array_equal(rows, self.order):
-            peak, host, code = self.peak, self.host, self.refused
-        else:
-            at = np.empty_like(self.order)
-            at[self.order] = np.arange(len(self.order))
-            cols = at[rows]
-            start = int(cols[0]) if len(cols) else 0
-            if np.array_equal(cols, np.arange(start, start + len(cols))):  # a run of columns: one copy each
-                peak, host, code = (np.ascontiguousarray(a[..., start:start + len(cols)])
-                                    for a in (self.peak, self.host, self.refused))
-            else:  # C-ordered (``a[..., rows]`` is not: reshapes would copy)
-                peak, host, code = (np.take(a, cols, axis=-1) for a in (self.peak, self.host, self.refused))
+        refused.grid_refusals gives them) of the combinations ``rows``."""
+        code = np.take(self.refused, rows, axis=-1)  # C-ordered (``a[..., rows]`` is not: reshapes would copy)
         hits = [(rule, hit) for i, rule in enumerate(self.rules) if (hit := code == i + 1).any()]
-        return peak, host, hits
+        return np.take(self.peak, rows, axis=-1), np.take(self.host, rows, axis=-1), hits
 
     def reusable(self, space: Space, saved: dict[str, Saved]) -> bool:
         """Whether the same group searched in ``space``, whose units save ``saved``, has this memory: the space is
@@ -74,23 +61,21 @@ class GroupMemory:
 
 
 def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callable[[np.ndarray], dict[str, Saved]],
-                 chunk: int, order: np.ndarray | None = None) -> GroupMemory:
+                 chunk: int) -> GroupMemory:
     """The memory pass of the size combinations ``pool`` (one plan each), in chunks of ``chunk`` combinations
-    (bounded temporaries), its columns in ``order`` (the order the search reads them in; default: the pool's);
-    ``saved(rows)``: the saved activations of those rows."""
-    order = np.arange(len(pool)) if order is None else order
+    (bounded temporaries); ``saved(rows)``: the saved activations of those rows."""
     shape = (*(len(g) for g in space.grid), len(pool))
     peak, host = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
     refused = np.zeros(shape, dtype=np.uint8)
     rules = tuple(REFUSALS[name] for name in space.stack.supports.refuses)
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
     for rows in _chunks(len(pool), chunk):
-        index = order[rows]
+        index = np.arange(rows.start, rows.stop)
         sized = pool.select(index)
         peak[..., rows], host[..., rows] = grid_memory(model, sized, saved(index), space)
         for rule, hit in grid_refusals(model, sized, space):
             refused[..., rows][hit] = code[rule.name]
-    return GroupMemory(peak, host, refused, rules, saved(np.arange(len(pool))), space, order)
+    return GroupMemory(peak, host, refused, rules, saved(np.arange(len(pool))), space)
 
 
 def _chunks(n: int, size: int) -> Iterator[slice]:
