@@ -24,7 +24,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import ZERO, PassTimes
-from meshplan.step.units import Saved, Units, compute_times, kernel_parts, timed_parts, units_for_recomputes
+from meshplan.step.units import Saved, Units, compute_times, kernel_parts, plan_ops, timed_parts, units_for_recomputes
 from meshplan.xp import Num, where
 
 
@@ -152,9 +152,11 @@ class KeyUnits:
         self.works = works  # the grid's kinds of per-micro-batch wrapper work (cost/wrapper_work.py): a twin each
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
         shaped = _key_batch(pool, shape_first)
-        self.compute, self.n_shapes = compute_times(model, cluster, shaped, stack, eff), len(shape_first)
+        ops = plan_ops(model, shaped, stack)
+        self.compute = compute_times(model, cluster, shaped, stack, eff, ops)
+        self.n_shapes = len(shape_first)
         # kernel times and saved bytes only: without the twins, the collectives nor a choice of SUMMA panels
-        parts = kernel_parts(model, cluster, shaped, stack, _rows_of(self.compute, slice(None), self.n_shapes))
+        parts = kernel_parts(model, cluster, shaped, stack, _rows_of(self.compute, slice(None), self.n_shapes), ops)
         self.shapes = {rc: _lean(u) for rc, u in units_for_recomputes(model, shaped, stack, parts, recomputes,
                                                                        eff).items()}
         self._panel_radix = model.hidden_size + 1  # panels: at most the hidden size (SUMMA's divide it; 1D's = tp)

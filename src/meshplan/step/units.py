@@ -116,21 +116,29 @@ def _timed(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Ef
                  {w: {k: time_ops(v, cluster, plan, eff) for k, v in groups.items()} for w, groups in extra.items()})
 
 
-def kernel_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, compute: dict[str, list[Num | None]]
-                 ) -> Parts:
+def kernel_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, compute: dict[str, list[Num | None]],
+                 ops: dict[str, list[OpCost]] | None = None) -> Parts:
     """``timed_parts`` without the collectives' prices (0 s each) nor any wrapper work: what the forward and backward
     kernel times and the saved bytes of the units read (``pass_times`` sums the kernels apart from the collectives),
-    for the search's units of one key per op shape (search/keyed.py), whose collectives are priced per key later."""
-    ops = _ops(model, plan, stack)
+    for the search's units of one key per op shape (search/keyed.py), whose collectives are priced per key later.
+    ``ops``: the plan's op records where the caller built them already (``plan_ops``)."""
+    ops = _ops(model, plan, stack) if ops is None else ops
     return Parts(ops, {k: [0.0 if t is None else t for t in compute[k]] for k in ops}, cluster.python_host)
 
 
-def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT
-                  ) -> dict[str, list[Num | None]]:
-    """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only."""
+def plan_ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
+    """The op records of each group of ``plan`` (a plan or a batch of them): what ``compute_times`` and
+    ``kernel_parts`` read, built once for both."""
+    return _ops(model, plan, stack)
+
+
+def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT,
+                  ops: dict[str, list[OpCost]] | None = None) -> dict[str, list[Num | None]]:
+    """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only.
+    ``ops``: the plan's op records where the caller built them already (``plan_ops``)."""
     acc = cluster.accelerator
     return {k: [None if op.kind == "collective" else op_time(op, acc, plan.precision, eff) for op in v]
-            for k, v in _ops(model, plan, stack).items()}
+            for k, v in (_ops(model, plan, stack) if ops is None else ops).items()}
 
 
 def saved_bytes(ops: list[OpCost], recompute: str = "none", modules: tuple[str, ...] = ("core_attn",),
@@ -249,10 +257,11 @@ def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompu
     p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, stack, "none", eff)
     embed_saved = saved_bytes(parts.ops["embed"])
     fractions = kind_fractions(model)
+    ends: dict[str | bool, tuple[PassTimes, Num]] = {}  # the head, an MTP depth's own ops (full recompute or not)
     units = {}
     for recompute in recomputes:
         redo = plain if recompute == "none" else _layer(model, plan, stack, parts, recompute, eff)
-        head, head_saved = _head_and_mtp(model, plan, stack, parts, recompute, eff)
+        head, head_saved = _head_and_mtp(model, plan, stack, parts, recompute, eff, ends)
         saved = sum(saved_bytes(parts.ops[kind], recompute, plan.recompute_modules, layer_input_bytes(model, plan)) * f
                     for kind, f in fractions.items())
         whole = recompute == "selective" and per_op(plan.recompute_modules)
@@ -263,20 +272,26 @@ def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompu
     return units
 
 
-def _head_and_mtp(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: str, eff: Efficiency
-                  ) -> tuple[PassTimes, Num]:
+def _head_and_mtp(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: str, eff: Efficiency,
+                  ends: dict[str | bool, tuple[PassTimes, Num]] | None = None) -> tuple[PassTimes, Num]:
     """The last stage's head per micro-batch, and what it saves: the final norm, LM head and loss, and per
     multi-token-prediction depth its own ops (``embed_head.mtp_ops``), one layer of each of ``mtp_kinds`` and the head
     again (Megatron-Core's MTP layers share the output layer). Recompute as Megatron-Core's
     MultiTokenPredictionLayer: under full recompute it checkpoints the projection and its layer
     (``_checkpointed_forward(self._proj_and_transformer_layer, …)``), which then keep only their two inputs, the
     previous hidden state and the next tokens' embedding; its layer applies the selective modules as the others."""
-    head = pass_times(parts.ops["head"], parts.times["head"], plan, stack, "none", eff)
-    saved = saved_bytes(parts.ops["head"])
+    ends = {} if ends is None else ends  # what the recompute modes share: the head, a depth's own ops
+    if "head" not in ends:
+        ends["head"] = (pass_times(parts.ops["head"], parts.times["head"], plan, stack, "none", eff),
+                        saved_bytes(parts.ops["head"]))
+    head, saved = ends["head"]
     if not model.mtp_layers:
         return head, saved
     full = recompute == "full"
-    depth = pass_times(parts.ops["mtp"], parts.times["mtp"], plan, stack, "full" if full else "none", eff).plus(head)
+    if full not in ends:
+        ends[full] = (pass_times(parts.ops["mtp"], parts.times["mtp"], plan, stack, "full" if full else "none",
+                                 eff).plus(head), 0.0)
+    depth = ends[full][0]
     depth_saved = saved + (2 * layer_input_bytes(model, plan) if full else saved_bytes(parts.ops["mtp"]))
     for kind in model.mtp_kinds:
         depth = depth.plus(pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff))
