@@ -26,7 +26,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.step.ranks import RankCost, RankShared, price_rank, rank_shared
+from meshplan.step.ranks import RankCost, RankShared, price_rank, shared_rank
 from meshplan.step.units import Units, timed_parts, units_for_recomputes
 
 # the settings whose lines are priced: (stage_recompute entry, offload every layer); "full" beside "none" gives the
@@ -87,18 +87,12 @@ def _trial(plan: Plan, layers: int, setting: tuple[str, bool]) -> Plan:
 
 def _priced(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: dict[str, Units], eff: Efficiency,
             rank: int, layers: int, settings: Sequence[tuple[str, bool]],
-            middle: dict[tuple[int, int], RankShared] | None = None) -> list[RankCost]:
+            middle: dict[tuple[int, float], RankShared] | None = None) -> list[RankCost]:
     """Rank ``rank`` holding ``layers`` layers under each of ``settings``: its parameters' share (its traffic, its
     optimizer step, its buffers: ``step.ranks.rank_shared``) priced once for them all, since no setting moves it,
-    and once for the middle ranks of one cluster (``middle``, by cluster and count: a middle rank's reads its rank
-    only through the layers it holds, step/ranks.assemble_ranks)."""
-    trial = _trial(plan, layers, settings[0])
-    if rank in (0, plan.pp - 1):
-        shared = rank_shared(model, cluster, trial, stack, eff, rank)
-    else:
-        middle = {} if middle is None else middle
-        shared = middle.get((id(cluster), layers)) or rank_shared(model, cluster, trial, stack, eff, rank)
-        middle[(id(cluster), layers)] = shared
+    and once for the middle ranks of one cluster (``middle``, by cluster and count: step/ranks.shared_rank)."""
+    shared = shared_rank(model, cluster, _trial(plan, layers, settings[0]), stack, eff, rank,
+                         {} if middle is None else middle)
     return [price_rank(model, cluster, _trial(plan, layers, s), stack, units, eff, rank, shared) for s in settings]
 
 
@@ -129,7 +123,7 @@ def rank_lines(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack:
     base = plan.with_(recompute_layers=0, offload_activations=False, offload_layers=0)
     units: dict[int, dict[str, Units]] = {}
     known: dict[int, dict[tuple[str, bool], RankLines]] = {}
-    middle: dict[tuple[int, int], RankShared] = {}
+    middle: dict[tuple[int, float], RankShared] = {}
     for r in priced_ranks(clusters):
         cluster = clusters[r]
         if id(cluster) not in units:

@@ -190,22 +190,17 @@ def rank_bubble(plan: Plan, times: list[PassTimes]) -> float:
     return float(schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum))
 
 
-def _shared_by_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency
-                    ) -> list[RankShared]:
-    """``rank_shared`` of every rank of ``plan``, priced once per end rank and once per layer count of the middle
-    ranks: a middle rank's reads its rank only through the layers it holds (its parameters, its tensors; no end's
-    embedding or head), so middle ranks of equal counts share it."""
-    middle: dict[Any, RankShared] = {}
-    out = []
-    for r in range(plan.pp):
-        if r in (0, plan.pp - 1):
-            out.append(rank_shared(model, cluster, plan, stack, eff, r))
-            continue
-        n = layers_on_rank(model, plan, r)
-        if n not in middle:
-            middle[n] = rank_shared(model, cluster, plan, stack, eff, r)
-        out.append(middle[n])
-    return out
+def shared_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int,
+                memo: dict[tuple[int, float], RankShared]) -> RankShared:
+    """``rank_shared`` of ``rank``, a middle rank's kept in ``memo`` by its cluster and layer count: a middle rank
+    reads its rank only through the layers it holds (its parameters, its tensors; no end's embedding or head), so
+    middle ranks of equal counts on one cluster share it (``assemble_ranks``, search/stage_lines.py)."""
+    if rank in (0, plan.pp - 1):
+        return rank_shared(model, cluster, plan, stack, eff, rank)
+    key = (id(cluster), float(layers_on_rank(model, plan, rank)))
+    if key not in memo:
+        memo[key] = rank_shared(model, cluster, plan, stack, eff, rank)
+    return memo[key]
 
 
 def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: Mapping[str, Units],
@@ -213,8 +208,9 @@ def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack,
     """The step of one plan priced rank by rank (module docstring), as ``assemble.assemble`` reports it: the
     busiest rank's breakdown, the heaviest rank's memory, every rank's step and memory (``stage_steps``,
     ``stage_memory``)."""
-    ranks = [price_rank(model, cluster, plan, stack, units, eff, r, fixed)
-             for r, fixed in enumerate(_shared_by_rank(model, cluster, plan, stack, eff))]
+    memo: dict[tuple[int, float], RankShared] = {}
+    ranks = [price_rank(model, cluster, plan, stack, units, eff, r, shared_rank(model, cluster, plan, stack, eff, r,
+                                                                                memo)) for r in range(plan.pp)]
     bubble = rank_bubble(plan, [c.times for c in ranks])
     busiest = max(range(plan.pp), key=lambda r: ranks[r].step)
     heaviest = max(range(plan.pp), key=lambda r: ranks[r].memory.total)
