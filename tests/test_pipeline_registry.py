@@ -1,8 +1,15 @@
-"""The pipeline schedules' registry (meshplan.pipeline.registry, issue 82): one record per schedule, and no module of
+"""The registries of variants (DESIGN.md: never compare a variant's name outside its registry).
+
+The pipeline schedules' registry (meshplan.pipeline.registry, issue 82): one record per schedule, and no module of
 the core outside ``meshplan.pipeline`` writes a schedule's name (a string constant equal to one: compared, keyed,
 listed or passed); each caller asks the registry. Attribute names that happen to equal a schedule's (the search
 space's ``gpipe`` switch, set in its ``__post_init__``) are not schedule names. The per-rank path prices a plan as
-the end ranks' path does: the same plan with its default per-rank settings written out prices the same."""
+the end ranks' path does: the same plan with its default per-rank settings written out prices the same.
+
+The other families, whose names are common words ("fused", "eager"), are checked by comparison instead: no module
+of the core outside a family's registry compares the field that names the variant (``stack.fusion``: specs/fusion.py)
+or a stack's or an engine's preset name with a string (``==``, ``!=``, ``in`` a literal tuple); it reads the record
+or looks the name up in a keyed table."""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import pytest
 from meshplan.estimate import estimate
 from meshplan.pipeline.names import ALL, ASYNC, SPLIT, SYNC
 from meshplan.pipeline.registry import REGISTRY, SEARCH_ORDER, schedule_of
+from meshplan.specs import fusion
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
@@ -51,6 +59,74 @@ def test_the_check_sees_a_written_name(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text('def f(plan):\n    object.__setattr__(plan, "gpipe", True)\n    return plan.schedule == "zb-v"\n')
     assert [h.split(" ")[1] for h in _names_written(probe)] == ["'zb-v'"]
+
+
+# a variant's field -> the registry module allowed to compare it; a preset's name, by the object that holds it
+COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py"}
+NAMED_PRESETS = ("stack", "engine")
+
+
+def _is_text(node: ast.expr) -> bool:
+    """A string constant, or a literal tuple / list / set of them."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return bool(node.elts) and all(_is_text(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _variant_compared(node: ast.expr, path: Path) -> str | None:
+    """The variant a side of a comparison names (``x.fusion``, ``stack.name``, ``e.engine.name``), unless ``path``
+    is its registry."""
+    if not isinstance(node, ast.Attribute):
+        return None
+    if COMPARED_FIELDS.get(node.attr, path) != path:
+        return node.attr
+    holder = node.value.attr if isinstance(node.value, ast.Attribute) else getattr(node.value, "id", "")
+    return f"{holder}.name" if node.attr == "name" and holder in NAMED_PRESETS else None
+
+
+def _names_compared(path: Path) -> list[str]:
+    """``file:line code`` of each comparison in ``path`` of a variant's field or preset name with a string."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_is_text(s) for s in sides) and any(_variant_compared(s, path) for s in sides):
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_no_variant_name_is_compared_outside_its_registry():
+    found = [hit for p in sorted(CORE.rglob("*.py")) for hit in _names_compared(p)]
+    assert not found, "a variant's name compared outside its registry (read its record):\n" + "\n".join(found)
+
+
+def test_the_comparison_check_sees_a_comparison(tmp_path):
+    # not vacuous: each form is seen in a module, and the registry's own file may compare its names
+    probe = tmp_path / "probe.py"
+    probe.write_text('def f(stack, e):\n    a = stack.fusion == "fused"\n    b = e.engine.name in ("vllm", "sglang")\n'
+                     '    c = "megatron" != stack.name\n    d = stack.fusion_mode.fused and stack.fusion in NAMES\n'
+                     '    return a, b, c, d, e.engine.name == other\n')
+    assert [h.split(" ")[0] for h in _names_compared(probe)] == ["probe.py:2", "probe.py:3", "probe.py:4"]
+    registry = CORE / "specs" / "fusion.py"
+    registry_probe = tmp_path / "fusion.py"
+    registry_probe.write_text('def f(stack):\n    return stack.fusion == "fused"\n')
+    assert _names_compared(registry_probe) and not _names_compared(registry)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(COMPARED_FIELDS, "fusion", registry_probe)
+        assert _names_compared(registry_probe) == []
+
+
+def test_one_record_per_fusion_says_what_differs():
+    assert fusion.FUSION_NAMES == ("fused", "eager", "jit")  # Stack.fusion's choices
+    assert [f.name for f in fusion.FUSIONS.values() if f.fused] == ["fused"]
+    assert [f.name for f in fusion.FUSIONS.values() if f.counted] == ["eager", "jit"]  # not fused: eager rows
+    assert all(f.counted != f.fused for f in fusion.FUSIONS.values())
+    assert [f.name for f in fusion.FUSIONS.values() if f.per_op] == ["eager"]
+    assert [f.name for f in fusion.FUSIONS.values() if f.jit] == ["jit"]
+    assert fusion.hybrid_names() == ("fused",)
+    assert load_stack("megatron-deepspeed").fusion_mode is fusion.fusion_of("jit")
+    with pytest.raises(KeyError, match="is none of fused, eager, jit"):
+        fusion.fusion_of("compiled")
 
 
 def test_one_record_per_schedule_in_its_family():

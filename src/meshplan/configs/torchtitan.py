@@ -130,7 +130,7 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     expressed = ("overlap_tp", "cp_comm") + (("fp8_scaling",) if fp8 else ())
     # [compile] enable: torch.compile's regions (a compiled stack) or its fused element-wise kernels (a fused one),
     # torchtitan's one way to either; what reading it implies of the other fields, the comment says otherwise
-    enable = stack.compiled or stack.fusion == "fused"
+    enable = stack.compiled or stack.fusion_mode.fused
     implied = {"fusion": "fused" if enable else "eager", "compiled": enable,
                "region_host": TORCH_COMPILE_REGION_HOST if enable else 0.0}
     carried = carried_stack_fields(stack, _PRESET, expressed + tuple(implied))

@@ -102,7 +102,7 @@ def unfused_rope(model: ModelSpec, d: Dims) -> list[OpCost]:
     src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility @ 07eea52; its GPT-OSS bridge sets
     position_embedding_type "yarn", gpt_oss_bridge.py). TE's fused kernel (read q and k, write them, each way) is
     not priced where RoPE fuses; an eager stack's own RoPE is eager_layer's."""
-    if not model.yarn_rope or d.eager or d.stack.fusion != "fused" or model.is_mla:
+    if not model.yarn_rope or d.eager or not d.stack.fusion_mode.fused or model.is_mla:
         return []
     q, k = model.num_heads / d.tp * model.head_dim, model.num_kv_heads / d.tp * model.head_dim
     return eager_op("attn/rope", "rope_megatron", d.tokens * (q + k), tensors=2)
@@ -233,7 +233,7 @@ def softmax_unfused(model: ModelSpec, stack: Stack, micro_batch: Num, tp: Num) -
     where its kernel does not take the micro-batch: ``fused_softmax_runs``), else 0."""
     if torch_softmax(model, stack):
         return 1
-    if stack.fusion != "jit" or stack.flash_attention or stack.compiled or model.norm != "layernorm":
+    if not stack.fusion_mode.jit or stack.flash_attention or stack.compiled or model.norm != "layernorm":
         return 0
     return 1 - fused_softmax_runs(model, micro_batch, tp)
 
@@ -246,7 +246,7 @@ def torch_softmax(model: ModelSpec, stack: Stack) -> bool:
     kernels (cost/attention.unfused_score_traffic prices its bytes)."""
     if stack.flash_attention or stack.compiled or model.norm != "layernorm":
         return False
-    return stack.fusion == "eager" or (stack.fusion == "jit" and model.seq_length > JIT_SOFTMAX_MAX_SEQ)
+    return stack.fusion_mode.per_op or (stack.fusion_mode.jit and model.seq_length > JIT_SOFTMAX_MAX_SEQ)
 
 
 def jit_rows(model: ModelSpec, fused: bool = True) -> dict[str, tuple[int, int, int, int]]:
@@ -288,9 +288,9 @@ def eager_rows(model: ModelSpec, stack: Stack, fused: bool = True) -> dict[str, 
     input-gradient, weight-gradient kernels), the accumulation counted with the weight gradient unless FSDP
     accumulates the shards (``stack.fsdp``). Under Megatron-LM's fused module code (``stack.fusion = "jit"``) the
     "gpt" rows as its fusions launch them (``jit_rows``); a jit stack has no RMSNorm layer (cost/'s counts stand)."""
-    counted = stack.fusion in ("eager", "jit") or stack.compiled  # torch.compile: eager's count, measured
+    counted = stack.fusion_mode.counted or stack.compiled  # torch.compile: eager's count, measured
     style = {"layernorm": "gpt", "rmsnorm": "llama"}.get(model.norm) if counted else None
-    jit = stack.fusion == "jit" and not stack.compiled
+    jit = stack.fusion_mode.jit and not stack.compiled
     if style is None or (jit and style == "llama"):  # Megatron-LM 2020-22 has no RMSNorm layer: cost/'s own counts
         return {}
     llama = style == "llama"

@@ -140,7 +140,7 @@ def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local
     in its epilogues) runs none of these, nor does a stack of eager PyTorch (``stack.fusion = "eager"``), whose
     experts are not Megatron-Core's (``eager_layer``), nor Megatron-LM's module code of 2020-22 (``"jit"``), which
     has no MoE layer of this kind. The clamps run once for all experts; the biases' loop per expert (above)."""
-    if stack.expert_gemm != "per_expert" or stack.fusion != "fused":
+    if stack.expert_gemm != "per_expert" or not stack.fusion_mode.fused:
         return []
     a, h = ACT_BYTES, model.moe_width
     ops = []
@@ -220,6 +220,6 @@ def host_launched(ops: list[OpCost], stack: Stack, groups: Num) -> list[OpCost]:
     out = []
     for op in ops:
         count = EXPERT_KERNELS.get((op.name.rsplit("/", 1)[-1], op.phase), 0.0)
-        module = TE_LINEAR if op.kind == "gemm" and stack.fusion == "fused" else 1.0
+        module = TE_LINEAR if op.kind == "gemm" and stack.fusion_mode.fused else 1.0
         out.append(replace(op, launches=groups * count, launch_host=per_kernel * module) if count else op)
     return out

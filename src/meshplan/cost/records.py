@@ -102,7 +102,7 @@ class Dims:
     grad_bytes: int
     dropout: bool
     stack: Stack  # how the software stack runs the ops (stack.py)
-    eager: bool = False  # stack.fusion == "eager"
+    eager: bool = False  # stack.fusion_mode.per_op: one kernel per aten op
 
 
 def token_rows(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
@@ -120,7 +120,7 @@ def dims(model: ModelSpec, plan: Plan, stack: Stack) -> Dims:
     tokens, tokens_sp = token_rows(model, plan)
     return Dims(tokens=tokens, tokens_sp=tokens_sp, tp=plan.tp, seq=model.seq_length,
                 micro_batch=plan.micro_batch, grad_bytes=plan.grad_bytes, dropout=model.dropout, stack=stack,
-                eager=stack.fusion == "eager")
+                eager=stack.fusion_mode.per_op)
 
 
 ALIGN_MAX = 32.0  # elements: 16 bytes of the narrowest GEMM operand meshplan prices (NVFP4, half a byte)

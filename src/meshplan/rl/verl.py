@@ -30,6 +30,9 @@ ENTRY = {"colocated": ("verl.trainer.main_ppo", "ppo_megatron_trainer", "ppo_tra
                    "one_step_off_ppo_trainer"),
          "async": ("verl.experimental.fully_async_policy.fully_async_main", "fully_async_ppo_megatron_trainer",
                    "fully_async_ppo_trainer")}
+# verl's rollout.name for the engine preset that priced the rollout: SGLang's own; every other engine (vLLM's
+# versions, TensorRT-LLM, LMDeploy, generic) as vLLM, verl's default rollout
+_ROLLOUT = {"sglang": "sglang"}
 _ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo", "rloo": "rloo", "reinforce++": "reinforce_plus_plus"}
 
 
@@ -84,7 +87,7 @@ def _rollout(e: RLEstimate) -> list[str]:
     g, job = e.plan.engine, e.job
     micro = e.plan.forward_micro_batch or e.update.plan.micro_batch
     r = "actor_rollout_ref.rollout"
-    out = [f"{r}.name={e.engine.name if e.engine.name in ('vllm', 'sglang') else 'vllm'}",
+    out = [f"{r}.name={_ROLLOUT.get(e.engine.name, 'vllm')}",
            f"{r}.n={job.samples_per_prompt}", f"{r}.tensor_model_parallel_size={g.tp}",
            f"{r}.pipeline_model_parallel_size={g.pp}", f"{r}.data_parallel_size={g.dpa}",
            f"{r}.expert_parallel_size={g.ep}", f"{r}.max_num_seqs={g.batch}",

@@ -42,7 +42,9 @@ from meshplan.errors import SpecError
 from meshplan.serve.estimate import ServeEstimate
 from meshplan.serve.launch_script import PER_NODE, command_lines, node_count, place_instances, router_lines
 
-LAUNCH_FORMATS = {"vllm": ("vllm",), "sglang": ("sglang",), "trtllm": ("trtllm", "trtllm-pytorch")}
+# trtllm-serve's --backend for each engine preset that prices a TensorRT-LLM launch
+_TRT_BACKENDS = {"trtllm": "tensorrt", "trtllm-pytorch": "pytorch"}
+LAUNCH_FORMATS = {"vllm": ("vllm",), "sglang": ("sglang",), "trtllm": tuple(_TRT_BACKENDS)}
 VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM trtllm-serve (commit 00209af1)"}
 _VLLM_KV = {"bf16": "auto", "fp16": "auto", "fp8": "fp8"}
 _SGLANG_KV = {"bf16": "auto", "fp16": "auto", "fp8": "fp8_e4m3", "fp4": "nvfp4"}
@@ -140,7 +142,7 @@ def _sglang(est: ServeEstimate, context: int, role: str, count: int) -> Pool:
 def _trtllm(est: ServeEstimate, context: int, role: str, count: int) -> Pool:
     plan, engine = est.plan, est.engine
     kv = _kv(_TRT_KV, "trtllm", plan.quant.kv_cache)
-    backend = "tensorrt" if engine.name == "trtllm" else "pytorch"
+    backend = _TRT_BACKENDS[engine.name]  # launch_pools: one of them
     argv = ["trtllm-serve", "$MODEL", "--backend", backend, "--tp_size", str(plan.tp * plan.dpa),
             "--pp_size", str(plan.pp)]
     argv += ["--ep_size", str(plan.ep)] if plan.ep > 1 else []

@@ -13,6 +13,7 @@ from meshplan import ranges
 from meshplan.errors import PlanError
 from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.check_pipeline import check_first_stage, check_stage_layers, check_stage_settings
+from meshplan.specs.fusion import hybrid_names
 from meshplan.specs.plan import (
     DENSE_AXES,
     FP8_ATTENTION_PRECISIONS,
@@ -125,8 +126,10 @@ def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
         if plan.cp > 1:
             reasons.append(f"cp={plan.cp}: context parallelism of Gated DeltaNet (and KDA) layers is not modelled "
                            f"({model.name})")
-    for name, value, plain in (("fusion", stack.fusion, "fused"), ("tensor_layout", plan.tensor_layout, "1d"),
-                               ("finetune", plan.finetune, "full")):
+    if not stack.fusion_mode.hybrid:  # the eager kernel counts have no rows of these layers (specs/fusion.py)
+        plain = " or ".join(repr(n) for n in hybrid_names())
+        reasons.append(f"fusion={stack.fusion!r}: hybrid models (layer_pattern) are costed with fusion={plain} only")
+    for name, value, plain in (("tensor_layout", plan.tensor_layout, "1d"), ("finetune", plan.finetune, "full")):
         if value != plain:
             reasons.append(f"{name}={value!r}: hybrid models (layer_pattern) are costed with {name}={plain!r} only")
     return reasons

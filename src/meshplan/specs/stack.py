@@ -24,12 +24,13 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import PRESETS, read_toml
+from meshplan.specs.fusion import FUSION_NAMES as FUSION
+from meshplan.specs.fusion import Fusion, fusion_of
 from meshplan.specs.host_cost import HostCost
 from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
 CROSS_ENTROPY = ("fused", "pytorch", "flash", "fused_grad", "vocab_parallel_eager")
-FUSION = ("fused", "eager", "jit")
 FP8_SCALING = ("delayed", "current")
 FSDP = ("none", "fsdp1", "fsdp2")
 PIPELINE_RUNTIMES = ("megatron", "torch")
@@ -200,6 +201,11 @@ class Stack:
             raise SpecError(f"{where}tensor_host={self.tensor_host} s / tensor_sharded={self.tensor_sharded} state the "
                             f"optimizer wrapper's loops, which optimizer_wrapper={self.optimizer_wrapper} picks per "
                             "plan (cost/wrappers.py): give optimizer_wrapper = stated with them, or leave them out")
+
+    @property
+    def fusion_mode(self) -> Fusion:
+        """The record of the stack's fusion (specs/fusion.py): what the cost model does under it."""
+        return fusion_of(self.fusion)
 
     @property
     def host(self) -> HostCost:

@@ -1,0 +1,53 @@
+"""The element-wise kernels' fusion (``Stack.fusion``): one record per way a stack launches what is not a GEMM, each
+holding everything the cost model does differently under it; callers read the record (``stack.fusion_mode``) and
+never compare the fusion's name (tests/test_pipeline_registry.py checks the core for such comparisons).
+
+- ``fused``: Megatron-Core's and Transformer Engine's fused modules (megatron/core/fusions/, TE's LayerNormLinear),
+  or torch.compile: cost/'s own counts, one kernel per record.
+- ``eager``: eager PyTorch, one kernel per aten op (cost/eager.py's EAGER_KERNELS rows).
+- ``jit``: Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed runs: eager PyTorch with its own fused
+  softmax and LayerNorm kernels and TorchScript-fused bias-GeLU and bias-dropout-add (cost/eager.py jit_rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fusion:
+    """How a stack launches its element-wise work (module docstring)."""
+
+    name: str
+    # Megatron-Core's / Transformer Engine's fused modules (or torch.compile's fusion): cost/'s own counts, TE's
+    # module cost per linear launch (cost/mlp_moe.py), Megatron-Core's unfused YaRN RoPE and its per-expert MoE
+    # activation pieces, torchtitan's [compile] enable (configs/torchtitan.py)
+    fused: bool
+    # cost/eager.py's EAGER_KERNELS rows count its kernels (eager_rows)
+    counted: bool
+    # one kernel per aten op: the records' eager extras (Dims.eager) and the unfused attention's softmax as torch ops
+    per_op: bool
+    # Megatron-LM's 2020-22 module code: its fusions' rows (jit_rows), its softmax kernel within JIT_SOFTMAX_MAX_SEQ
+    jit: bool
+    # the hybrid models' layers (Mamba, Gated DeltaNet: layer_pattern) are costed under it (no eager rows of theirs)
+    hybrid: bool
+
+
+FUSIONS: dict[str, Fusion] = {f.name: f for f in (
+    Fusion(name="fused", fused=True, counted=False, per_op=False, jit=False, hybrid=True),
+    Fusion(name="eager", fused=False, counted=True, per_op=True, jit=False, hybrid=False),
+    Fusion(name="jit", fused=False, counted=True, per_op=False, jit=True, hybrid=False),
+)}
+FUSION_NAMES = tuple(FUSIONS)
+
+
+def fusion_of(name: str) -> Fusion:
+    """The record of fusion ``name``; a KeyError naming the known ones otherwise."""
+    if name not in FUSIONS:
+        raise KeyError(f"fusion {name!r} is none of {', '.join(FUSION_NAMES)}")
+    return FUSIONS[name]
+
+
+def hybrid_names() -> tuple[str, ...]:
+    """The fusions under which hybrid models are costed (specs/check.py's refusal names them)."""
+    return tuple(f.name for f in FUSIONS.values() if f.hybrid)
