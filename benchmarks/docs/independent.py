@@ -25,25 +25,14 @@ from meshplan_validation.result import RunResult
 from meshplan_validation.summary import summaries
 from meshplan_validation.validate import run_validation
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "measure"))  # launch_blocking.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "measure"))  # launch_blocking.py, accuracy_analysis.py
+from accuracy_analysis import num, pct  # noqa: E402  (docs/ACCURACY.md's figures, written alike)
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "benchmarks" / "data" / "independent_runs.jsonl"
 DOCS = ROOT / "docs"
 UNITS = {"iteration_time_s": "step time", "tokens_per_s_per_gpu": "tok/s/GPU", "tokens_per_s_total": "tok/s",
          "model_tflops_per_gpu": "TFLOP/s/GPU", "tflops_per_gpu": "TFLOP/s/GPU", "mfu_pct": "MFU %"}
-
-
-def pct(x: float | None, signed: bool = False) -> str:
-    if x is None or x != x:
-        return "-"
-    return f"{100 * x:+.1f}%" if signed else f"{100 * x:.1f}%"
-
-
-def num(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def source_of(run_id: str, records: dict[str, dict]) -> str:

@@ -19,16 +19,13 @@ to the next and receives from the previous one (batch_isend_irecv, so NCCL canno
 
 from __future__ import annotations
 
-import os
-import pickle
-import tempfile
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from meshplan.calibrate.bench import require_torch, synchronizer, time_call
 from meshplan.calibrate.discover import discover_mesh, pair_matrices
-from meshplan.calibrate.ranks import start_ranks
+from meshplan.calibrate.ranks import hand_back, run_ranks
 from meshplan.calibrate.records import CollectiveSample, PairSample
 from meshplan.calibrate.settings import Settings
 from meshplan.errors import SpecError
@@ -55,12 +52,7 @@ def measure_distributed(*, world_size: int, settings: Settings, device: str = "c
     torch = require_torch()
     if device == "cuda" and world_size > torch.cuda.device_count():
         raise SpecError(f"world-size={world_size} exceeds the {torch.cuda.device_count()} GPUs on this host")
-    with tempfile.TemporaryDirectory(prefix="meshplan-calibrate-") as tmp:
-        out = os.path.join(tmp, "result.pkl")
-        start_ranks(_rank_main, (world_size, os.path.join(tmp, "rendezvous"), out, device, settings, mesh, gap),
-                    world_size, device)
-        with open(out, "rb") as f:
-            return pickle.load(f)
+    return run_ranks(_rank_main, (device, settings, mesh, gap), world_size, device, "meshplan-calibrate-")
 
 
 def round_robin(world: int) -> list[dict[int, int]]:
@@ -114,11 +106,8 @@ def _rank_main(rank: int, world: int, rendezvous: str, out: str, device: str, se
             mesh, order = guess.shape, guess.order
         collectives = _collectives(torch, rank, mesh, order, settings, dev, sync)
         if rank == 0:
-            result = DistMeasurement(backend=backend, mesh=mesh, order=order, pairs=pairs,
-                                     collectives=tuple(collectives))
-            with open(out + ".tmp", "wb") as f:
-                pickle.dump(result, f)
-            os.replace(out + ".tmp", out)
+            hand_back(out, DistMeasurement(backend=backend, mesh=mesh, order=order, pairs=pairs,
+                                           collectives=tuple(collectives)))
         dist.barrier()
     finally:
         dist.destroy_process_group()

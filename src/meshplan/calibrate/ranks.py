@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
+import tempfile
 import threading
 from typing import Any
 
@@ -57,3 +59,21 @@ def start_ranks(fn: Any, args: tuple, world: int, device: str) -> None:
     if method == "forkserver":
         multiprocessing.set_forkserver_preload([*PRELOAD, fn.__module__])
     mp.start_processes(fn, args=args, nprocs=world, join=True, start_method=method)
+
+
+def run_ranks(fn: Any, args: tuple, world: int, device: str, prefix: str) -> Any:
+    """Run ``fn(rank, world, rendezvous, out, *args)`` in ``world`` local processes (``start_ranks``), with a
+    rendezvous file and a result file ``out`` in a temporary directory named from ``prefix``, and return what rank 0
+    handed back there (``hand_back``)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        out = os.path.join(tmp, "result.pkl")
+        start_ranks(fn, (world, os.path.join(tmp, "rendezvous"), out, *args), world, device)
+        with open(out, "rb") as f:
+            return pickle.load(f)
+
+
+def hand_back(out: str, result: Any) -> None:
+    """Rank 0's ``result`` for its parent (``run_ranks``), written to ``out`` whole or not at all."""
+    with open(out + ".tmp", "wb") as f:
+        pickle.dump(result, f)
+    os.replace(out + ".tmp", out)

@@ -21,16 +21,13 @@ least, is reported beside the median).
 from __future__ import annotations
 
 import math
-import os
-import pickle
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from meshplan.calibrate.fit import LinkFit, fit_collective
-from meshplan.calibrate.ranks import start_ranks
+from meshplan.calibrate.ranks import hand_back, run_ranks
 from meshplan.calibrate.records import CollectiveSample
 from meshplan.errors import SpecError
 from meshplan.measure.timing import median
@@ -110,12 +107,8 @@ def check_data_parallel(ref: str, world: int, settings: Any, shapes: tuple = (),
     if settings.device == "cuda" and world > torch.cuda.device_count():
         raise SpecError(f"world-size={world} is more than this host's {torch.cuda.device_count()} GPUs")
     settings = replace(settings, clock="wall", profile_ops=False)
-    with tempfile.TemporaryDirectory(prefix="meshplan-dp-") as tmp:
-        out = os.path.join(tmp, "result.pkl")
-        start_ranks(_rank, (world, os.path.join(tmp, "rendezvous"), out, ref, settings, shapes, dtypes), world,
-                    settings.device)
-        with open(out, "rb") as f:
-            return pickle.load(f)
+    result: DPResult = run_ranks(_rank, (ref, settings, shapes, dtypes), world, settings.device, "meshplan-dp-")
+    return result
 
 
 def _rank(rank: int, world: int, rendezvous: str, out: str, ref: str, settings: Any, shapes: tuple,
@@ -137,10 +130,7 @@ def _rank(rank: int, world: int, rendezvous: str, out: str, ref: str, settings: 
         result = _measure(rank, world, ref, replace(settings, device=f"cuda:{rank}" if device == "cuda" else "cpu"),
                           shapes, dtypes)
         if rank == 0:
-            result = replace(result, machine=machine(device, settings.threads))
-            with open(out + ".tmp", "wb") as f:
-                pickle.dump(result, f)
-            os.replace(out + ".tmp", out)
+            hand_back(out, replace(result, machine=machine(device, settings.threads)))
         dist.barrier()
     finally:
         dist.destroy_process_group()
