@@ -1,4 +1,5 @@
-"""channels.py: the data-parallel collectives and the offload copies share each pass with the layers' own traffic."""
+"""step/channels.py: the data-parallel collectives and the offload copies share each pass with the layers' own
+traffic."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.channels import Collectives, Offload, Passes, pass_channels, step_channels, zero_counts
 from meshplan.estimate import estimate
 from meshplan.specs.hardware import build_cluster, load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
+from meshplan.step.channels import Collectives, Offload, Passes, pass_channels, step_channels, zero_counts
 from meshplan.step.passes import hide
 
 SD = 0.189

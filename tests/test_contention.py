@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from meshplan.channels import Collectives, Offload, Passes, dp_collectives, step_channels
 from meshplan.collectives.contention import contended, layer_tiers, tier_bandwidth_terms
 from meshplan.cost.params import stage_params
 from meshplan.estimate import estimate
@@ -15,6 +14,7 @@ from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import build_cluster, load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
+from meshplan.step.channels import Collectives, Offload, Passes, dp_collectives, step_channels
 from meshplan.step.shared_links import shared_collectives
 
 SD = 0.189

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.channels import embedding_sync
 from meshplan.collectives.price import collective_time
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
@@ -17,6 +16,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
+from meshplan.step.channels import embedding_sync
 
 GPT2 = load_model("gpt2")  # tied head: V = 50,257, h = 768
 CLUSTER = load_system("a100").cluster(16)  # two DGX A100: 8 GPUs a node, one 25 GB/s HDR NIC a GPU

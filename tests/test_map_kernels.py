@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.channels import dp_collectives
 from meshplan.cost.params import stage_params
 from meshplan.specs.efficiency import DEFAULT
+from meshplan.step.channels import dp_collectives
 from meshplan_validation.case import map_run
 from meshplan_validation.evaluate import evaluate_case
 from published_helpers import indep, record

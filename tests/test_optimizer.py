@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.channels import optimizer_time
 from meshplan.cli.main import main
 from meshplan.configs import emit, read
 from meshplan.cost.params import StageParams
@@ -23,6 +22,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import OPTIMIZERS, Plan
 from meshplan.specs.stack import load_stack
+from meshplan.step.channels import optimizer_time
 
 # Megatron-Core warns that Transformer Engine and Apex are missing (it falls back to PyTorch: nothing the configs use)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from meshplan.channels import dp_collectives
 from meshplan.cost.params import stage_params
 from meshplan.cost.tensors import stepped, tensors_on_rank
 from meshplan.errors import SpecError
@@ -18,6 +17,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
+from meshplan.step.channels import dp_collectives
 from meshplan.step.host import optimizer_loops, queued_reduction
 from meshplan_validation.sources import MDS_FP16_QUEUED, MDS_FP16_TENSOR, VTRAIN
 

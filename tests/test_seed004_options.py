@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from meshplan.channels import ps_push
 from meshplan.collectives.comm import fastest_time, mst_time, split_group, split_time
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
@@ -17,6 +16,7 @@ from meshplan.specs.hardware import Accelerator, Cluster, Tier, build_cluster, l
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
+from meshplan.step.channels import ps_push
 
 PERFECT = Efficiency(nvlink=1.0, network=1.0)
 ANY = load_stack("any")

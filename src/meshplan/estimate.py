@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from meshplan.channels import dp_collectives, embedding_sync, optimizer_time, tied_gradient_bytes, zero_counts
 from meshplan.collectives.groups import axis_tiers
 from meshplan.cost.flops import plan_flops_per_token, recompute_flops_per_token
 from meshplan.cost.params import kind_fractions, layers_on_first, layers_on_last, stage_params, trainable
@@ -47,6 +46,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
+from meshplan.step.channels import dp_collectives, embedding_sync, optimizer_time, tied_gradient_bytes, zero_counts
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step, queued_reduction
 from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
 from meshplan.step.stages import cadence

@@ -24,17 +24,6 @@ from typing import cast
 
 import numpy as np
 
-from meshplan.channels import (
-    Collectives,
-    Offload,
-    Passes,
-    dp_collectives,
-    embedding_sync,
-    offload,
-    optimizer_time,
-    step_channels,
-    weight_fetch,
-)
 from meshplan.collectives.contention import any_shared
 from meshplan.cost.params import StageParams, middle_or_first
 from meshplan.cost.tensors import rank_tensors
@@ -48,6 +37,17 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
+from meshplan.step.channels import (
+    Collectives,
+    Offload,
+    Passes,
+    dp_collectives,
+    embedding_sync,
+    offload,
+    optimizer_time,
+    step_channels,
+    weight_fetch,
+)
 from meshplan.step.grid import Settings, middle_may_bind, own_settings, rank_params, with_settings
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step, queued_reduction
 from meshplan.step.memory_grid import compose_memory

@@ -47,7 +47,6 @@ from typing import cast
 
 import numpy as np
 
-from meshplan.channels import Passes
 from meshplan.collectives.comm import split_group
 from meshplan.collectives.groups import axis_layout
 from meshplan.collectives.price import LIBRARIES, split_seconds
@@ -58,6 +57,7 @@ from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.channels import Passes
 from meshplan.step.host import host_idle, hosted, most_launches
 from meshplan.xp import Num, maximum, minimum
 

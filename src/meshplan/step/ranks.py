@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from meshplan.channels import Collectives, dp_collectives, embedding_sync, offload, optimizer_time, step_channels
 from meshplan.collectives.contention import any_shared
 from meshplan.cost.flops import recompute_flops_per_token
 from meshplan.cost.params import (
@@ -48,6 +47,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
+from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, optimizer_time, step_channels
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops, queued_reduction
 from meshplan.step.memory import activation_memory
 from meshplan.step.passes import PassTimes
