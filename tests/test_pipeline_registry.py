@@ -7,9 +7,9 @@ space's ``gpipe`` switch, set in its ``__post_init__``) are not schedule names. 
 the end ranks' path does: the same plan with its default per-rank settings written out prices the same.
 
 The other families, whose names are common words ("fused", "eager"), are checked by comparison instead: no module
-of the core outside a family's registry compares the field that names the variant (``stack.fusion``: specs/fusion.py)
-or a stack's or an engine's preset name with a string (``==``, ``!=``, ``in`` a literal tuple); it reads the record
-or looks the name up in a keyed table."""
+of the core outside a family's registry compares the field that names the variant (``stack.fusion``: specs/fusion.py;
+``plan.tensor_layout``: specs/layouts.py) or a stack's or an engine's preset name with a string (``==``, ``!=``,
+``in`` a literal tuple); it reads the record or looks the name up in a keyed table."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ import pytest
 from meshplan.estimate import estimate
 from meshplan.pipeline.names import ALL, ASYNC, SPLIT, SYNC
 from meshplan.pipeline.registry import REGISTRY, SEARCH_ORDER, schedule_of
-from meshplan.specs import fusion
+from meshplan.specs import fusion, layouts
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import LAYOUTS, Plan
 from meshplan.specs.stack import load_stack
 
 CORE = Path(__file__).resolve().parents[1] / "src" / "meshplan"
@@ -62,7 +62,7 @@ def test_the_check_sees_a_written_name(tmp_path):
 
 
 # a variant's field -> the registry module allowed to compare it; a preset's name, by the object that holds it
-COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py"}
+COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py", "tensor_layout": CORE / "specs" / "layouts.py"}
 NAMED_PRESETS = ("stack", "engine")
 
 
@@ -74,8 +74,10 @@ def _is_text(node: ast.expr) -> bool:
 
 
 def _variant_compared(node: ast.expr, path: Path) -> str | None:
-    """The variant a side of a comparison names (``x.fusion``, ``stack.name``, ``e.engine.name``), unless ``path``
-    is its registry."""
+    """The variant a side of a comparison names (``x.fusion``, ``values["tensor_layout"]``, ``stack.name``,
+    ``e.engine.name``), unless ``path`` is its registry."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in COMPARED_FIELDS:
+        return node.slice.value if COMPARED_FIELDS[node.slice.value] != path else None
     if not isinstance(node, ast.Attribute):
         return None
     if COMPARED_FIELDS.get(node.attr, path) != path:
@@ -105,8 +107,10 @@ def test_the_comparison_check_sees_a_comparison(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text('def f(stack, e):\n    a = stack.fusion == "fused"\n    b = e.engine.name in ("vllm", "sglang")\n'
                      '    c = "megatron" != stack.name\n    d = stack.fusion_mode.fused and stack.fusion in NAMES\n'
-                     '    return a, b, c, d, e.engine.name == other\n')
-    assert [h.split(" ")[0] for h in _names_compared(probe)] == ["probe.py:2", "probe.py:3", "probe.py:4"]
+                     '    g = values["tensor_layout"] != "summa" or e.plan.tensor_layout in ("summa", "tp2d")\n'
+                     '    return a, b, c, d, g, e.engine.name == other, values["recompute"] == "full"\n')
+    assert [h.split(" ")[0] for h in _names_compared(probe)] == ["probe.py:2", "probe.py:3", "probe.py:4",
+                                                                 "probe.py:6", "probe.py:6"]
     registry = CORE / "specs" / "fusion.py"
     registry_probe = tmp_path / "fusion.py"
     registry_probe.write_text('def f(stack):\n    return stack.fusion == "fused"\n')
@@ -127,6 +131,19 @@ def test_one_record_per_fusion_says_what_differs():
     assert load_stack("megatron-deepspeed").fusion_mode is fusion.fusion_of("jit")
     with pytest.raises(KeyError, match="is none of fused, eager, jit"):
         fusion.fusion_of("compiled")
+
+
+def test_one_record_per_layout_says_what_differs():
+    assert layouts.LAYOUT_NAMES == ("1d", "summa", "tp2d") == LAYOUTS  # Plan.tensor_layout's choices
+    assert layouts.names_where(grid=True) == ("summa", "tp2d") and layouts.names_where(in_frameworks=True) == ("1d",)
+    assert layouts.names_where(heads_over_tp=False) == ("tp2d",)  # its tp splits h only
+    assert layouts.names_where(rows_split=True) == layouts.names_where(panels=True) == ("summa",)
+    assert Plan(tp=4).sequence_parallel and not Plan(tp=4, tp2=2, tensor_layout="summa").sequence_parallel
+    # 4 x 2: summa's cell and tp2d's "w" (weight-stationary) cell, as the report's legend (report/terms.py) reads them
+    assert [layouts.layout_of(n).cell.format(tp=4, tp2=2) for n in layouts.LAYOUT_NAMES] == ["4", "4x2", "4x2w"]
+    assert Plan(tp=4, tp2=2, tensor_layout="tp2d").describe().startswith("dp=1 tp2d=4x2 pp=1")
+    with pytest.raises(KeyError, match="is none of 1d, summa, tp2d"):
+        layouts.layout_of("3d")
 
 
 def test_one_record_per_schedule_in_its_family():

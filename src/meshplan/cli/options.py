@@ -19,6 +19,7 @@ from meshplan.pipeline.registry import default_schedule
 from meshplan.ranges import RANGES, check_options
 from meshplan.specs.check import recompute_modules_problem
 from meshplan.specs.hardware import Cluster
+from meshplan.specs.layouts import layout_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import (
@@ -194,7 +195,7 @@ def _no_effect(given: dict[str, Any], values: dict[str, Any]) -> None:
     if given.get("recompute_modules", ("core_attn",)) != ("core_attn",) and values["recompute"] != "selective":
         raise SpecError(f"recompute-modules={','.join(given['recompute_modules'])} needs --recompute selective "
                         f"(got {values['recompute']})")
-    if given.get("summa_panels") is not None and values["tensor_layout"] != "summa":
+    if given.get("summa_panels") is not None and not layout_of(values["tensor_layout"]).panels:
         raise SpecError(f"summa-panels={given['summa_panels']} needs --layout summa (got {values['tensor_layout']})")
     if given.get("lora_rank", 0) > 0 and given.get("finetune") == "full":
         raise SpecError(f"lora-rank={given['lora_rank']} needs --finetune lora (got full; or leave --finetune out)")
@@ -212,7 +213,7 @@ def _derived(plan: Plan) -> dict[str, Any]:
     """What the command line makes of the fields it computes from the plan's other fields (``plan_of``), and Plan of
     the fields it defaults from others; dp, the global batch and the precision depend on the cluster: stated."""
     return {"etp": plan.tp, "summa_panels": max(plan.tp, plan.tp2),
-            "sequence_parallel": plan.tp > 1 and plan.tensor_layout == "1d",
+            "sequence_parallel": plan.tp > 1 and layout_of(plan.tensor_layout).sequence_parallel,
             "schedule": default_schedule(plan.vpp), "finetune": "full",
             "offload_activations": plan.offload_layers > 0}
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import schedule_of
+from meshplan.specs.layouts import layout_of
 from meshplan.specs.plan import DENSE_AXES, Plan
 from meshplan.specs.stack import Stack, load_stack
 
@@ -66,7 +67,7 @@ def check_layout(plan: Plan, framework: str) -> None:
         if getattr(plan, name):
             raise refuse(framework, name, ",".join(map(str, getattr(plan, name))), "it runs one recompute and "
                          "offload setting on every pipeline rank")
-    if plan.tensor_layout != "1d" or plan.tp2 > 1:
+    if not layout_of(plan.tensor_layout).in_frameworks or plan.tp2 > 1:
         raise refuse(framework, "tensor_layout", plan.tensor_layout, "2D tensor parallelism (tp2: SUMMA, tp2d) is not "
                      "run")
     if not schedule_of(plan.schedule).flushes and plan.pp > 1:

@@ -16,6 +16,7 @@ from meshplan.cost.fsdp import layer_fsdp_grad
 from meshplan.cost.lora import lora
 from meshplan.cost.mlp_moe import mlp_block, moe_block
 from meshplan.cost.records import Dims, OpCost, dims
+from meshplan.specs.layouts import layout_of
 from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -53,18 +54,30 @@ def stack_extras(model: ModelSpec, plan: Plan, d: Dims, kind: str) -> list[OpCos
 def dense_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     """One transformer layer with a dense MLP, one micro-batch, one GPU."""
     d = dims(model, plan, stack)
-    if plan.tensor_layout == "summa":  # the 2D layouts' ops, imported by their plans only (few stacks run them)
-        from meshplan.cost.summa import summa_layer  # noqa: PLC0415
-
-        return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d)
-    if plan.tensor_layout == "tp2d":
-        from meshplan.cost.tp2d import tp2d_layer  # noqa: PLC0415
-
-        return low_precision_casts(tp2d_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, stack)
+    if layout_of(plan.tensor_layout).grid:
+        return GRID_LAYERS[plan.tensor_layout](model, plan, stack, d)
     ops = eager_kernel_counts(attention_block(model, plan, d) + mlp_block(model, plan, d)
                               + eager_layer(model, plan, d), model, stack,
                               softmax_unfused(model, stack, plan.micro_batch, plan.tp))
     return low_precision_casts(lora(ops + stack_extras(model, plan, d, "dense"), plan, d), plan, stack)
+
+
+def _summa_layer(model: ModelSpec, plan: Plan, stack: Stack, d: Dims) -> list[OpCost]:
+    from meshplan.cost.summa import summa_layer  # noqa: PLC0415
+
+    return lora(summa_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, d)
+
+
+def _tp2d_layer(model: ModelSpec, plan: Plan, stack: Stack, d: Dims) -> list[OpCost]:
+    from meshplan.cost.tp2d import tp2d_layer  # noqa: PLC0415
+
+    return low_precision_casts(tp2d_layer(model, plan, d) + stack_extras(model, plan, d, "dense"), plan, stack)
+
+
+# the grid layouts' dense layers (specs/layouts.py: grid), their modules imported by their plans only (few stacks run
+# them)
+GRID_LAYERS: dict[str, Callable[[ModelSpec, Plan, Stack, Dims], list[OpCost]]] = {"summa": _summa_layer,
+                                                                                    "tp2d": _tp2d_layer}
 
 
 def moe_layer(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:

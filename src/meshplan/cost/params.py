@@ -15,6 +15,7 @@ import numpy as np
 
 from meshplan.cost.shapes import fc1_width, kv_up_shape, qkv_shapes
 from meshplan.pipeline.registry import one_chunk, schedule_of
+from meshplan.specs.layouts import layout_of
 from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import edge_layer_params, head_vocab, kept_extra_params
@@ -205,7 +206,7 @@ def kind_params(model: ModelSpec, plan: Plan, kind: str) -> StageParams:
     t = plan.tp * plan.tp2
     w = layer_weights(model, kind, t, plan.ep * plan.etp)
     dense = w.split + w.whole + w.kept
-    if plan.tensor_layout in ("summa", "tp2d"):
+    if layout_of(plan.tensor_layout).grid:
         dense = (model.block_params(kind) - (w.expert * plan.ep * plan.etp)) / t
     return StageParams(dense=dense, expert=w.expert)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from meshplan.cost.blocks import collective
 from meshplan.cost.records import ACT_BYTES, OpCost, dims
+from meshplan.specs.layouts import layout_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -21,7 +22,7 @@ def pipeline_p2p(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     msg = full / d.tp
     ops = [collective("pp/send_act", "fwd", "p2p", msg, "pp", 2),  # between two neighbours; estimate.py
            collective("pp/send_grad", "bwd_x", "p2p", msg, "pp", 2)]  # counts it only when p > 1
-    if not (plan.sequence_parallel or plan.tensor_layout == "summa"):
+    if not (plan.sequence_parallel or layout_of(plan.tensor_layout).sends_sharded):
         ops += [collective("pp/gather_act", "fwd", "all_gather", full, "tp", plan.tp),
                 collective("pp/gather_grad", "bwd_x", "all_gather", full, "tp", plan.tp)]
     return ops

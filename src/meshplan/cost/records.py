@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.collectives.comm import Collective
+from meshplan.specs.layouts import layout_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -109,9 +110,10 @@ def token_rows(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
     """T = b·s/(c·tp2) rows per GPU under the summa layout (its tp2 splits the sequence), b·s/c otherwise (the tp2d
     layout's tp2 splits features); Tsp = T/t where the residual stream is sharded t-ways (sequence parallelism, or
     the 2D layouts' feature split of h over tp)."""
-    rows_split = plan.tp2 if plan.tensor_layout == "summa" else 1
+    layout = layout_of(plan.tensor_layout)
+    rows_split = plan.tp2 if layout.rows_split else 1
     tokens = plan.micro_batch * model.seq_length / (plan.cp * rows_split)
-    sharded = plan.sequence_parallel or plan.tensor_layout in ("summa", "tp2d")
+    sharded = plan.sequence_parallel or layout.grid
     return tokens, tokens / plan.tp if sharded else tokens
 
 

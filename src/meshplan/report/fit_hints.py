@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshplan.report.fold import shell_command
 from meshplan.specs.check import check
+from meshplan.specs.layouts import layout_of
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import frameworks_running
 
@@ -63,10 +64,10 @@ def variants(plan: Plan) -> list[dict[str, Any]]:
     out += [{"recompute": r} for r in {"none": ("selective", "full"), "selective": ("full",)}.get(plan.recompute, ())]
     if plan.dp % 2 == 0:
         wider = {"tp": 2 * plan.tp, "dp": plan.dp // 2}
-        if plan.tensor_layout == "1d" and not plan.sequence_parallel:
+        if layout_of(plan.tensor_layout).sequence_parallel and not plan.sequence_parallel:
             wider["sequence_parallel"] = True  # what the command line makes of tp > 1
         out += [wider, {"pp": 2 * plan.pp, "dp": plan.dp // 2}]
-    if plan.tp > 1 and plan.tensor_layout == "1d" and not plan.sequence_parallel:
+    if plan.tp > 1 and layout_of(plan.tensor_layout).sequence_parallel and not plan.sequence_parallel:
         out.append({"sequence_parallel": True})
     if plan.micro_batch > 1:
         out.append({"micro_batch": 1})

@@ -16,6 +16,7 @@ from meshplan.report import terms
 from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
 from meshplan.report.tiers import mesh_text, tier_axes, tier_blocks, tier_headers
+from meshplan.specs.layouts import layout_of
 from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
@@ -120,7 +121,7 @@ def simplest_leads(result) -> bool:
 
 
 def _layout(p) -> str:
-    tp = {"summa": f"{p.tp}x{p.tp2}", "tp2d": f"{p.tp}x{p.tp2}w"}.get(p.tensor_layout, str(p.tp))
+    tp = layout_of(p.tensor_layout).cell.format(tp=p.tp, tp2=p.tp2)
     return f"{p.dp}·{tp}·{p.pp}·{p.cp}"
 
 
@@ -200,8 +201,8 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
     equivalent = [i > 1 and bool(eq) for i, eq in enumerate(same, 1)]
     key = Col("#", [f"{i}≈" if eq else str(i) for i, eq in enumerate(equivalent, 1)], meaning=meaning("#"))
     cols = tuple(Col(h, cs, "left" if h in left else "right", meaning=meaning(h)) for h, cs in cells.items())
-    notes = [terms.NONE] + ([terms.SUMMA_CELL] if any(e.plan.tensor_layout == "summa" for e in result.plans) else [])
-    notes += [terms.TP2D_CELL] if any(e.plan.tensor_layout == "tp2d" for e in result.plans) else []
+    used = {e.plan.tensor_layout for e in result.plans}
+    notes = [terms.NONE] + [note for name, note in terms.LAYOUT_CELLS.items() if name in used]
     notes += band_entry(result.plans)
     notes += [terms.EQUIVALENT] if any(equivalent) else []
     return Listing(title, key, cols, ("dp·tp·pp·cp", *METRICS), (*notes, terms.UNITS))

@@ -68,6 +68,9 @@ SUMMA_CELL = ("4x2 as tp", "2D SUMMA tensor parallelism on a tp x tp2 grid of 4 
 SUMMA_PLAN = ("summa=4x2/nb16", "2D SUMMA tensor parallelism on a 4 x 2 grid, broadcast in 16 panels")
 TP2D_CELL = ("4x2w as tp", "2D weight-stationary tensor parallelism (seed 001's tp_in x tp_out) on a 4 x 2 grid")
 TP2D_PLAN = ("tp2d=4x2", "2D weight-stationary tensor parallelism (seed 001): h over 4 GPUs, the heads and FFN over 2")
+# the notes of the tensor layouts a table shows (specs/layouts.py): under the ranked table's cells, under the plans
+LAYOUT_CELLS = {"summa": SUMMA_CELL, "tp2d": TP2D_CELL}
+LAYOUT_PLANS = {"summa": SUMMA_PLAN, "tp2d": TP2D_PLAN}
 REASONS = {
     "dominated: GPipe": "GPipe plans: 1F1B has their step time with less memory, so they are counted, not timed",
     "headroom": "the share of HBM every plan leaves free (--headroom)",

@@ -221,8 +221,8 @@ def scaling_tables(results, tokens: float | None, price: float | None, width: in
     tables = folded_tables("strong scaling: the best plan per GPU count", key, cols, width,
                            ("step", "tokens/s", "MFU", "memory", "best plan"))
     ests = [e for _, e in rows if e is not None]
-    extra = [terms.SUMMA_PLAN] if any(e.plan.tensor_layout == "summa" for e in ests) else []
-    extra += [terms.TP2D_PLAN] if any(e.plan.tensor_layout == "tp2d" for e in ests) else []
+    used = {e.plan.tensor_layout for e in ests}
+    extra = [note for name, note in terms.LAYOUT_PLANS.items() if name in used]
     extra += band_entry(ests)
     best = terms.HEADERS["best plan"].replace("the plan ranked first at that count", terms.BEST_SIMPLE)
     meanings = {"best plan": best} if any(simplest_leads(r) for r in results) else {}

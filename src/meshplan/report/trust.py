@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from meshplan.files import PRESETS
+from meshplan.specs.layouts import layout_of
 from meshplan.specs.stack import OVERLAP_FLAGS
 from meshplan.units import fmt_bytes
 
@@ -121,12 +122,8 @@ def assumptions(est: Estimate, headroom: float) -> list[tuple[str, str]]:
     if p.pp > 1:
         out.append(("each kind of layer spread evenly over the pipeline stages; ranks simulated with their own "
                     "times", "cost/params.py, schedule.py"))
-    if p.tensor_layout == "summa":
-        out.append(("activations stay in L2 between neighbouring kernels of the 2D layout (seed 003)",
-                    "cost/linear_2d.py"))
-    if p.tensor_layout == "tp2d":
-        out.append(("the tp ranks of a grid column repeat its attention heads; embedding and LM head split over tp "
-                    "only", "cost/tp2d.py"))
+    if (assumed := layout_of(p.tensor_layout).assumption) is not None:
+        out.append(assumed)
     if p.offload_optimizer or p.offload_activations:
         out.append((f"host copies at {fmt_bytes(est.cluster.host_bandwidth)}/s per GPU", "channels.py"))
     return out

@@ -19,6 +19,7 @@ import shlex
 
 from meshplan.rl.estimate import RLEstimate
 from meshplan.rl.verl import nodes
+from meshplan.specs.layouts import layout_of
 
 _ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm", "rloo": "rloo", "reinforce++": "reinforce"}
 REWARD_URL = "http://localhost:5000/get_reward"  # a rule-based reward served over HTTP (OpenRLHF's remote_rm_url)
@@ -27,7 +28,7 @@ REWARD_URL = "http://localhost:5000/get_reward"  # a rule-based reward served ov
 def openrlhf_refusal(e: RLEstimate) -> str | None:
     """Why OpenRLHF cannot run ``e`` as planned, or None."""
     t, g, p = e.update.plan, e.plan.engine, e.plan
-    if t.pp > 1 or t.ep > 1 or t.tensor_layout != "1d":
+    if t.pp > 1 or t.ep > 1 or not layout_of(t.tensor_layout).in_frameworks:
         return f"OpenRLHF trains with DeepSpeed: no pipeline or expert parallelism (plan pp={t.pp} ep={t.ep})"
     if g.pp > 1 or g.dpa > 1:
         return f"OpenRLHF's vLLM engines are tensor-parallel only (plan pp={g.pp} dpa={g.dpa})"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from meshplan.pipeline.registry import MEGATRON_CORE, in_framework
 from meshplan.rl.estimate import RLEstimate
+from meshplan.specs.layouts import layout_of
 
 ENTRY = {"colocated": ("verl.trainer.main_ppo", "ppo_megatron_trainer", "ppo_trainer"),
          "split": ("verl.experimental.one_step_off_policy.main_ppo", "one_step_off_ppo_megatron_trainer",
@@ -47,7 +48,7 @@ def verl_refusal(e: RLEstimate) -> str | None:
         return f"verl's FSDP trainer has no tensor, pipeline or expert parallelism (plan tp={t.tp} pp={t.pp} ep={t.ep})"
     if not fsdp and t.zero > 1:
         return f"verl's Megatron trainer shards the optimizer (ZeRO-1, the distributed optimizer), not zero={t.zero}"
-    if t.tensor_layout != "1d" or t.schedule not in in_framework(MEGATRON_CORE):
+    if not layout_of(t.tensor_layout).in_frameworks or t.schedule not in in_framework(MEGATRON_CORE):
         return f"verl's Megatron runs 1D tensor parallelism and 1F1B (plan: {t.tensor_layout}, {t.schedule})"
     if e.plan.sync_method != e.plan.way.sync:
         return f"verl moves weights by its set-up's own transfer, not {e.plan.sync_method}"

@@ -25,11 +25,10 @@ import numpy as np
 from meshplan.pipeline.registry import SEARCH_ORDER
 from meshplan.ranges import check_value
 from meshplan.search.batch import PlanBatch
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import LAYOUTS, Plan
 
 STATUS = ("fits", "memory exceeds HBM", "memory within the headroom", "offload exceeds host memory")
 SCHEDULES = SEARCH_ORDER  # the schedule column's codes (pipeline/registry.py)
-LAYOUTS = ("1d", "summa", "tp2d")
 SIZES = ("dp", "tp", "tp2", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch")
 _HASHED = ("dp", "tp", "tp2", "pp", "cp", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch")
 

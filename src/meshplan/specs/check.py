@@ -14,6 +14,7 @@ from meshplan.errors import PlanError
 from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.check_pipeline import check_first_stage, check_stage_layers, check_stage_settings
 from meshplan.specs.fusion import hybrid_names
+from meshplan.specs.layouts import TENSOR_LAYOUTS, layout_of, names_where
 from meshplan.specs.plan import (
     DENSE_AXES,
     FP8_ATTENTION_PRECISIONS,
@@ -48,6 +49,8 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
             reasons.append(f"{name}={value!r} must be a positive integer")
     if reasons:
         return reasons
+    if plan.tensor_layout not in TENSOR_LAYOUTS:  # every rule below reads the layout's record
+        return _check_choices(plan)
     reasons += _check_ranges(model, plan)
     if cluster is not None and plan.num_gpus != cluster.num_gpus:
         if plan.tp2 > 1:
@@ -57,17 +60,17 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
             reasons.append(f"dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = {plan.num_gpus} "
                            f"!= gpus={cluster.num_gpus}")
     reasons += _check_tensor(model, plan, stack)
-    reasons += _check_summa(model, plan, stack)
+    reasons += _check_grid(model, plan, stack)
     reasons += _check_pipeline(model, plan)
     reasons += _check_experts(model, plan) + _check_ep_overlap(model, plan, stack)
     reasons += _check_hybrid(model, plan, stack)
-    if model.index_topk and (plan.cp > 1 or plan.tensor_layout != "1d"):
+    if model.index_topk and (plan.cp > 1 or layout_of(plan.tensor_layout).grid):
         reasons.append(f"cp={plan.cp}, tensor_layout={plan.tensor_layout!r}: DeepSeek Sparse Attention (index_topk) "
                        "is costed with cp=1 and the 1d layout only")
-    if model.per_layer_input and (plan.pp > 1 or plan.tensor_layout != "1d"):
+    if model.per_layer_input and (plan.pp > 1 or layout_of(plan.tensor_layout).grid):
         reasons.append(f"pp={plan.pp}, tensor_layout={plan.tensor_layout!r}: per-layer embeddings (per_layer_input) "
                        "are costed on one pipeline stage in the 1d layout (their inputs would travel with the sends)")
-    if model.diff_attention and plan.tensor_layout != "1d":
+    if model.diff_attention and layout_of(plan.tensor_layout).grid:
         reasons.append(f"tensor_layout={plan.tensor_layout!r}: differential attention is costed in the 1d layout only")
     reasons += _check_options(model, cluster, plan, stack)
     return reasons
@@ -129,9 +132,13 @@ def _check_hybrid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     if not stack.fusion_mode.hybrid:  # the eager kernel counts have no rows of these layers (specs/fusion.py)
         plain = " or ".join(repr(n) for n in hybrid_names())
         reasons.append(f"fusion={stack.fusion!r}: hybrid models (layer_pattern) are costed with fusion={plain} only")
-    for name, value, plain in (("tensor_layout", plan.tensor_layout, "1d"), ("finetune", plan.finetune, "full")):
-        if value != plain:
-            reasons.append(f"{name}={value!r}: hybrid models (layer_pattern) are costed with {name}={plain!r} only")
+    if layout_of(plan.tensor_layout).grid:
+        plain = " or ".join(repr(n) for n in names_where(grid=False))
+        reasons.append(f"tensor_layout={plan.tensor_layout!r}: hybrid models (layer_pattern) are costed with "
+                       f"tensor_layout={plain} only")
+    if plan.finetune != "full":
+        reasons.append(f"finetune={plan.finetune!r}: hybrid models (layer_pattern) are costed with finetune='full' "
+                       "only")
     return reasons
 
 
@@ -144,7 +151,7 @@ def validate(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack
 
 def _check_tensor(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     reasons = []
-    heads_tp = plan.tp if plan.tensor_layout != "tp2d" else 1  # tp2d's tp splits h only (_check_tp2d)
+    heads_tp = plan.tp if layout_of(plan.tensor_layout).heads_over_tp else 1  # tp2d's tp splits h only (_check_tp2d)
     if model.num_heads % heads_tp:
         reasons.append(f"tp={plan.tp} does not divide num_heads={model.num_heads}")
     elif not model.is_mla and model.num_kv_heads % heads_tp and heads_tp % model.num_kv_heads:
@@ -173,14 +180,17 @@ def ring_window_reason(model: ModelSpec, cp: int, cp_comm: str) -> str:
     return ""
 
 
+def _check_grid(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
+    """tp2 only on a grid; a grid layout's own rules (``GRID_CHECKS``)."""
+    if not layout_of(plan.tensor_layout).grid:
+        grids = " or ".join(repr(n) for n in names_where(grid=True))
+        return [f"tp2={plan.tp2} needs tensor_layout={grids}"] if plan.tp2 > 1 else []
+    return GRID_CHECKS[plan.tensor_layout](model, plan, stack)
+
+
 def _check_summa(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     """The 2D SUMMA grid: tp2 shards the sequence and the weights' rows; panels split the hidden size; its
     projections are one GEMM each (summa.py)."""
-    if plan.tensor_layout == "tp2d":
-        return _check_tp2d(model, plan, stack)
-    if plan.tensor_layout != "summa":  # another name than 1d: _check_choices says it
-        alone = plan.tp2 > 1 and plan.tensor_layout == "1d"
-        return [f"tp2={plan.tp2} needs tensor_layout='summa' or 'tp2d'"] if alone else []
     reasons = []
     if stack.projections != "fused":
         reasons.append(f"projections={stack.projections!r}: tensor_layout='summa' is costed with fused projections")
@@ -371,3 +381,6 @@ def _check_tp2d(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
         reasons.append("sequence_parallel does not apply to the tp2d layout (the residual stream is feature-sharded)")
     return reasons
 
+
+# each grid layout's own rules (specs/layouts.py: the layouts whose record says grid)
+GRID_CHECKS = {"summa": _check_summa, "tp2d": _check_tp2d}

@@ -27,9 +27,10 @@ from typing import Any
 
 from meshplan.pipeline.names import ALL, ASYNC, SPLIT, TABLED
 from meshplan.pipeline.registry import default_schedule
+from meshplan.specs.layouts import LAYOUT_NAMES, TENSOR_LAYOUTS
 
 DENSE_AXES = ("tp", "tp2", "cp", "dp", "pp")
-LAYOUTS = ("1d", "summa", "tp2d")
+LAYOUTS = LAYOUT_NAMES  # the tensor layouts (specs/layouts.py: one record each)
 RECOMPUTE = ("none", "selective", "full")
 # Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules, recompute_granularity
 # "selective"; megatron/core/transformer/transformer_config.py), each priced by ops.RECOMPUTE_MODULES; its default
@@ -187,7 +188,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         if self.sequence_parallel is None:
-            object.__setattr__(self, "sequence_parallel", self.tp > 1 and self.tensor_layout == "1d")
+            layout = TENSOR_LAYOUTS.get(self.tensor_layout)  # an unknown name: check's _check_choices says it
+            object.__setattr__(self, "sequence_parallel", self.tp > 1 and bool(layout and layout.sequence_parallel))
         if self.schedule is None:
             object.__setattr__(self, "schedule", default_schedule(self.vpp))
         if self.etp == 0:
@@ -226,11 +228,9 @@ class Plan:
         return replace(self, **changes)
 
     def describe(self) -> str:
-        parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
-        if self.tensor_layout == "summa":
-            parts[1] = f"summa={self.tp}x{self.tp2}/nb{self.summa_panels}"
-        elif self.tensor_layout == "tp2d":
-            parts[1] = f"tp2d={self.tp}x{self.tp2}"
+        layout = TENSOR_LAYOUTS.get(self.tensor_layout)
+        tp = (layout.tp_text if layout else "tp={tp}").format(tp=self.tp, tp2=self.tp2, summa_panels=self.summa_panels)
+        parts = [f"dp={self.dp}", tp, f"pp={self.pp}"]
         parts += [f"{k}={getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
         if self.first_stage_layers:
             parts.append(f"first-stage-layers={self.first_stage_layers}")

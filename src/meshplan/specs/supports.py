@@ -14,12 +14,11 @@ from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.fields import unknown_field
-from meshplan.specs.plan import OPTIMIZERS, RECOMPUTE_MODULES, SCHEDULES
+from meshplan.specs.plan import LAYOUTS, OPTIMIZERS, RECOMPUTE_MODULES, SCHEDULES
 from meshplan.specs.refusals import REFUSALS, refused
 
 EXPERT_GEMM = ("per_expert", "grouped")  # Stack.expert_gemm's choices (specs/stack.py)
 
-LAYOUTS = ("1d", "summa", "tp2d")
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
 RECOMPUTE = ("none", "selective", "full")
 
