@@ -6,10 +6,11 @@ listed or passed); each caller asks the registry. Attribute names that happen to
 space's ``gpipe`` switch, set in its ``__post_init__``) are not schedule names. The per-rank path prices a plan as
 the end ranks' path does: the same plan with its default per-rank settings written out prices the same.
 
-The other families, whose names are common words ("fused", "eager"), are checked by comparison instead: no module
-of the core outside a family's registry compares the field that names the variant (``stack.fusion``: specs/fusion.py;
-``plan.tensor_layout``: specs/layouts.py) or a stack's or an engine's preset name with a string (``==``, ``!=``,
-``in`` a literal tuple); it reads the record or looks the name up in a keyed table."""
+The other families, whose names are common words ("fused", "eager", "none"), are checked by comparison instead: no
+module of the core outside a family's registry compares the field that names the variant (``stack.fusion``:
+specs/fusion.py; ``plan.tensor_layout``: specs/layouts.py; ``stack.fsdp``: specs/fsdp_modes.py) or a stack's or an
+engine's preset name with a string (``==``, ``!=``, ``in`` a literal tuple); it reads the record or looks the name up
+in a keyed table."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import pytest
 from meshplan.estimate import estimate
 from meshplan.pipeline.names import ALL, ASYNC, SPLIT, SYNC
 from meshplan.pipeline.registry import REGISTRY, SEARCH_ORDER, schedule_of
-from meshplan.specs import fusion, layouts
+from meshplan.specs import fsdp_modes, fusion, layouts
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import LAYOUTS, Plan
@@ -62,7 +63,8 @@ def test_the_check_sees_a_written_name(tmp_path):
 
 
 # a variant's field -> the registry module allowed to compare it; a preset's name, by the object that holds it
-COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py", "tensor_layout": CORE / "specs" / "layouts.py"}
+COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py", "tensor_layout": CORE / "specs" / "layouts.py",
+                   "fsdp": CORE / "specs" / "fsdp_modes.py"}
 NAMED_PRESETS = ("stack", "engine")
 
 
@@ -144,6 +146,17 @@ def test_one_record_per_layout_says_what_differs():
     assert Plan(tp=4, tp2=2, tensor_layout="tp2d").describe().startswith("dp=1 tp2d=4x2 pp=1")
     with pytest.raises(KeyError, match="is none of 1d, summa, tp2d"):
         layouts.layout_of("3d")
+
+
+def test_one_record_per_fsdp_mode_says_what_differs():
+    assert fsdp_modes.FSDP_NAMES == ("none", "fsdp1", "fsdp2")  # Stack.fsdp's choices
+    assert [m.name for m in fsdp_modes.FSDP_MODES.values() if m.shards] == ["fsdp1", "fsdp2"]
+    assert [m.name for m in fsdp_modes.FSDP_MODES.values() if m.flat] == ["fsdp1"]  # FlatParameter: one tensor a unit
+    # FSDP's strategies: NO_SHARD (0), SHARD_GRAD_OP (2), FULL_SHARD (3); no ZeRO-1
+    assert [z for z in range(4) if z not in fsdp_modes.fsdp_of("fsdp2").lacks_zero] == [0, 2, 3]
+    assert load_stack("torchtitan").fsdp_mode is fsdp_modes.fsdp_of("fsdp2")
+    with pytest.raises(KeyError, match="is none of none, fsdp1, fsdp2"):
+        fsdp_modes.fsdp_of("zero3")
 
 
 def test_one_record_per_schedule_in_its_family():

@@ -53,7 +53,7 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         zero_given = options.get("plan_zero") is not None
         modules_given = options.get("plan_recompute_modules") is not None
         plan = plan_of(options, model, cluster)
-        if not zero_given and stack.fsdp != "none" and plan.zero == 1:
+        if not zero_given and stack.fsdp_mode.shards and plan.zero == 1:
             # FSDP has no ZeRO-1: the default is its own, FULL_SHARD (torch FSDP's ShardingStrategy default,
             # torchtitan's fully_shard reshard_after_forward), i.e. ZeRO-3
             plan = dataclasses.replace(plan, zero=3)

@@ -309,7 +309,7 @@ def eager_rows(model: ModelSpec, stack: Stack, fused: bool = True) -> dict[str, 
         drop |= {"attn/qkv", "mlp/fc1"} if llama else {"attn/qkv"}
     if (not model.linear_bias if megatron else bias_dropout_add == llama or model.dropout != model.linear_bias):
         drop |= {"attn/residual", "mlp/residual", "mlp/act"}
-    whole = stack.fsdp == "none"
+    whole = not stack.fsdp_mode.shards
     kept = {r: (f, x, w + acc * whole) for r, (f, x, w, acc) in rows.items() if r not in drop}
     return _biases_accumulated(kept, rows, drop, model, whole and not llama)
 

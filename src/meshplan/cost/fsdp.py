@@ -31,12 +31,12 @@ def fsdp_grad_bytes(plan: Plan, stack: Stack) -> int:
     reduced gradient shard): 12 + 12 bytes per parameter / N, under 3 at N ≥ 8; and in the peak memory the
     unit's transient unsharded gradient and its reduce-dtype copy, (2 + g) bytes per parameter of one unit.
     """
-    g = plan.grad_bytes
-    if stack.fsdp == "fsdp1":
+    g, mode = plan.grad_bytes, stack.fsdp_mode
+    if not mode.shards:
+        return 0
+    if mode.flat:
         return 2 * ACT_BYTES + (ACT_BYTES + g if g != ACT_BYTES else 0) + 2 * g
-    if stack.fsdp == "fsdp2":
-        return ACT_BYTES + g
-    return 0
+    return ACT_BYTES + g
 
 
 def fsdp_grad_prep(name: str, params: Num, plan: Plan, stack: Stack) -> list[OpCost]:
@@ -50,6 +50,6 @@ def fsdp_grad_prep(name: str, params: Num, plan: Plan, stack: Stack) -> list[OpC
 def layer_fsdp_grad(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[OpCost]:
     """``fsdp_grad_prep`` over one layer's parameters on this GPU (``cost.params.kind_params``: a MoE layer with its
     local experts)."""
-    if stack.fsdp == "none":
+    if not stack.fsdp_mode.shards:
         return []
     return fsdp_grad_prep("layer", kind_params(model, plan, kind).total, plan, stack)

@@ -129,7 +129,7 @@ def layer_tensors(model: ModelSpec, plan: Plan, stack: Stack) -> Tensors:
     under LoRA."""
     if plan.finetune == "lora":
         return Tensors(adapter_tensors(model, plan))
-    if stack.fsdp == "fsdp1":
+    if stack.fsdp_mode.flat:
         return Tensors(1.0)
     kinds = model.block_counts
     total = Tensors(0.0)
@@ -172,7 +172,7 @@ def stepped(tensors: Tensors, plan: Plan, stack: Stack) -> Num:
     wrapper that shards its loops (``Stack.tensor_sharded``, outside FSDP) at ZeRO 1 and 2, at least one of each kind
     it holds; all of them otherwise."""
     whole = tensors.dense + tensors.expert
-    if not stack.tensor_sharded or stack.fsdp != "none":
+    if not stack.tensor_sharded or stack.fsdp_mode.shards:
         return whole
     experts_share = maximum(1.0, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp))  # memory.py's N_e
     shard = (maximum(tensors.dense / (plan.dp * plan.cp), minimum(tensors.dense, 1.0))

@@ -182,7 +182,7 @@ def best_plans(result: SearchResult, tokens: float | None = None, price: float |
     """The best plans' table: the layout, the axes on each mesh tier and the figures, each header with its meaning;
     ``#`` marks with ≈ the plans the model cannot tell from the fastest."""
     space, blocks = result.space, tier_blocks(result.cluster)
-    stack = [space.precision, space.stack.name] + ([space.stack.fsdp] if space.stack.fsdp != "none" else [])
+    stack = [space.precision, space.stack.name] + ([space.stack.fsdp] if space.stack.fsdp_mode.shards else [])
     title = (f"best plans: {result.model.name} on {result.cluster.num_gpus} x {result.cluster.accelerator.name}, "
              f"seq {result.model.seq_length:,}, global batch {space.global_batch:,}, {', '.join(stack)}")
     cells = _plan_cells(result)

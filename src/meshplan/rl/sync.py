@@ -130,7 +130,7 @@ def sync_time(model: ModelSpec, cluster: Cluster, trainer: tuple[Cluster, Plan, 
     shard = float(weight_bytes(model, engine.tp, engine.pp, engine.ep, engine.quant))
     if kind == "reshard":
         return _resharded(model, cluster, (plan, stack), engine, (total, shard, tensors), eff)
-    gather = _gathered(model, pool, plan, plan.zero == 3 or stack.fsdp != "none", total, tensors, eff)
+    gather = _gathered(model, pool, plan, plan.zero == 3 or stack.fsdp_mode.shards, total, tensors, eff)
     # the engine reads the tensors and writes its shard
     load = (total + shard) / stream_bandwidth(cluster.accelerator, eff)
     if kind == "local":

@@ -40,7 +40,7 @@ _ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo", "rloo": "rloo", "rei
 def verl_refusal(e: RLEstimate) -> str | None:
     """Why verl cannot run ``e`` as planned, or None."""
     t, job = e.update.plan, e.job
-    fsdp = e.stack.fsdp != "none"
+    fsdp = e.stack.fsdp_mode.shards
     if job.prompts % job.mini_batches:
         return (f"verl counts ppo_mini_batch_size in prompts: mini_batches={job.mini_batches} must divide "
                 f"prompts={job.prompts}")
@@ -62,7 +62,7 @@ def verl_refusal(e: RLEstimate) -> str | None:
 def _trainer(e: RLEstimate, role: str) -> list[str]:
     """The trainer's layout under ``role`` (the actor, the reference: its weights loaded for its pass, the critic)."""
     t, offload = e.update.plan, ("all" if role.endswith(".ref") else e.plan.offload)
-    if e.stack.fsdp != "none":
+    if e.stack.fsdp_mode.shards:
         engine = "fsdp" if role == "critic" else "fsdp_config"  # verl's critic keeps its FSDP engine under "fsdp"
         return [f"{role}.strategy=fsdp2", f"{role}.{engine}.param_offload={offload == 'all'}",
                 f"{role}.{engine}.optimizer_offload={offload != 'none' or t.offload_optimizer}",
@@ -126,7 +126,7 @@ def verl_launch(e: RLEstimate, model_ref: str) -> tuple[str, str, list[str]]:
     """(the module to run, the config name, the overrides) of ``e`` (module docstring); ``verl_refusal`` first."""
     job, t = e.job, e.update.plan
     entry, megatron, fsdp = ENTRY[e.plan.setup]
-    config = fsdp if e.stack.fsdp != "none" else megatron
+    config = fsdp if e.stack.fsdp_mode.shards else megatron
     a = "actor_rollout_ref.actor"
     overrides = [f"algorithm.adv_estimator={_ESTIMATOR[job.algorithm]}", f"data.train_batch_size={job.prompts}",
                  f"data.max_prompt_length={job.input_len}", f"data.max_response_length={job.output_len}",

@@ -155,7 +155,7 @@ class Space:
                         "collectives": ("nccl", "mst")[:1 + can.mst_collectives]}.get(
                     field_name, getattr(can, field_name, False))
                 runs = ((False, True) if runs else (False,)) if isinstance(runs, bool) else runs
-                fsdp = f" (fsdp={self.stack.fsdp})" if field_name == "zero" and self.stack.fsdp != "none" else ""
+                fsdp = f" (fsdp={self.stack.fsdp})" if field_name == "zero" and self.stack.fsdp_mode.shards else ""
                 raise SpecError(f"{field_name}={_shown(getattr(self, field_name))}: framework {name}{fsdp} runs none "
                                 f"of them (it runs {field_name}={_shown(runs)})")
             object.__setattr__(self, field_name, values)

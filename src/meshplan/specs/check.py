@@ -13,6 +13,7 @@ from meshplan import ranges
 from meshplan.errors import PlanError
 from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.check_pipeline import check_first_stage, check_stage_layers, check_stage_settings
+from meshplan.specs.fsdp_modes import fsdp_of
 from meshplan.specs.fusion import hybrid_names
 from meshplan.specs.layouts import TENSOR_LAYOUTS, layout_of, names_where
 from meshplan.specs.plan import (
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 def fsdp_has_zero(fsdp: str, zero: int) -> bool:
     """Whether PyTorch FSDP implements this ZeRO stage: NO_SHARD is 0, SHARD_GRAD_OP 2, FULL_SHARD 3; it has no
     stage that shards only the optimizer state (1). Without FSDP every stage is available."""
-    return fsdp == "none" or zero != 1
+    return zero not in fsdp_of(fsdp).lacks_zero
 
 
 def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = DEFAULT_STACK) -> list[str]:

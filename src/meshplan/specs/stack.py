@@ -24,6 +24,8 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import PRESETS, read_toml
+from meshplan.specs.fsdp_modes import FSDP_NAMES as FSDP
+from meshplan.specs.fsdp_modes import FsdpMode, fsdp_of
 from meshplan.specs.fusion import FUSION_NAMES as FUSION
 from meshplan.specs.fusion import Fusion, fusion_of
 from meshplan.specs.host_cost import HostCost
@@ -32,7 +34,6 @@ from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
 CROSS_ENTROPY = ("fused", "pytorch", "flash", "fused_grad", "vocab_parallel_eager")
 FP8_SCALING = ("delayed", "current")
-FSDP = ("none", "fsdp1", "fsdp2")
 PIPELINE_RUNTIMES = ("megatron", "torch")
 CP_COMM = ("ring", "allgather")
 PROJECTIONS = ("fused", "split", "separate")
@@ -206,6 +207,11 @@ class Stack:
     def fusion_mode(self) -> Fusion:
         """The record of the stack's fusion (specs/fusion.py): what the cost model does under it."""
         return fusion_of(self.fusion)
+
+    @property
+    def fsdp_mode(self) -> FsdpMode:
+        """The record of the stack's FSDP mode (specs/fsdp_modes.py)."""
+        return fsdp_of(self.fsdp)
 
     @property
     def host(self) -> HostCost:

@@ -1,0 +1,41 @@
+"""Data parallelism by PyTorch FSDP (``Stack.fsdp``): one record per mode, each holding what the cost model, the
+search, RL and the configs do differently under it; callers read the record (``stack.fsdp_mode``) and never compare
+the mode's name (tests/test_pipeline_registry.py checks the core for such comparisons).
+
+- ``none``: no FSDP (Megatron's distributed optimizer, DeepSpeed's ZeRO, or plain data parallelism).
+- ``fsdp1``: FullyShardedDataParallel with a FlatParameter per wrapped unit (torch/distributed/fsdp/_flat_param.py).
+- ``fsdp2``: per-parameter FSDP, ``fully_shard`` (torch/distributed/fsdp/_fully_shard/).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FsdpMode:
+    """A mode of FSDP (module docstring)."""
+
+    name: str
+    # FSDP shards the model: its per-micro-batch gradient preparation (cost/fsdp.py), its own ZeRO default (FULL_SHARD:
+    # cli/estimate.py), no separate gradient accumulation (cost/eager.py), its loops not the wrapper's (cost/tensors.py)
+    shards: bool
+    flat: bool  # one FlatParameter per wrapped unit: one tensor a layer for the optimizer's loops (cost/tensors.py)
+    # the ZeRO stages it lacks: FSDP's NO_SHARD is 0, SHARD_GRAD_OP 2, FULL_SHARD 3, and none shards only the
+    # optimizer state (1) (torch/distributed/fsdp/api.py ShardingStrategy); without FSDP none
+    lacks_zero: tuple[int, ...] = ()
+
+
+FSDP_MODES: dict[str, FsdpMode] = {m.name: m for m in (
+    FsdpMode(name="none", shards=False, flat=False),
+    FsdpMode(name="fsdp1", shards=True, flat=True, lacks_zero=(1,)),
+    FsdpMode(name="fsdp2", shards=True, flat=False, lacks_zero=(1,)),
+)}
+FSDP_NAMES = tuple(FSDP_MODES)
+
+
+def fsdp_of(name: str) -> FsdpMode:
+    """The record of FSDP mode ``name``; a KeyError naming the known ones otherwise."""
+    if name not in FSDP_MODES:
+        raise KeyError(f"fsdp {name!r} is none of {', '.join(FSDP_NAMES)}")
+    return FSDP_MODES[name]
