@@ -41,17 +41,23 @@ def test_the_cast_loop_hides_under_the_queued_all_reduce_up_to_its_time():
     n = float(stepped(tensors, PLAN, STACK))
     whole, pre = n * 32.2e-6 * HOST, n * 15.0e-6 * HOST
     assert optimizer_loops(tensors, PLAN, STACK, HOST) == pytest.approx(whole)  # nothing queued: all added
-    assert optimizer_loops(tensors, PLAN, STACK, HOST, queued=1e-4) == pytest.approx(whole - 1e-4)
-    assert optimizer_loops(tensors, PLAN, STACK, HOST, queued=1.0) == pytest.approx(whole - pre)  # all of it hides
+    assert optimizer_loops(tensors, PLAN, STACK, HOST, all_reduce=1e-4) == pytest.approx(whole - 1e-4)
+    assert optimizer_loops(tensors, PLAN, STACK, HOST, all_reduce=1.0) == pytest.approx(whole - pre)  # all of it hides
     # a stack without the split adds every loop whatever is queued
     plain = STACK.with_(tensor_host_queued=0.0)
-    assert optimizer_loops(tensors, PLAN, plain, HOST, queued=1.0) == pytest.approx(whole)
+    assert optimizer_loops(tensors, PLAN, plain, HOST, all_reduce=1.0) == pytest.approx(whole)
 
 
 def test_only_an_exposed_all_reduce_without_zero_is_queued_ahead():
     assert queued_reduction(2e-3, 0, STACK) == 2e-3
     assert queued_reduction(2e-3, 1, STACK) == 0.0  # ZeRO's reductions are its optimizer's own
     assert queued_reduction(2e-3, 0, STACK.with_(overlap_dp=True)) == 0.0  # spent under the backward pass
+    # optimizer_loops asks it itself, under the ZeRO stage the plan's wrapper partitions
+    tensors = tensors_on_rank(MODEL, PLAN, STACK, 0)
+    whole = optimizer_loops(tensors, PLAN, STACK, HOST)
+    assert optimizer_loops(tensors, PLAN, STACK, HOST, all_reduce=1e-4) == pytest.approx(whole - 1e-4)
+    zero1 = Plan(dp=8, micro_batch=1, global_batch=8, precision="fp16", recompute="full", zero=1)
+    assert optimizer_loops(tensors, zero1, STACK, HOST, all_reduce=1e-4) == optimizer_loops(tensors, zero1, STACK, HOST)
 
 
 def test_the_step_saves_what_hides_under_the_all_reduce():
@@ -78,13 +84,13 @@ def test_the_loops_are_monotone_on_random_draws():
     for _ in range(200):
         pre, post, q, dq = rng.uniform(0, 100e-6), rng.uniform(0, 100e-6), rng.uniform(0, 0.02), rng.uniform(0, 1e-2)
         stack = STACK.with_(tensor_host=pre + post, tensor_host_queued=pre)
-        base = optimizer_loops(tensors, PLAN, stack, HOST, queued=q)
+        base = optimizer_loops(tensors, PLAN, stack, HOST, all_reduce=q)
         assert 0 <= base <= optimizer_loops(tensors, PLAN, stack.with_(tensor_host=pre + post + 1e-6), HOST,
-                                            queued=q) + 1e-15
-        later = optimizer_loops(tensors, PLAN, stack, HOST, queued=q + dq)
+                                            all_reduce=q) + 1e-15
+        later = optimizer_loops(tensors, PLAN, stack, HOST, all_reduce=q + dq)
         assert later <= base + 1e-15  # more queued GPU work hides more
         assert q + dq + later >= q + base - 1e-15  # but the segment max(pre, queued) never shrinks
-        assert optimizer_loops(tensors, PLAN, stack, HOST * 1.5, queued=q) >= base - 1e-15  # a slower host
+        assert optimizer_loops(tensors, PLAN, stack, HOST * 1.5, all_reduce=q) >= base - 1e-15  # a slower host
 
 
 def test_the_rank_by_rank_path_and_the_op_table_hide_it_alike():

@@ -47,7 +47,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
 from meshplan.step.channels import dp_collectives, embedding_sync, optimizer_time, tied_gradient_bytes, zero_counts
-from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step, queued_reduction
+from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
 from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
 from meshplan.step.stages import cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs, units_for_recomputes
@@ -337,7 +337,7 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
         rank = 0 if first else plan.pp - 1
         host = optimizer_loops(tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host,
                                schedule_of(plan.schedule).weight_copies,  # as step/assemble.py composes it
-                               queued_reduction(seconds["all_reduce"], zero, stack))
+                               seconds["all_reduce"])
         rows.append(OpRow("optimizer/host", "step", "host", float(updates), 0.0, 0.0, float(host), "host"))
     if stack.iteration_host:  # the training loop's per step, once (step/host.iteration_host)
         rows.append(OpRow("loop/step", "step", "host", 1.0, 0.0, 0.0, iteration_host(stack, cluster.python_host),

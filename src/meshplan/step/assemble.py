@@ -49,7 +49,7 @@ from meshplan.step.channels import (
     weight_fetch,
 )
 from meshplan.step.grid import Settings, middle_may_bind, own_settings, rank_params, with_settings
-from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step, queued_reduction
+from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
 from meshplan.step.memory_grid import compose_memory
 from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
@@ -147,7 +147,7 @@ def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, gr
     """The host's per-step work of the optimizer's per-parameter loops (step/host.optimizer_loops), per (ZeRO stage,
     optimizer offload) of the grid: over the tensors the wrapper of that setting walks (cost/wrappers.py; DualPipe's
     ranks hold two stages), for the n ranks (``all_reduce``: their gradient all-reduce's seconds, a row each, under
-    which the loops' part before the step's first synchronisation may hide: step/host.queued_reduction)."""
+    which the loops' part before the step's first synchronisation may hide: step/host.optimizer_loops)."""
     settings = [(z, oo) for z in grid.zero for oo in grid.offload_optimizer]
     host: dict[tuple[int, bool], Num] = dict.fromkeys(settings, 0.0)
     if not paid_per_step(stack):
@@ -155,10 +155,8 @@ def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, gr
     tensors, both = rank_tensors(model, plan, stack)[:n], schedule_of(plan.schedule).weight_copies
     for z, oo in settings:
         setting = with_settings(plan, zero=z, offload_optimizer=oo)
-        zero = partitioned_zero(setting, stack)
-        host[z, oo] = _rows(plan, [optimizer_loops(t, setting, stack, cluster.python_host, both, queued_reduction(
-            _row(all_reduce, i), zero, stack)) for i, t in enumerate(tensors)],
-                            shape, np.float64)
+        host[z, oo] = _rows(plan, [optimizer_loops(t, setting, stack, cluster.python_host, both, _row(all_reduce, i))
+                                   for i, t in enumerate(tensors)], shape, np.float64)
     return host
 
 

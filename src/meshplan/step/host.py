@@ -43,7 +43,7 @@ import numpy as np
 from meshplan.cost.recompute import rerun_by
 from meshplan.cost.records import OpCost
 from meshplan.cost.tensors import Tensors, stepped
-from meshplan.cost.wrappers import wrapped
+from meshplan.cost.wrappers import partitioned_zero, wrapped
 from meshplan.specs.host_cost import HostCost
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -83,19 +83,22 @@ def step_host(tensors: Num, stack: Stack, python_host: float = 1.0) -> Num:
 
 
 def optimizer_loops(tensors: Tensors, plan: Plan, stack: Stack, python_host: float = 1.0, stages: int = 1,
-                    queued: Num = 0.0) -> Num:
+                    all_reduce: Num = 0.0) -> Num:
     """Host seconds of the optimizer step's per-parameter loops on a rank holding ``tensors`` (of ``stages`` pipeline
     stages: DualPipe's ranks hold two) that the GPU waits out: the tensors that the wrapper the plan runs walks
     (cost/wrappers.wrapped, cost/tensors.stepped), at its cost per tensor (``step_host``), less what hides. The part
     issued before the step's first synchronisation (``Stack.tensor_host_queued``: Megatron's fp16 wrapper casts each
     fp16 main_grad before its found-inf ``.item()``) runs while the GPU works through ``queued`` seconds already
     queued (the data-parallel gradient all-reduce issued just before, on a stack that does not overlap it): that
-    segment takes max(pre, queued), so min(pre, queued) of it hides. Non-decreasing in every per-tensor cost and
-    tensor count, non-increasing in ``queued``, and ``queued`` + this is non-decreasing in ``queued`` (the step
-    stays monotone as the collective slows)."""
+    segment takes max(pre, queued), so min(pre, queued) of it hides; ``queued`` is ``queued_reduction`` of the rank's
+    gradient all-reduce (``all_reduce`` seconds, channels.dp_collectives) under the ZeRO stage the plan's wrapper
+    partitions (cost/wrappers.partitioned_zero). Non-decreasing in every per-tensor cost and tensor count,
+    non-increasing in ``all_reduce``, and ``all_reduce`` + this is non-decreasing in ``all_reduce`` (the step stays
+    monotone as the collective slows)."""
     walker = wrapped(stack, plan)
     count = stages * stepped(tensors, plan, walker)
     loops = step_host(count, walker, python_host)
+    queued = queued_reduction(all_reduce, partitioned_zero(plan, stack), stack)
     if not walker.tensor_host_queued or (type(queued) is float and queued == 0.0):
         return loops
     return loops - minimum(count * on_host(walker, python_host).tensor_host_queued, queued)

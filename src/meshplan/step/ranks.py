@@ -48,7 +48,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
 from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, optimizer_time, step_channels
-from meshplan.step.host import iteration_host, loop_host, optimizer_loops, queued_reduction
+from meshplan.step.host import iteration_host, loop_host, optimizer_loops
 from meshplan.step.memory import activation_memory
 from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
@@ -131,7 +131,7 @@ def rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
     tied = embedding_sync(model, cluster, plan, eff)[0] * (first or last)  # the ends' embedding all-reduce
     opt = optimizer_time(cluster, replace(plan, zero=zero), params, eff) + optimizer_loops(
         tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host,
-        queued=queued_reduction(collectives.all_reduce, zero, stack))
+        all_reduce=collectives.all_reduce)
     return RankShared(params, traffic, zero, tied, opt, iteration_host(stack, cluster.python_host),
                       buffer_memory(model, plan))
 
