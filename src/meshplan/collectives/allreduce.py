@@ -59,7 +59,9 @@ def nvlink_all_reduce(nbytes: Num, group: Num, busbw: Num, acc: Accelerator, cus
     grew with the bandwidth: megatron-3.6b on H200, tp 4, pp 4, batch 1024 under SGLang had its TPOT go from 4.445
     to 4.482 ms on an NVLink 10 % faster). ``latency``: a calibrated tier 0's α per step (protocols.protocol_table)."""
     g = np.maximum(np.asarray(group, dtype=float), 2.0)  # a group of one is tp_all_reduce's zero
-    tuner = library(acc.architecture)  # NCCL's tuner, or RCCL's on AMD's GPUs (protocols.py)
+    # the engine's own kernel: NCCL's protocols (and its cost where measured); the GPU's library's otherwise, RCCL's
+    # tuner on AMD's GPUs (protocols.py)
+    tuner = "nccl" if custom else library(acc.architecture)
     times = protocol_times("all_reduce", nbytes, g, busbw, latency, tuner)
     if not (custom and acc.allreduce_bandwidth > 0):
         return reduce(minimum, times)
