@@ -37,11 +37,11 @@ tier-0 ``latency`` (not measured) prices only tier 0's sends and all-to-alls, an
 
 RCCL. AMD's GPUs run RCCL, which prices its collectives with its own tuner (ROCm/rccl src/graph/tuning.cc, the same
 formula with its own constants) and runs what that tuner picks. For an 8-GPU MI300X node (gfx942, seven xGMI links a
-GPU: rome_models.cc's platforms of that shape take tuning=5) ROCm/rccl#1047 ("adding rccl tuning parameters for
-MI300X gfx942 with 8 GPUs single and multi-node", January 2024, in ROCm 6.1 on) set tuning_model_5: the ring's base
-latency 12 µs for LL and 17 µs for Simple (tuning.cc baseLat, the same for every RCCL platform), 0.8 µs per step
-over xGMI for LL and 2.1 µs for Simple (hwLat[NVLINK][RING]), LL at 0.08 of the bus bandwidth and LL128 off
-(bwRatio[0], one or two nodes, 0 for LL128). ``LIBRARIES`` says which architectures run RCCL with which table
+GPU: three of the four such platforms of rome_models.cc take tuning=5, the fourth the default model, with the same
+LL latencies) ROCm/rccl#1047 ("adding rccl tuning parameters for MI300X gfx942 with 8 GPUs single and multi-node",
+January 2024) set tuning_model_5: the ring's base latency 12 µs for LL and 17 µs for Simple (tuning.cc baseLat, the
+same for every RCCL platform), 0.8 µs per step over xGMI for LL and 2.1 µs for Simple (hwLat[NVLINK][RING]), LL at
+0.08 of the bus bandwidth and LL128 off (bwRatio[0], one or two nodes, 0 for LL128). ``LIBRARIES`` says which architectures run RCCL with which table
 (``TUNERS``); the rest run NCCL's. Left out: RCCL's 1.65 times LL's bandwidth for a broadcast or reduce on gfx94x,
 and the MSCCL all-pairs kernels that replace the ring for 8-rank all-reduces where a platform enables them (RCCL
 tools/msccl-algorithms; rome_models.cc enables them on one MI300X platform, without NICs).
@@ -60,7 +60,7 @@ from meshplan.xp import Num, minimum
 # baseLat[RING] (line 56), hwLat[NVLINK][RING] (line 65), the busBw refinements for LL and LL128 (lines 127-128)
 PROTOCOLS = {"LL": (3.6e-6, 0.47e-6, 0.25), "LL128": (10.0e-6, 1.9e-6, 0.92), "Simple": (8.4e-6, 3.4e-6, 1.0)}
 # RCCL's ring on an 8-GPU MI300X node (ROCm/rccl src/graph/tuning.cc @ 0cbce2a7, October 2024: baseLat[RING] at
-# lines 57-58, tuning_model_5's hwLat[NVLINK][RING] and bwRatio[0][RING] at lines 227 and 235; module docstring)
+# lines 57-58, tuning_model_5's hwLat[NVLINK][RING] and bwRatio[0][RING] at lines 227 and 236; module docstring)
 RCCL_GFX942 = {"LL": (12.0e-6, 0.8e-6, 0.08), "Simple": (17.0e-6, 2.1e-6, 1.0)}
 TUNERS = {"nccl": PROTOCOLS, "rccl-gfx942": RCCL_GFX942}  # each library's ring protocols as its own tuner prices them
 LIBRARIES = {"cdna3": "rccl-gfx942"}  # Accelerator.architecture -> its collective library's tuner; NCCL's otherwise
