@@ -45,7 +45,8 @@ def test_an_mi300x_node_runs_rccls_tuner_and_an_h100_node_ncclss():
     ll, simple = protocol_times("all_reduce", n, 8, bw, tuner="rccl-gfx942")
     assert ll == pytest.approx(12e-6 + 14 * 0.8e-6 + 1.75 * n / (0.08 * bw))
     assert simple == pytest.approx(17e-6 + 14 * 2.1e-6 + 1.75 * n / bw)
-    assert nccl_time("all_reduce", n, 8, bw, tuner="rccl-gfx942") == ll == pytest.approx(24.95e-6)  # 12 + 11.2 + 1.75 µs
+    # 12 + 11.2 + 1.75 µs
+    assert nccl_time("all_reduce", n, 8, bw, tuner="rccl-gfx942") == ll == pytest.approx(24.95e-6)
     # the same tuner for every kind (no one-node LL refinement of NCCL's): an all-gather's 7 steps at 0.08
     assert protocol_times("all_gather", n, 8, bw, tuner="rccl-gfx942")[0] == pytest.approx(
         12e-6 + 7 * 0.8e-6 + 0.875 * n / (0.08 * bw))

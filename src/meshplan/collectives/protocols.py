@@ -37,14 +37,15 @@ tier-0 ``latency`` (not measured) prices only tier 0's sends and all-to-alls, an
 
 RCCL. AMD's GPUs run RCCL, which prices its collectives with its own tuner (ROCm/rccl src/graph/tuning.cc, the same
 formula with its own constants) and runs what that tuner picks. For an 8-GPU MI300X node (gfx942, seven xGMI links a
-GPU: three of the four such platforms of rome_models.cc take tuning=5, the fourth the default model, with the same
-LL latencies) ROCm/rccl#1047 ("adding rccl tuning parameters for MI300X gfx942 with 8 GPUs single and multi-node",
+GPU: three of the four such platforms of rome_models.cc take tuning=5, the fourth the default model, with the same LL
+latencies) ROCm/rccl#1047 ("adding rccl tuning parameters for MI300X gfx942 with 8 GPUs single and multi-node",
 January 2024) set tuning_model_5: the ring's base latency 12 µs for LL and 17 µs for Simple (tuning.cc baseLat, the
 same for every RCCL platform), 0.8 µs per step over xGMI for LL and 2.1 µs for Simple (hwLat[NVLINK][RING]), LL at
-0.08 of the bus bandwidth and LL128 off (bwRatio[0], one or two nodes, 0 for LL128). ``LIBRARIES`` says which architectures run RCCL with which table
-(``TUNERS``); the rest run NCCL's. Left out: RCCL's 1.65 times LL's bandwidth for a broadcast or reduce on gfx94x,
-and the MSCCL all-pairs kernels that replace the ring for 8-rank all-reduces where a platform enables them (RCCL
-tools/msccl-algorithms; rome_models.cc enables them on one MI300X platform, without NICs).
+0.08 of the bus bandwidth and LL128 off (bwRatio[0], one or two nodes, 0 for LL128). ``LIBRARIES`` says which
+architectures run RCCL with which table (``TUNERS``); the rest run NCCL's. Left out: RCCL's 1.65 times LL's bandwidth
+for a broadcast or reduce on gfx94x, and the MSCCL all-pairs kernels that replace the ring for 8-rank all-reduces
+where a platform enables them (RCCL tools/msccl-algorithms; rome_models.cc enables them on one MI300X platform,
+without NICs).
 """
 
 from __future__ import annotations
