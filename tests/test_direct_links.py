@@ -13,7 +13,7 @@ import pytest
 from meshplan.collectives.allreduce import tp_all_reduce
 from meshplan.collectives.comm import split_group
 from meshplan.collectives.price import collective_time
-from meshplan.collectives.protocols import nccl_time
+from meshplan.collectives.protocols import library, nccl_time
 from meshplan.errors import SpecError
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster, build_cluster, load_system, network_from_dict
@@ -43,12 +43,15 @@ def test_presets_state_their_links() -> None:
 
 
 def test_a_pair_on_an_mi300x_board_reduces_at_one_link() -> None:
-    """1 GB all-reduces, where the bandwidth term is all (NCCL's Simple protocol, 0.92 of the bus at 8 ranks and
-    fewer, protocols.py): tp 2 moves 2(2−1)/2 · n over one 64 GB/s link, tp 8 moves 2(8−1)/8 · n over 448 GB/s, so
-    the pair takes (1 / 64) / (1.75 / 448) = 4x as long; behind a switch the pair would take 1 / 1.75 of tp 8's."""
+    """1 GB all-reduces, where the bandwidth term is all (RCCL's Simple protocol, the whole bus, protocols.py): tp 2
+    moves 2(2−1)/2 · n over one 64 GB/s link, tp 8 moves 2(8−1)/8 · n over 448 GB/s, so the pair takes
+    (1 / 64) / (1.75 / 448) = 4x as long; behind a switch the pair would take 1 / 1.75 of tp 8's."""
     cluster, n = _cluster("mi300x"), 1e9
     t2, t8 = (collective_time("all_reduce", n, g, 1, cluster, PERFECT) for g in (2, 8))
-    assert (t2, t8) == pytest.approx((nccl_time("all_reduce", n, 2, 64 * GB), nccl_time("all_reduce", n, 8, 448 * GB)))
+    rccl = library(cluster.accelerator.architecture)
+    assert rccl == "rccl-gfx942"
+    assert (t2, t8) == pytest.approx((nccl_time("all_reduce", n, 2, 64 * GB, tuner=rccl),
+                                      nccl_time("all_reduce", n, 8, 448 * GB, tuner=rccl)))
     assert t2 / t8 == pytest.approx(4.0, rel=0.02)  # less the latency terms: 14 hops at 8 ranks, 2 at 2
     switched = replace(cluster, tiers=(replace(cluster.tiers[0], peers=0), *cluster.tiers[1:]))
     s2, s8 = (collective_time("all_reduce", n, g, 1, switched, PERFECT) for g in (2, 8))

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from meshplan_validation import loso_serving
-from meshplan_validation.fitted import KERNEL_GAP_PRIOR, MI300X_LAUNCH_GAP_US, UNTUNED_GEMM_PRIOR, by_name
+from meshplan_validation.fitted import (
+    ITERATION_LATENCY_PRIOR,
+    KERNEL_GAP_PRIOR,
+    MI300X_LAUNCH_GAP_US,
+    UNTUNED_GEMM_PRIOR,
+    V0_LAUNCH_US,
+    V0_LAUNCHED_DISPATCHES,
+    by_name,
+)
 from meshplan_validation.records import read_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +43,8 @@ def test_the_rocm_kernel_gap_falls_to_the_published_mi300x_launch_cost_not_to_ze
     assert MI300X_LAUNCH_GAP_US == 4.5
     assert f.prior == KERNEL_GAP_PRIOR == pytest.approx(4.5e-6, rel=1e-12)
     assert f.unit == "s per kernel"
-    # the gap fitted on Argonne's MI300X runs (14.95 us) lies above the bare launch cost
-    assert 0 < f.prior < f.value() == pytest.approx(14.95e-6)
+    # the gap fitted on Argonne's MI300X runs (10.5 us) lies above the bare launch cost
+    assert 0 < f.prior < f.value() == pytest.approx(10.50e-6)
     # leaving Argonne out (its only source) prices its runs at the prior; leaving another source out keeps it
     assert loso_serving.single_without("argonne_bench")["vLLM ROCm kernel_gap"] == f.prior
     assert "vLLM ROCm kernel_gap" not in loso_serving.single_without("amd_vllm")
@@ -51,6 +59,34 @@ def test_the_kernel_gap_prior_moves_an_mi300x_step_by_the_launch_cost_of_its_ker
     assert {r.gpu for r in priced} == {"MI300X-192GB"} and all(r.headline for r in priced)
     zero, prior, shipped = (r.predicted for r in priced)
     assert zero > prior > shipped  # a throughput: more idle per kernel, fewer tokens per second
+
+def test_the_v0_iteration_latency_falls_to_the_launches_its_cpu_measurement_leaves_out():
+    # benchmarks/measure/vllm_v0_host_cpu.py: about 20 of an iteration's dispatches launch a kernel on a GPU host, some
+    # 5 us each more than on the CPU it measured: 20 x 5 us = 0.1 ms an iteration, not 0
+    f = by_name("vLLM V0 iteration_latency")
+    assert (V0_LAUNCHED_DISPATCHES, V0_LAUNCH_US) == (20, 5.0)
+    assert f.prior == ITERATION_LATENCY_PRIOR == pytest.approx(1.0e-4, rel=1e-12)
+    # the script's docstring states the figure the prior is built from
+    assert "(0.1 ms an" in (ROOT / "benchmarks/measure/vllm_v0_host_cpu.py").read_text()
+    # the latency fitted on Argonne's H100 runs lies above that floor; out of Argonne the prior prices its runs
+    assert 0 < f.prior < f.value() == pytest.approx(1.115e-3)
+    assert loso_serving.single_without("argonne_bench")["vLLM V0 iteration_latency"] == f.prior
+    assert "vLLM V0 iteration_latency" not in loso_serving.single_without("amd_vllm")
+
+
+def test_the_iteration_latency_prior_moves_an_h100_step_by_its_launches():
+    # a tp-1 H100 run of Argonne's released half: slower at the prior than at 0, faster than as shipped, and by about
+    # 0.1 ms a step over its 128 decode steps (the throughput counts 2 x 128 tokens of one sequence)
+    record = next(r for r in read_runs(ROOT / "data/serving/llm_inference_bench_dev.jsonl")
+                  if r["id"] == "llminfbench_vllm_h100_llama-2-7b-hf_tp1_bs1_128x128")
+    priced = [loso_serving.priced([record], {"vLLM V0 iteration_latency": v})[0]
+              for v in (0.0, ITERATION_LATENCY_PRIOR, by_name("vLLM V0 iteration_latency").value())]
+    assert {r.gpu for r in priced} == {"H100-SXM-80GB"} and all(r.headline for r in priced)
+    zero, prior, shipped = (r.predicted for r in priced)
+    assert zero > prior > shipped
+    added = 256 / prior - 256 / zero  # seconds of the run's latency the prior adds
+    assert added == pytest.approx(128 * ITERATION_LATENCY_PRIOR, rel=0.1)
+
 
 def _out_of_source():
     sys.path.insert(0, str(ROOT / "benchmarks" / "docs"))

@@ -139,6 +139,29 @@ def test_the_gpu_idles_kernel_gap_between_the_kernels_of_a_step():
     assert gap_time(one.model, one.cluster, sh1, 1, engine) < gaps
 
 
+def test_the_rocm_builds_all_reduces_run_rccl_at_rcclss_tuners_price():
+    """vLLM's ROCm build up to v0.6.1 has no custom all-reduce on ROCm: RCCL runs the tensor-parallel all-reduces, at
+    RCCL's own tuner's price (12 us + 0.8 us a step for LL on an MI300X node); an engine with its own kernel keeps
+    NCCL's protocols in its stead. Llama 2 7B, tp 8, 16 sequences: 2 all-reduces of 16 x 4096 x 2 bytes a layer."""
+    engine = load_engine("vllm-v0.6-rocm")
+    assert engine.engine_all_reduce is False and load_engine("vllm-v0.5-rocm").engine_all_reduce is False
+    assert load_engine("vllm-v0").engine_all_reduce is True and load_engine("sglang").engine_all_reduce is True
+    s = setting("vllm-v0.6-rocm", "mi300x", tp=8)
+    sh = s.shape(16.0, 0.0, 0.0, 0.0)
+    ars = [(op, count) for op, count in stage_ops(s.model, sh, 1)
+           if op.kind == "collective" and op.collective.kind == "all_reduce"]
+    assert ars and {op.collective.nbytes for op, _ in ars} == {16 * 4096 * 2}
+    place = layouts(8, 1, 1)
+    rccl = sum(count * shaped_seconds(op, s.cluster, s.quant, s.eff, place, sh) for op, count in ars)
+    own = replace(sh, engine_all_reduce=True)
+    stand_in = sum(count * shaped_seconds(op, s.cluster, s.quant, s.eff, place, own) for op, count in ars)
+    per_call = 12e-6 + 14 * 0.8e-6  # RCCL's LL ring, before its bytes
+    assert rccl >= sum(count for _, count in ars) * per_call > stand_in
+    # and the whole step with it
+    assert float(s.gpu_time(16.0, 0.0, 0.0, 0.0)) > float(replace(s, engine=engine.with_(
+        engine_all_reduce=True)).gpu_time(16.0, 0.0, 0.0, 0.0))
+
+
 def test_the_released_half_of_llm_inference_bench_is_read_as_its_engines_ran():
     """data/serving/llm_inference_bench_dev.jsonl (data/serving/README.md): 341 runs, split dev, each measuring total
     tokens/s and the batch's latency; the H100 runs ("pip install vllm", September 2024) read as V0 0.6 by their date,

@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> None:
         values |= rocm_fit(dev, values, refits)
     print("shipped: " + ", ".join(f"{k} = {v:.4g}" for k, v in values.items()))
     if "--write" in args:  # the refits without each subset, which accuracy_inference.py prices it with
+        if only and REFITS.exists():  # a partial fit keeps the other subsets' refits
+            refits = json.loads(REFITS.read_text())["without"] | refits
         REFITS.write_text(json.dumps({"about": REFITS_ABOUT, "without": refits}, indent=1, sort_keys=True) + "\n")
         print(f"wrote {REFITS.relative_to(ROOT)}")
 

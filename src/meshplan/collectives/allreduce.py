@@ -33,7 +33,7 @@ from functools import reduce
 import numpy as np
 
 from meshplan.collectives.comm import split_time
-from meshplan.collectives.protocols import protocol_times, tier0_busbw, tier0_latency
+from meshplan.collectives.protocols import library, protocol_times, tier0_busbw, tier0_latency
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator, Cluster
 from meshplan.xp import Num, maximum, minimum, where
@@ -59,12 +59,15 @@ def nvlink_all_reduce(nbytes: Num, group: Num, busbw: Num, acc: Accelerator, cus
     grew with the bandwidth: megatron-3.6b on H200, tp 4, pp 4, batch 1024 under SGLang had its TPOT go from 4.445
     to 4.482 ms on an NVLink 10 % faster). ``latency``: a calibrated tier 0's α per step (protocols.protocol_table)."""
     g = np.maximum(np.asarray(group, dtype=float), 2.0)  # a group of one is tp_all_reduce's zero
-    times = protocol_times("all_reduce", nbytes, g, busbw, latency)
+    # the engine's own kernel: NCCL's protocols (and its cost where measured); the GPU's library's otherwise, RCCL's
+    # tuner on AMD's GPUs (protocols.py)
+    tuner = "nccl" if custom else library(acc.architecture)
+    times = protocol_times("all_reduce", nbytes, g, busbw, latency, tuner)
     if not (custom and acc.allreduce_bandwidth > 0):
         return reduce(minimum, times)
     at = minimum(nbytes, acc.allreduce_measured)
     measured = custom_kernel(at, group, acc.allreduce_latency, acc.allreduce_bandwidth)
-    at_m = protocol_times("all_reduce", at, g, busbw, latency)
+    at_m = protocol_times("all_reduce", at, g, busbw, latency, tuner)
     return reduce(minimum, [t + maximum(measured - t_at, 0.0) for t, t_at in zip(times, at_m, strict=True)])
 
 

@@ -5,10 +5,12 @@ weight synchronisation of reinforcement learning (rl/sync.py).
 The rule, on the collective's record (comm.Collective) and the library that runs it (``Library``):
 1. a group of one: no time;
 2. the tensor-parallel all-reduce (axis ``tp``) of a library that runs the serving engines' own one- / two-shot
-   kernels (``Library.engine_kernels``) on an accelerator whose kernel cost is measured (``engine_kernel_measured``):
-   allreduce.tp_all_reduce, the slower of NCCL's protocols and the measured kernel inside tier 0, the hierarchical
-   ring beyond it; every other all-reduce, whatever its axis, is rule 4's, so a tensor-parallel all-reduce costs a
-   training plan what the same all-reduce costs its data-parallel channel and the sharding planner;
+   kernels (``Library.engine_kernels``) on an accelerator whose kernel cost is measured (``engine_kernel_measured``)
+   or whose collective library is not NCCL (protocols.library: RCCL on AMD's GPUs, whose tuner prices RCCL's own
+   ring, not the engine's kernel): allreduce.tp_all_reduce, inside tier 0 the slower of NCCL's protocols and the
+   measured kernel (NCCL's protocols standing in for an unmeasured one), the hierarchical ring beyond it; every
+   other all-reduce, whatever its axis, is rule 4's, so a tensor-parallel all-reduce costs a training plan what the
+   same all-reduce costs its data-parallel channel and the sharding planner;
 3. a MoE dispatch or combine that names its copies and routed experts (``Collective.copies`` > 1, ``experts`` > 0):
    forwarded through each node (dispatch.py, DeepEP's normal kernels); with ``experts`` 0 the plain all-to-all;
 4. every other collective by the library's algorithm (``ALGORITHMS``, Plan.collectives): NCCL's (comm.split_time:
@@ -29,6 +31,7 @@ import numpy as np
 from meshplan.collectives.allreduce import tp_all_reduce
 from meshplan.collectives.comm import Collective, Layout, fastest_time, split_group, split_time
 from meshplan.collectives.dispatch import dispatch_split
+from meshplan.collectives.protocols import library as library_of
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.xp import Num
@@ -72,16 +75,18 @@ NCCL = LIBRARIES["nccl"]  # training's default, the sharding planner's and the w
 SERVING = Library(engine_kernels=True)  # the serving engines: NCCL plus their own all-reduce kernels
 
 
-def engine_kernel_measured(cluster: Cluster) -> bool:
-    """Whether ``cluster``'s accelerator states its engines' all-reduce kernel cost (``allreduce_bandwidth``)."""
-    return cluster.accelerator.allreduce_bandwidth > 0
+def engine_kernel_priced(cluster: Cluster) -> bool:
+    """Whether the engines' own all-reduce kernel has a price of its own on ``cluster``'s accelerator: its cost is
+    measured (``allreduce_bandwidth``), or the GPU's library is not NCCL, whose protocols then stand in for it."""
+    acc = cluster.accelerator
+    return acc.allreduce_bandwidth > 0 or library_of(acc.architecture) != "nccl"
 
 
 def split_seconds(c: Collective, parts: list[Num], cluster: Cluster, eff: Efficiency = DEFAULT,
                   library: Library = NCCL) -> Num:
     """Seconds of one collective ``c`` over its group split over the tiers as ``parts`` (comm.split_group; the ops
     of a layer share a few groups, so callers split each once), by the module docstring's rule."""
-    if c.kind == "all_reduce" and c.axis == "tp" and library.engine_kernels and engine_kernel_measured(cluster):
+    if c.kind == "all_reduce" and c.axis == "tp" and library.engine_kernels and engine_kernel_priced(cluster):
         return tp_all_reduce(c.nbytes, c.group, parts, cluster, eff, custom=True)
     if c.kind == "all_to_all" and c.copies > 1 and bool(np.any(np.asarray(c.experts) > 0)):
         return dispatch_split(c.nbytes, c.copies, c.experts, c.group, parts, cluster, eff)

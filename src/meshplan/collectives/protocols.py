@@ -34,6 +34,18 @@ fitted (calibrate/system.py). Such a cluster (``Cluster.nccl_protocols`` false) 
 one protocol whose base latency is 0, whose hwLat is the tier's calibrated ``latency`` and whose share is 1: the
 line calibrate fitted, so the measured per-step latency is what the estimate pays, not NCCL's constants. A preset's
 tier-0 ``latency`` (not measured) prices only tier 0's sends and all-to-alls, and each hop of a ring beyond it.
+
+RCCL. AMD's GPUs run RCCL, which prices its collectives with its own tuner (ROCm/rccl src/graph/tuning.cc, the same
+formula with its own constants) and runs what that tuner picks. For an 8-GPU MI300X node (gfx942, seven xGMI links a
+GPU: three of the four such platforms of rome_models.cc take tuning=5, the fourth the default model, with the same LL
+latencies) ROCm/rccl#1047 ("adding rccl tuning parameters for MI300X gfx942 with 8 GPUs single and multi-node",
+January 2024) set tuning_model_5: the ring's base latency 12 µs for LL and 17 µs for Simple (tuning.cc baseLat, the
+same for every RCCL platform), 0.8 µs per step over xGMI for LL and 2.1 µs for Simple (hwLat[NVLINK][RING]), LL at
+0.08 of the bus bandwidth and LL128 off (bwRatio[0], one or two nodes, 0 for LL128). ``LIBRARIES`` says which
+architectures run RCCL with which table (``TUNERS``); the rest run NCCL's. Left out: RCCL's 1.65 times LL's bandwidth
+for a broadcast or reduce on gfx94x, and the MSCCL all-pairs kernels that replace the ring for 8-rank all-reduces
+where a platform enables them (RCCL tools/msccl-algorithms; rome_models.cc enables them on one MI300X platform,
+without NICs).
 """
 
 from __future__ import annotations
@@ -48,6 +60,11 @@ from meshplan.xp import Num, minimum
 # (baseLat s, hwLat s per step on NVLink, share of the bus bandwidth) of NCCL's ring: v2.12.12-1 src/graph/tuning.cc
 # baseLat[RING] (line 56), hwLat[NVLINK][RING] (line 65), the busBw refinements for LL and LL128 (lines 127-128)
 PROTOCOLS = {"LL": (3.6e-6, 0.47e-6, 0.25), "LL128": (10.0e-6, 1.9e-6, 0.92), "Simple": (8.4e-6, 3.4e-6, 1.0)}
+# RCCL's ring on an 8-GPU MI300X node (ROCm/rccl src/graph/tuning.cc @ 0cbce2a7, October 2024: baseLat[RING] at
+# lines 57-58, tuning_model_5's hwLat[NVLINK][RING] and bwRatio[0][RING] at lines 227 and 236; module docstring)
+RCCL_GFX942 = {"LL": (12.0e-6, 0.8e-6, 0.08), "Simple": (17.0e-6, 2.1e-6, 1.0)}
+TUNERS = {"nccl": PROTOCOLS, "rccl-gfx942": RCCL_GFX942}  # each library's ring protocols as its own tuner prices them
+LIBRARIES = {"cdna3": "rccl-gfx942"}  # Accelerator.architecture -> its collective library's tuner; NCCL's otherwise
 LL_ONE_NODE = 1 / 3  # LL's share for the all-gather, reduce-scatter and broadcast on one node (tuning.cc:127)
 NCCL_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")  # what NCCL's tuner prices
 
@@ -63,34 +80,42 @@ def nccl_steps(kind: str, group: Num) -> Num:
     raise ValueError(f"NCCL's tuner does not price {kind!r}")
 
 
-def protocol_table(kind: str, latency: float | None = None) -> list[tuple[float, float, float]]:
-    """(baseLat s, hwLat s per step, bandwidth share) of each protocol a ``kind`` inside tier 0 may run: NCCL's
-    three, or with ``latency`` (a calibrated tier 0, module docstring) one line at that α per step."""
+def library(architecture: str) -> str:
+    """The tuner (``TUNERS``) of the collective library an architecture's GPUs run: ``LIBRARIES``, else NCCL's."""
+    return LIBRARIES.get(architecture, "nccl")
+
+
+def protocol_table(kind: str, latency: float | None = None, tuner: str = "nccl") -> list[tuple[float, float, float]]:
+    """(baseLat s, hwLat s per step, bandwidth share) of each protocol a ``kind`` inside tier 0 may run: those of the
+    library's ``tuner`` (NCCL's three), or with ``latency`` (a calibrated tier 0, module docstring) one line at that
+    α per step."""
     if latency is not None:
         return [(0.0, latency, 1.0)]
-    table = list(PROTOCOLS.values())
-    if kind in ("all_gather", "reduce_scatter", "broadcast"):
+    table = list(TUNERS[tuner].values())
+    if tuner == "nccl" and kind in ("all_gather", "reduce_scatter", "broadcast"):
         base, hop, _ = table[0]
         table[0] = (base, hop, LL_ONE_NODE)
     return table
 
 
-def protocol_times(kind: str, nbytes: Num, group: Num, busbw: Num, latency: float | None = None) -> list[Num]:
+def protocol_times(kind: str, nbytes: Num, group: Num, busbw: Num, latency: float | None = None,
+                   tuner: str = "nccl") -> list[Num]:
     """Each protocol's seconds for a ``kind`` of ``nbytes`` over ``group`` ranks inside tier 0 at ``busbw`` bytes/s
     (``protocol_table``; 0 for a group of one)."""
+    table = protocol_table(kind, latency, tuner)
     if type(group) in (int, float) and group <= 1:
-        return [0.0 for _ in protocol_table(kind, latency)]
+        return [0.0 for _ in table]
     steps = nccl_steps(kind, group)
-    times = [base + steps * hop + nbytes * steps / group / (busbw * share)
-             for base, hop, share in protocol_table(kind, latency)]
+    times = [base + steps * hop + nbytes * steps / group / (busbw * share) for base, hop, share in table]
     if type(group) in (int, float):
         return times
     return [t * (group > 1) for t in times]
 
 
-def nccl_time(kind: str, nbytes: Num, group: Num, busbw: Num, latency: float | None = None) -> Num:
+def nccl_time(kind: str, nbytes: Num, group: Num, busbw: Num, latency: float | None = None,
+              tuner: str = "nccl") -> Num:
     """The fastest protocol's seconds (``protocol_times``)."""
-    return reduce(minimum, protocol_times(kind, nbytes, group, busbw, latency))
+    return reduce(minimum, protocol_times(kind, nbytes, group, busbw, latency, tuner))
 
 
 def tier0_latency(cluster: Cluster) -> float | None:
@@ -106,4 +131,5 @@ def tier0_busbw(cluster: Cluster, group: Num, eff: Efficiency) -> Num:
 
 def tier0_time(kind: str, nbytes: Num, group: Num, cluster: Cluster, eff: Efficiency) -> Num:
     """Seconds of a ``kind`` (NCCL_KINDS) whose ``group`` lies inside ``cluster``'s tier 0 (module docstring)."""
-    return nccl_time(kind, nbytes, group, tier0_busbw(cluster, group, eff), tier0_latency(cluster))
+    return nccl_time(kind, nbytes, group, tier0_busbw(cluster, group, eff), tier0_latency(cluster),
+                     library(cluster.accelerator.architecture))

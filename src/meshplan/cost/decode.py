@@ -55,6 +55,7 @@ class Shape:
     # GEMMs of at most ``skinny_rows`` rows run at ``skinny_rate`` of the modelled rate (engine.skinny_gemm_rows)
     skinny_rows: Num = 0.0
     skinny_rate: Num = 1.0
+    engine_all_reduce: bool = True  # the engine's own tensor-parallel all-reduce kernel, else the GPU's library's
 
     @property
     def rows(self) -> Num:

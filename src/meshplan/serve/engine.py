@@ -130,6 +130,10 @@ class Engine:
     # seconds the GPU idles between two kernels of an iteration beyond the accelerator's fixed time per kernel (the
     # runtime's dispatch of each node of a captured graph: vLLM's ROCm build of 2024 on ROCm 6.1); 0: none
     kernel_gap: float = 0.0
+    # the engine runs its own tensor-parallel all-reduce kernel (vLLM's, SGLang's and TensorRT-LLM's custom all-reduce:
+    # collectives/price.py SERVING); false: the GPU's collective library runs it (vLLM's ROCm build up to v0.6.1,
+    # custom_all_reduce.py:17-22: RCCL, at RCCL's own tuner's price, collectives/protocols.py)
+    engine_all_reduce: bool = True
     # how MoE layers under data-parallel attention reach their experts: all-to-all dispatch and combine of each
     # token's k copies ("all_to_all"), an all-gather of every token before the experts and a reduce-scatter of
     # their sums after ("all_gather": TensorRT-LLM's default under attention DP), or DeepEP ("deepep": SGLang's

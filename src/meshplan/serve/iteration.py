@@ -19,7 +19,7 @@ from dataclasses import replace
 from functools import cache
 
 from meshplan.collectives.groups import send_stride
-from meshplan.collectives.price import SERVING, collective_seconds
+from meshplan.collectives.price import NCCL, SERVING, Library, collective_seconds
 from meshplan.cost.decode import Shape, collective, gemm, sixteen_bit, stream
 from meshplan.cost.extras import serve_extra_ops, serve_head_extra_ops
 from meshplan.cost.ple import serve_ple_embed_ops
@@ -87,7 +87,7 @@ def shaped_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficie
     engine build's untuned GEMM library, engine.skinny_gemm_rows); a GEMM of more rows at least as long as its first
     R rows at that rate, so that more rows never take less time. The MoE experts' grouped GEMMs are the engine's own
     kernels (vLLM's Triton fused_moe, with tuned configurations per GPU), not the library's: their rate stays."""
-    time = op_seconds(op, cluster, quant, eff, layouts)
+    time = op_seconds(op, cluster, quant, eff, layouts, SERVING if sh.engine_all_reduce else NCCL)
     if op.kind != "gemm" or not sh.skinny_rows or op.name.startswith(EXPERT_PATH):
         return time
     slow_eff = _slowed(eff, float(sh.skinny_rate))  # an engine constant: a plain number
@@ -103,16 +103,17 @@ def _slowed(eff: ServeEfficiency, rate: float) -> ServeEfficiency:
     return replace(eff, gemm=eff.gemm * rate)
 
 
-def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency, layouts: dict[str, Num]) -> Num:
-    """One op's time: a collective over its group as placed on the mesh, else the roofline at the scheme's GEMM
-    precision."""
+def op_seconds(op: OpCost, cluster: Cluster, quant: Quant, eff: ServeEfficiency, layouts: dict[str, Num],
+               library: Library = SERVING) -> Num:
+    """One op's time: a collective over its group as placed on the mesh (by the engine's ``library``: its own
+    all-reduce kernels, or the GPU's collective library alone), else the roofline at the scheme's GEMM precision."""
     slower = 1.0 / eff.experts if op.name.startswith(EXPERT_PATH) else 1.0
     if op.kind == "collective":
         c = op.collective
         assert c is not None  # a collective op carries its Collective (cost/records.py)
         # the one dispatcher (collectives/price.py): NCCL's protocols at decode's sizes with the engines' own
         # all-reduce kernels, a MoE dispatch or combine forwarded through nodes where it names its experts
-        return slower * collective_seconds(c, layouts[c.axis], cluster, eff, SERVING)
+        return slower * collective_seconds(c, layouts[c.axis], cluster, eff, library)
     acc = compute_accelerator(cluster.accelerator, quant)
     if op.name == "attn/decode":
         return cache_read_time(op, acc, gemm_precision(acc, quant) or acc.default_precision, eff)

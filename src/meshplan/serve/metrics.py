@@ -121,7 +121,8 @@ class Setting:
                      gather=self.engine.moe_comm == "all_gather", forwarded=self.engine.moe_comm == "deepep",
                      per_query_head=self.engine.kv_per_query_head,
                      padded=self.engine.graph_padding(decode, prompts),
-                     skinny_rows=self.engine.skinny_gemm_rows, skinny_rate=self.engine.skinny_gemm_rate)
+                     skinny_rows=self.engine.skinny_gemm_rows, skinny_rate=self.engine.skinny_gemm_rate,
+                     engine_all_reduce=self.engine.engine_all_reduce)
 
     @property
     def micro_batch(self) -> Num:
