@@ -10,7 +10,7 @@ shape up front; the collectives, most of a key's cost to compute, when a plan fi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import lru_cache
 from typing import Any
 
@@ -142,32 +142,29 @@ class KeyUnits:
 
     It is a memo table, the search's one mutable object (DESIGN example 4's cache of the per-layer costs that many
     plans share): which keys get priced is decided by the branch and bound as it goes, so they cannot all be
-    computed up front without losing the point. A key is known by its shape (an index into this pool's shapes),
-    its SUMMA panel count and its tier splits (an index into the split tuples met so far), packed into one
-    integer; the codes seen so far are kept sorted, beside where each key's units are stored."""
+    computed up front without losing the point. The shapes' kernel units and the keys priced are kept in a store
+    (``_KeyStore``) that the searches of one model, system and settings share whatever their GPU count (``_store``):
+    a strong-scaling plan's later counts compute only the shapes and keys the earlier ones did not meet."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, pool: PlanBatch, stack: Stack, recomputes: tuple[str, ...],
                  eff: Efficiency, works: tuple[str, ...] = ()) -> None:
         self.model, self.cluster, self.stack, self.recomputes, self.eff = model, cluster, stack, recomputes, eff
         self.works = works  # the grid's kinds of per-micro-batch wrapper work (cost/wrapper_work.py): a twin each
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
-        shaped = _key_batch(pool, shape_first)
-        ops = plan_ops(model, shaped, stack)
-        self.compute = compute_times(model, cluster, shaped, stack, eff, ops)
         self.n_shapes = len(shape_first)
-        # kernel times and saved bytes only: without the twins, the collectives nor a choice of SUMMA panels
-        parts = kernel_parts(model, cluster, shaped, stack, _rows_of(self.compute, slice(None), self.n_shapes), ops)
-        self.shapes = {rc: _lean(u) for rc, u in units_for_recomputes(model, shaped, stack, parts, recomputes,
-                                                                       eff).items()}
-        self._panel_radix = model.hidden_size + 1  # panels: at most the hidden size (SUMMA's divide it; 1D's = tp)
-        self._split_radix = 2**62 // (self.n_shapes * self._panel_radix)
-        self._splits: dict[tuple[int, ...], int] = {}
-        self._codes = np.zeros(0, dtype=np.int64)  # sorted key codes
-        self._slot = np.zeros(0, dtype=np.int64)  # where each code's units are stored
-        self.priced = 0  # keys whose units are stored
-        self._units: dict[str, Units] = {}
-        self._panels: dict[str, Panels] = {rc: {w: np.zeros(0, dtype=np.int64) for w in ("", *works)}
-                                           for rc in recomputes}
+        store = self._store = _store(model, cluster, pool, stack, recomputes, eff, works)
+        self._shape_ids = store.shape_ids(np.stack([getattr(pool, k)[shape_first] for k in SHAPE_KEYS]))
+        new = self._shape_ids >= store.shaped  # shapes whose kernel times no search of the store has computed
+        if new.any():
+            shaped = _key_batch(pool, shape_first[new])
+            ops = plan_ops(model, shaped, stack)
+            compute = compute_times(model, cluster, shaped, stack, eff, ops)
+            # kernel times and saved bytes only: without the twins, the collectives nor a choice of SUMMA panels
+            parts = kernel_parts(model, cluster, shaped, stack, _rows_of(compute, slice(None), int(new.sum())), ops)
+            store.add_shapes(compute, {rc: _lean(u) for rc, u in units_for_recomputes(model, shaped, stack, parts,
+                                                                                       recomputes, eff).items()})
+        self.compute = _rows_of(store.compute, self._shape_ids, store.shaped)
+        self.shapes = {rc: u.take(self._shape_ids) for rc, u in store.shapes.items()}
 
     def saved(self, shapes: np.ndarray) -> dict[str, Saved]:
         """The saved activations of ``shapes`` (indices into the pool's) per recompute mode: what memory reads."""
@@ -176,44 +173,130 @@ class KeyUnits:
     def price(self, batch: PlanBatch, shapes: np.ndarray) -> tuple[dict[str, Units], dict[str, Panels]]:
         """The full units and SUMMA panel counts of every plan of ``batch`` (``shapes``: each plan's shape, an
         index into the pool's) per recompute mode, computing those of keys not met before."""
-        codes = split_codes(self.model, self.cluster, batch)
+        store, codes = self._store, split_codes(self.model, self.cluster, batch)
         first, inverse = distinct(np.stack([shapes, batch.summa_panels, *codes]))
         split_first, split_of = distinct(np.stack([c[first] for c in codes])) if codes else (
             np.zeros(1, dtype=np.int64), np.zeros(len(first), dtype=np.int64))
-        split_ids = np.array([self._split_id(tuple(int(c[first[i]]) for c in codes)) for i in split_first],
+        split_ids = np.array([store.split_id(tuple(int(c[first[i]]) for c in codes)) for i in split_first],
                              dtype=np.int64)
-        key = (shapes[first] * self._panel_radix + batch.summa_panels[first]) * self._split_radix + split_ids[split_of]
-        slot = self._lookup(key)
+        key = store.code(self._shape_ids[shapes[first]], batch.summa_panels[first], split_ids[split_of])
+        slot = store.lookup(key)
         new = slot < 0
         if new.any():
-            slot[new] = self._add(key[new], batch, first[new], shapes[first[new]])
+            rows, local = first[new], shapes[first[new]]
+            units, panels = _units_of(self.model, self.cluster, _key_batch(batch, rows), self.stack,
+                                      _rows_of(self.compute, local, self.n_shapes), self.recomputes, self.eff,
+                                      self.works)
+            slot[new] = store.add(key[new], units, panels)
         rows = slot[inverse]
-        return ({rc: u.take(rows) for rc, u in self._units.items()},
-                {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in self._panels.items()})
+        return ({rc: u.take(rows) for rc, u in store.units.items()},
+                {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in store.panels.items()})
 
-    def _split_id(self, split: tuple[int, ...]) -> int:
-        if split not in self._splits:
-            if len(self._splits) >= self._split_radix:
-                raise RuntimeError("more distinct tier splits than the key code can hold")
-            self._splits[split] = len(self._splits)
-        return self._splits[split]
+    @property
+    def priced(self) -> int:
+        """Keys whose units are stored (those of every search that shares this one's store: ``_store``)."""
+        return self._store.priced
 
-    def _lookup(self, key: np.ndarray) -> np.ndarray:
+
+# A strong-scaling plan searches the same model on several GPU counts: their unit keys are mostly the same (a unit
+# reads the cluster only through its tiers' links and the sizes of all but the outermost: ``_pricing_key``), so
+# the keys priced for one count are kept for the next (the few latest contexts: ``_STORES``).
+_STORES = 4
+
+
+@lru_cache(maxsize=_STORES)
+def _stored_keys(context: tuple[Any, ...], panel_radix: int, recomputes: tuple[str, ...],
+                 works: tuple[str, ...]) -> _KeyStore:
+    return _KeyStore(panel_radix, recomputes, works)
+
+
+def _store(model: ModelSpec, cluster: Cluster, pool: PlanBatch, stack: Stack, recomputes: tuple[str, ...],
+           eff: Efficiency, works: tuple[str, ...]) -> _KeyStore:
+    """The store of priced keys for searches of ``model`` on ``cluster`` whatever its GPU count, with ``pool``'s
+    settings (the unit-level ones: ``_key_batch``'s), ``stack``, ``recomputes``, ``eff`` and ``works``."""
+    settings = tuple(getattr(pool, k) for k in CATEGORICAL if k not in _GRID_SETTINGS)
+    return _stored_keys((model, _pricing_key(cluster), stack, eff, settings), model.hidden_size + 1, recomputes,
+                        works)
+
+
+def _pricing_key(cluster: Cluster) -> tuple[Any, ...]:
+    """What a unit's price reads of ``cluster``: every field but the GPU count and the outermost tier's size (a
+    unit's groups are split over the tiers by the sizes of the inner ones alone, the outermost holding the rest:
+    comm.split_group, split_codes). A one-tier cluster keeps its size."""
+    if len(cluster.tiers) < 2:
+        return (cluster,)
+    *inner, outer = cluster.tiers
+    rest = tuple((f.name, getattr(cluster, f.name)) for f in fields(cluster)
+                 if f.compare and f.name not in ("num_gpus", "tiers"))
+    return (*rest, tuple(inner), tuple((f.name, getattr(outer, f.name)) for f in fields(outer) if f.name != "size"))
+
+
+class _KeyStore:
+    """Priced unit keys: a key is known by its shape (an index into the shapes met so far), its SUMMA panel count
+    and its tier splits (an index into the split tuples met so far), packed into one integer; the codes seen so
+    far are kept sorted, beside where each key's units are stored."""
+
+    SHAPES = 1 << 20  # distinct shapes a store can tell apart
+
+    def __init__(self, panel_radix: int, recomputes: tuple[str, ...], works: tuple[str, ...]) -> None:
+        self._panel_radix = panel_radix  # panels: at most the hidden size (SUMMA's divide it; 1D's = tp)
+        self._split_radix = 2**62 // (self.SHAPES * panel_radix)
+        self._shapes: dict[tuple[int, ...], int] = {}
+        self._splits: dict[tuple[int, ...], int] = {}
+        self._codes = np.zeros(0, dtype=np.int64)  # sorted key codes
+        self._slot = np.zeros(0, dtype=np.int64)  # where each code's units are stored
+        self.priced = 0  # keys whose units are stored
+        self.shaped = 0  # shapes whose compute-op times and kernel units are stored
+        self.compute: dict[str, list[Num | None]] = {}  # per op group, each op's time per shape (None: not compute)
+        self.shapes: dict[str, Units] = {}  # per recompute mode, the lean kernel units per shape
+        self.units: dict[str, Units] = {}
+        self.panels: dict[str, Panels] = {rc: {w: np.zeros(0, dtype=np.int64) for w in ("", *works)}
+                                          for rc in recomputes}
+
+    def shape_ids(self, shapes: np.ndarray) -> np.ndarray:
+        """The store's index of each shape (``shapes``: SHAPE_KEYS × shapes), new ones numbered on in their order
+        (``add_shapes`` then stores their kernel times in that order)."""
+        return np.array([self._number(self._shapes, tuple(map(int, s)), self.SHAPES) for s in shapes.T],
+                        dtype=np.int64)
+
+    def add_shapes(self, compute: dict[str, list[Num | None]], shapes: dict[str, Units]) -> None:
+        """Store the compute-op times and lean kernel units of the shapes numbered since the last call."""
+        n = len(self._shapes) - self.shaped
+        slots = self.shaped + np.arange(n)
+        self.shapes = {rc: _stored(self.shapes.get(rc), slots, u) for rc, u in shapes.items()}
+        self.compute = {k: [_joined(old, t, self.shaped, n) for old, t in
+                            zip(self.compute.get(k, [None] * len(v)), v, strict=True)] for k, v in compute.items()}
+        if self.compute.keys() != compute.keys():
+            raise RuntimeError("searches of one store met different op groups")
+        self.shaped += n
+
+    def split_id(self, split: tuple[int, ...]) -> int:
+        return self._number(self._splits, split, self._split_radix)
+
+    @staticmethod
+    def _number(ids: dict[tuple[int, ...], int], key: tuple[int, ...], limit: int) -> int:
+        if key not in ids:
+            if len(ids) >= limit:
+                raise RuntimeError("more distinct shapes or tier splits than the key code can hold")
+            ids[key] = len(ids)
+        return ids[key]
+
+    def code(self, shape: np.ndarray, panels: np.ndarray, split: np.ndarray) -> np.ndarray:
+        return (shape * self._panel_radix + panels) * self._split_radix + split
+
+    def lookup(self, key: np.ndarray) -> np.ndarray:
         """Where the units of each key code are stored, -1 for codes not met before."""
         if not len(self._codes):
             return np.full(len(key), -1, dtype=np.int64)
         pos = np.minimum(np.searchsorted(self._codes, key), len(self._codes) - 1)
         return np.where(self._codes[pos] == key, self._slot[pos], -1)
 
-    def _add(self, key: np.ndarray, batch: PlanBatch, rows: np.ndarray, shapes: np.ndarray) -> np.ndarray:
-        """Price the keys of ``batch``'s ``rows`` (a plan each, codes ``key``), store them, return their slots."""
-        compute = _rows_of(self.compute, shapes, self.n_shapes)
-        units, panels = _units_of(self.model, self.cluster, _key_batch(batch, rows), self.stack, compute,
-                                  self.recomputes, self.eff, self.works)
+    def add(self, key: np.ndarray, units: dict[str, Units], panels: dict[str, Panels]) -> np.ndarray:
+        """Store the units and panel counts of new keys (codes ``key``), return their slots."""
         slots = self.priced + np.arange(len(key))
-        for rc in self.recomputes:
-            self._units[rc] = _stored(self._units.get(rc), slots, units[rc])
-            self._panels[rc] = {w: np.concatenate([nb, panels[rc][w]]) for w, nb in self._panels[rc].items()}
+        for rc, by_work in self.panels.items():
+            self.units[rc] = _stored(self.units.get(rc), slots, units[rc])
+            self.panels[rc] = {w: np.concatenate([nb, panels[rc][w]]) for w, nb in by_work.items()}
         self.priced += len(key)
         order = np.argsort(np.concatenate([self._codes, key]), kind="stable")
         self._codes = np.concatenate([self._codes, key])[order]
@@ -238,6 +321,18 @@ def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
         return tail.copy() if x is None else np.concatenate([x, tail])
 
     return Units(*(cat(None if store is None else getattr(store, f), getattr(part, f)) for f in Units.__slots__))
+
+
+def _joined(old: Num | None, new: Num | None, n_old: int, n_new: int) -> Num | None:
+    """One op's times per shape: ``old``'s (``n_old`` shapes) then ``new``'s (``n_new``), each an array or one
+    number for all its shapes; None (not a compute op) in both or neither."""
+    if (old is None) != (new is None) and n_old:
+        raise RuntimeError("searches of one store met different ops")
+    if new is None or not n_old:
+        return new
+    assert old is not None
+    return np.concatenate([np.broadcast_to(np.asarray(old, dtype=np.float64), (n_old,)),
+                           np.broadcast_to(np.asarray(new, dtype=np.float64), (n_new,))])
 
 
 def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -> np.ndarray:
