@@ -7,9 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from meshplan.search import Space, keyed
+from meshplan.search import Space
 from meshplan.search.batch import PlanBatch
 from meshplan.search.candidates import candidates
+from meshplan.search.key_store import shared_units
 from meshplan.search.keyed import KeyUnits, distinct, split_codes
 from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.efficiency import DEFAULT
@@ -17,14 +18,6 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.step.passes import PassTimes
 from spaces import EVERY_PLAN
-
-
-@pytest.fixture(autouse=True)
-def fresh_stores():
-    """Each test starts with no priced keys (keyed._stored_keys keeps them for the next search of a context)."""
-    keyed._stored_keys.cache_clear()
-    yield
-    keyed._stored_keys.cache_clear()
 
 
 def unit_keys(model, cluster, batch):
@@ -107,25 +100,23 @@ def _leaves(units):
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "llama3-8b"])
 def test_a_store_shared_across_gpu_counts_prices_each_count_as_alone(name):
-    """keyed._store: the searches of one model on 16, 32 and 64 H100s (2, 4 and 8 nodes: the outermost tier's size
-    differs) share one store of priced keys, the later ones pricing only the keys the earlier did not meet; each
-    count's units, panel counts, kernel units and compute-op times are bit for bit those of a store of its own."""
+    """key_store.shared_units: the searches of one model on 16, 32 and 64 H100s (2, 4 and 8 nodes: the outermost
+    tier's size differs) share one store of priced keys, the later ones pricing only the keys the earlier did not
+    meet; each count's units, panel counts, kernel units and compute-op times are bit for bit those of a store of
+    its own (outside shared_units, each search's own store, as before)."""
     model = load_model(name).with_seq_length(2048)
     space = Space(**EVERY_PLAN, global_batch=64, layouts=("1d",), sequence_parallel=(True,))
     alone, priced = {}, 0
-    for gpus in (16, 32, 64):
-        keyed._stored_keys.cache_clear()
+    for gpus in (16, 32, 64):  # each count's own store (outside shared_units)
         cluster = load_system("h100").cluster(gpus)
         pool = _pool(model, cluster, space)
         units = KeyUnits(model, cluster, pool, space.stack, space.recompute, DEFAULT)
         alone[gpus] = units, units.price(pool, units.shape_of)
         priced += units.priced
-    keyed._stored_keys.cache_clear()
-    for gpus in (16, 32, 64):
-        cluster = load_system("h100").cluster(gpus)
-        pool = _pool(model, cluster, space)
-        units = KeyUnits(model, cluster, pool, space.stack, space.recompute, DEFAULT)
-        (full, panels), (own, (own_full, own_panels)) = units.price(pool, units.shape_of), alone[gpus]
+    with shared_units():
+        shared = [_shared(model, gpus, space) for gpus in (16, 32, 64)]
+    for gpus, (units, (full, panels)) in zip((16, 32, 64), shared, strict=True):
+        own, (own_full, own_panels) = alone[gpus]
         for rc in space.recompute:
             for a, b in zip(_leaves(full[rc]), _leaves(own_full[rc]), strict=True):
                 assert np.array_equal(a, b)
@@ -137,8 +128,14 @@ def test_a_store_shared_across_gpu_counts_prices_each_count_as_alone(name):
             for a, b in zip(units.compute[group], times, strict=True):
                 assert (a is None) == (b is None)
                 assert a is None or np.array_equal(a, np.broadcast_to(b, (own.n_shapes,)))
-    assert units.priced < priced  # the later counts met keys the earlier had priced
-    assert keyed._stored_keys.cache_info().currsize == 1  # one store for the three counts
+    assert units.priced < priced  # one store for the three counts: the later met keys the earlier had priced
+
+
+def _shared(model, gpus, space):
+    cluster = load_system("h100").cluster(gpus)
+    pool = _pool(model, cluster, space)
+    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, DEFAULT)
+    return units, units.price(pool, units.shape_of)
 
 
 def test_distinct_keys_survive_int64_overflow():

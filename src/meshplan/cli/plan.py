@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import click
@@ -107,8 +108,11 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     spaces = [(model, under(cluster, stragglers, cap), _space(settings, gbs, cluster.accelerator.default_precision,
                                                               stack), under(cluster, None, cap))
               for model, cluster in clusters]
-    results = [_search(model, priced, space, options["top_k"], every, budget["reliability"], as_json, shown)
-               for model, priced, space, shown in spaces]
+    from meshplan.search.key_store import shared_units
+
+    with shared_units() if len(spaces) > 1 else nullcontext():  # the counts' unit keys, priced once for all
+        results = [_search(model, priced, space, options["top_k"], every, budget["reliability"], as_json, shown)
+                   for model, priced, space, shown in spaces]
     if stragglers is not None or cap:
         click.echo(conditions_text(stragglers, cap, results[0].cluster), err=as_json)
     rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
