@@ -34,8 +34,8 @@ def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
             return ZERO
         # a field constant in one batch of keys and not in another (a host-bound pass: PassTimes.host): zeros there
         tail = np.broadcast_to(np.asarray(0.0 if y is ZERO else y, dtype=np.float64), (len(slots),))
-        if x is ZERO:
-            x = np.zeros(int(slots[0]))
+        if x is ZERO or (x is not None and not np.ndim(x)):  # one number for the stored slots: spread
+            x = np.broadcast_to(np.asarray(0.0 if x is ZERO else x, dtype=np.float64), (int(slots[0]),))
         return tail.copy() if x is None else np.concatenate([x, tail])
 
     return Units(*(cat(None if store is None else getattr(store, f), getattr(part, f)) for f in Units.__slots__))
