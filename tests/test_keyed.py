@@ -10,11 +10,13 @@ import pytest
 from meshplan.search import Space
 from meshplan.search.batch import PlanBatch
 from meshplan.search.candidates import candidates
+from meshplan.search.key_store import shared_units
 from meshplan.search.keyed import KeyUnits, distinct, split_codes
 from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
+from meshplan.step.passes import PassTimes
 from spaces import EVERY_PLAN
 
 
@@ -74,6 +76,67 @@ def test_a_key_is_priced_once_whatever_the_batches():
         for rows, part in zip((cut, ~cut), parts, strict=True):
             for name in ("layer", "embed", "head", "p2p"):
                 assert np.array_equal(getattr(part[rc], name).total, getattr(at_once[rc], name).total[rows])
+
+
+def _pool(model, cluster, space):
+    columns, _ = candidates(model, cluster, space)
+    columns.pop("layout")
+    return PlanBatch(**columns, placements=PLACEMENTS, **space.settings).select(
+        columns["tp"] > 1, sequence_parallel=True)
+
+
+def _leaves(units):
+    """Every number of some units, field by field (PassTimes' fields, the wrapped twins' too), as arrays."""
+    for f in type(units).__slots__:
+        v = getattr(units, f)
+        if isinstance(v, dict):
+            for w in sorted(v):
+                yield from _leaves(v[w])
+        elif isinstance(v, PassTimes):
+            yield from (np.asarray(getattr(v, g), dtype=np.float64) for g in PassTimes.__slots__)
+        elif v is not None:
+            yield np.asarray(v, dtype=np.float64)
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "llama3-8b"])
+def test_a_store_shared_across_gpu_counts_prices_each_count_as_alone(name):
+    """key_store.shared_units: the searches of one model on 16, 32 and 64 H100s (2, 4 and 8 nodes: the outermost
+    tier's size differs) share one store of priced keys, the later ones pricing only the keys the earlier did not
+    meet; each count's units, panel counts, kernel units and compute-op times are bit for bit those of a store of
+    its own (outside shared_units, each search's own store, as before)."""
+    model = load_model(name).with_seq_length(2048)
+    space = Space(**EVERY_PLAN, global_batch=64, layouts=("1d",), sequence_parallel=(True,))
+    alone, priced = {}, 0
+    for gpus in (16, 32, 64):  # each count's own store (outside shared_units)
+        cluster = load_system("h100").cluster(gpus)
+        pool = _pool(model, cluster, space)
+        units = KeyUnits(model, cluster, pool, space.stack, space.recompute, DEFAULT)
+        alone[gpus] = units, units.price(pool, units.shape_of)
+        priced += units.priced
+    with shared_units():
+        shared = [_shared(model, gpus, space) for gpus in (16, 32, 64)]
+    for gpus, (units, (full, panels)) in zip((16, 32, 64), shared, strict=True):
+        own, (own_full, own_panels) = alone[gpus]
+        for rc in space.recompute:
+            for a, b in zip(_leaves(full[rc]), _leaves(own_full[rc]), strict=True):
+                assert np.array_equal(a, b)
+            for a, b in zip(_leaves(units.shapes[rc]), _leaves(own.shapes[rc]), strict=True):
+                assert np.array_equal(*np.broadcast_arrays(a, b))  # one number for all shapes, or each its own
+                assert np.shape(a) in ((), (units.n_shapes,))
+            assert panels[rc].keys() == own_panels[rc].keys()
+            assert all(np.array_equal(panels[rc][w], own_panels[rc][w]) for w in panels[rc])
+        for group, times in own.compute.items():
+            for a, b in zip(units.compute[group], times, strict=True):
+                assert (a is None) == (b is None)
+                assert a is None or np.array_equal(*np.broadcast_arrays(a, b))
+    assert units.priced < priced  # one store for the three counts: the later met keys the earlier had priced
+
+
+def _shared(model, gpus, space):
+    cluster = load_system("h100").cluster(gpus)
+    pool = _pool(model, cluster, space)
+    units = KeyUnits(model, cluster, pool, space.stack, space.recompute, DEFAULT)
+    return units, units.price(pool, units.shape_of)
 
 
 def test_distinct_keys_survive_int64_overflow():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import click
@@ -107,8 +108,7 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     spaces = [(model, under(cluster, stragglers, cap), _space(settings, gbs, cluster.accelerator.default_precision,
                                                               stack), under(cluster, None, cap))
               for model, cluster in clusters]
-    results = [_search(model, priced, space, options["top_k"], every, budget["reliability"], as_json, shown)
-               for model, priced, space, shown in spaces]
+    results = _counts(spaces, options["top_k"], every, budget["reliability"], as_json)
     if stragglers is not None or cap:
         click.echo(conditions_text(stragglers, cap, results[0].cluster), err=as_json)
     rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
@@ -137,6 +137,16 @@ def _no_planner_options(ctx: click.Context, options: dict[str, Any]) -> None:
                         "add --autoshard (or give a MODULE:FACTORY model)")
     for name in ("autoshard", "input_shapes", "dtypes", "param_dtype", "micro_batches", "mesh_text", "stages"):
         options.pop(name)
+
+
+def _counts(spaces: list[tuple[Any, ...]], top_k: int, every: Any, rel: Any, as_json: bool) -> list[Any]:
+    """Each GPU count's search (``spaces``: model, cluster priced, space, cluster shown); several counts share their
+    unit keys' prices (search/key_store.shared_units: the same keys, priced once for all)."""
+    from meshplan.search.key_store import shared_units
+
+    with shared_units() if len(spaces) > 1 else nullcontext():
+        return [_search(model, priced, space, top_k, every, rel, as_json, shown)
+                for model, priced, space, shown in spaces]
 
 
 def _search(model: ModelSpec, cluster: Any, space: Any, top_k: int, every: Any, rel: Any, as_json: bool,

@@ -19,11 +19,12 @@ import numpy as np
 from meshplan.collectives.comm import Layout, block_members
 from meshplan.collectives.groups import expert_layout, send_stride
 from meshplan.search.batch import CATEGORICAL, PlanBatch
+from meshplan.search.key_store import Panels, store_for
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
-from meshplan.step.passes import ZERO, PassTimes
+from meshplan.step.passes import PassTimes
 from meshplan.step.units import Saved, Units, compute_times, kernel_parts, plan_ops, timed_parts, units_for_recomputes
 from meshplan.xp import Num, where
 
@@ -37,7 +38,6 @@ def panel_counts(hidden: int, tp: int, tp2: int) -> list[int]:
     return options or ([start] if h % start == 0 else [])
 
 
-Panels = dict[str, np.ndarray]  # a SUMMA panel count per row, per kind of wrapper work ("": none; Units.under)
 _UNIT_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp", "summa_panels")
 SHAPE_KEYS = ("tp", "tp2", "cp", "micro_batch", "ep", "etp")  # what the op shapes depend on
 # settings the search's grid varies itself (each part of the step is computed per value); every other categorical
@@ -142,32 +142,33 @@ class KeyUnits:
 
     It is a memo table, the search's one mutable object (DESIGN example 4's cache of the per-layer costs that many
     plans share): which keys get priced is decided by the branch and bound as it goes, so they cannot all be
-    computed up front without losing the point. A key is known by its shape (an index into this pool's shapes),
-    its SUMMA panel count and its tier splits (an index into the split tuples met so far), packed into one
-    integer; the codes seen so far are kept sorted, beside where each key's units are stored."""
+    computed up front without losing the point. The shapes' kernel units and the keys priced are kept in a store
+    (``key_store.KeyStore``) that the searches of one model, system and settings may share whatever their GPU count
+    (``key_store.shared_units``): a strong-scaling plan's later counts compute only what the earlier did not meet."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, pool: PlanBatch, stack: Stack, recomputes: tuple[str, ...],
                  eff: Efficiency, works: tuple[str, ...] = ()) -> None:
         self.model, self.cluster, self.stack, self.recomputes, self.eff = model, cluster, stack, recomputes, eff
         self.works = works  # the grid's kinds of per-micro-batch wrapper work (cost/wrapper_work.py): a twin each
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
-        shaped = _key_batch(pool, shape_first)
-        ops = plan_ops(model, shaped, stack)
-        self.compute = compute_times(model, cluster, shaped, stack, eff, ops)
         self.n_shapes = len(shape_first)
-        # kernel times and saved bytes only: without the twins, the collectives nor a choice of SUMMA panels
-        parts = kernel_parts(model, cluster, shaped, stack, _rows_of(self.compute, slice(None), self.n_shapes), ops)
-        self.shapes = {rc: _lean(u) for rc, u in units_for_recomputes(model, shaped, stack, parts, recomputes,
-                                                                       eff).items()}
-        self._panel_radix = model.hidden_size + 1  # panels: at most the hidden size (SUMMA's divide it; 1D's = tp)
-        self._split_radix = 2**62 // (self.n_shapes * self._panel_radix)
-        self._splits: dict[tuple[int, ...], int] = {}
-        self._codes = np.zeros(0, dtype=np.int64)  # sorted key codes
-        self._slot = np.zeros(0, dtype=np.int64)  # where each code's units are stored
-        self.priced = 0  # keys whose units are stored
-        self._units: dict[str, Units] = {}
-        self._panels: dict[str, Panels] = {rc: {w: np.zeros(0, dtype=np.int64) for w in ("", *works)}
-                                           for rc in recomputes}
+        settings = tuple(getattr(pool, k) for k in CATEGORICAL if k not in _GRID_SETTINGS)
+        store = self._store = store_for(model, cluster, settings, stack, eff, recomputes, works)
+        self._shape_ids = store.shape_ids(np.stack([getattr(pool, k)[shape_first] for k in SHAPE_KEYS]))
+        new = self._shape_ids >= store.shaped  # shapes whose kernel times no search of the store has computed
+        if new.any():
+            shaped = _key_batch(pool, shape_first[new])
+            ops = plan_ops(model, shaped, stack)
+            compute = compute_times(model, cluster, shaped, stack, eff, ops)
+            # kernel times and saved bytes only: without the twins, the collectives nor a choice of SUMMA panels
+            parts = kernel_parts(model, cluster, shaped, stack, _rows_of(compute, slice(None), int(new.sum())), ops)
+            store.add_shapes(compute, {rc: _lean(u) for rc, u in units_for_recomputes(model, shaped, stack, parts,
+                                                                                       recomputes, eff).items()})
+        if np.array_equal(self._shape_ids, np.arange(store.shaped)):  # the store's shapes, in their order
+            self.compute, self.shapes = store.compute, store.shapes
+        else:
+            self.compute = _rows_of(store.compute, self._shape_ids, store.shaped)
+            self.shapes = {rc: u.take(self._shape_ids) for rc, u in store.shapes.items()}
 
     def saved(self, shapes: np.ndarray) -> dict[str, Saved]:
         """The saved activations of ``shapes`` (indices into the pool's) per recompute mode: what memory reads."""
@@ -176,68 +177,29 @@ class KeyUnits:
     def price(self, batch: PlanBatch, shapes: np.ndarray) -> tuple[dict[str, Units], dict[str, Panels]]:
         """The full units and SUMMA panel counts of every plan of ``batch`` (``shapes``: each plan's shape, an
         index into the pool's) per recompute mode, computing those of keys not met before."""
-        codes = split_codes(self.model, self.cluster, batch)
+        store, codes = self._store, split_codes(self.model, self.cluster, batch)
         first, inverse = distinct(np.stack([shapes, batch.summa_panels, *codes]))
         split_first, split_of = distinct(np.stack([c[first] for c in codes])) if codes else (
             np.zeros(1, dtype=np.int64), np.zeros(len(first), dtype=np.int64))
-        split_ids = np.array([self._split_id(tuple(int(c[first[i]]) for c in codes)) for i in split_first],
+        split_ids = np.array([store.split_id(tuple(int(c[first[i]]) for c in codes)) for i in split_first],
                              dtype=np.int64)
-        key = (shapes[first] * self._panel_radix + batch.summa_panels[first]) * self._split_radix + split_ids[split_of]
-        slot = self._lookup(key)
+        key = store.code(self._shape_ids[shapes[first]], batch.summa_panels[first], split_ids[split_of])
+        slot = store.lookup(key)
         new = slot < 0
         if new.any():
-            slot[new] = self._add(key[new], batch, first[new], shapes[first[new]])
+            rows, local = first[new], shapes[first[new]]
+            units, panels = _units_of(self.model, self.cluster, _key_batch(batch, rows), self.stack,
+                                      _rows_of(self.compute, local, self.n_shapes), self.recomputes, self.eff,
+                                      self.works)
+            slot[new] = store.add(key[new], units, panels)
         rows = slot[inverse]
-        return ({rc: u.take(rows) for rc, u in self._units.items()},
-                {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in self._panels.items()})
+        return ({rc: u.take(rows) for rc, u in store.units.items()},
+                {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in store.panels.items()})
 
-    def _split_id(self, split: tuple[int, ...]) -> int:
-        if split not in self._splits:
-            if len(self._splits) >= self._split_radix:
-                raise RuntimeError("more distinct tier splits than the key code can hold")
-            self._splits[split] = len(self._splits)
-        return self._splits[split]
-
-    def _lookup(self, key: np.ndarray) -> np.ndarray:
-        """Where the units of each key code are stored, -1 for codes not met before."""
-        if not len(self._codes):
-            return np.full(len(key), -1, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(self._codes, key), len(self._codes) - 1)
-        return np.where(self._codes[pos] == key, self._slot[pos], -1)
-
-    def _add(self, key: np.ndarray, batch: PlanBatch, rows: np.ndarray, shapes: np.ndarray) -> np.ndarray:
-        """Price the keys of ``batch``'s ``rows`` (a plan each, codes ``key``), store them, return their slots."""
-        compute = _rows_of(self.compute, shapes, self.n_shapes)
-        units, panels = _units_of(self.model, self.cluster, _key_batch(batch, rows), self.stack, compute,
-                                  self.recomputes, self.eff, self.works)
-        slots = self.priced + np.arange(len(key))
-        for rc in self.recomputes:
-            self._units[rc] = _stored(self._units.get(rc), slots, units[rc])
-            self._panels[rc] = {w: np.concatenate([nb, panels[rc][w]]) for w, nb in self._panels[rc].items()}
-        self.priced += len(key)
-        order = np.argsort(np.concatenate([self._codes, key]), kind="stable")
-        self._codes = np.concatenate([self._codes, key])[order]
-        self._slot = np.concatenate([self._slot, slots])[order]
-        return slots
-
-
-def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
-    """``store`` (the units of slots 0 … slots[0] - 1, or None) extended by ``part`` at ``slots`` (consecutive, at
-    its end): a new array per field, with the constant fields (``ZERO``) kept as they are."""
-    def cat(x: Any, y: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
-        if y is None or isinstance(y, dict):  # one stack and settings per KeyUnits: the same twins in every batch
-            return None if y is None else {w: _stored(None if x is None else x[w], slots, u) for w, u in y.items()}
-        if isinstance(y, PassTimes):
-            return PassTimes(*(cat(None if x is None else getattr(x, f), getattr(y, f)) for f in PassTimes.__slots__))
-        if y is ZERO and (x is None or x is ZERO):
-            return ZERO
-        # a field constant in one batch of keys and not in another (a host-bound pass: PassTimes.host): zeros there
-        tail = np.broadcast_to(np.asarray(0.0 if y is ZERO else y, dtype=np.float64), (len(slots),))
-        if x is ZERO:
-            x = np.zeros(int(slots[0]))
-        return tail.copy() if x is None else np.concatenate([x, tail])
-
-    return Units(*(cat(None if store is None else getattr(store, f), getattr(part, f)) for f in Units.__slots__))
+    @property
+    def priced(self) -> int:
+        """Keys whose units are stored (those of every search that shares this one's store: key_store.store_for)."""
+        return self._store.priced
 
 
 def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -> np.ndarray:
