@@ -232,3 +232,26 @@ def test_costs_go_to_highs_scaled_by_a_power_of_two():
         assert (2**-0.5 <= biggest <= 2**0.5) if top < 1 else unit == 1.0
         assert np.array_equal((c * unit) / unit, c)
     assert ilp._unit(np.zeros(3)) == 1.0
+
+
+def test_a_pinned_plan_starts_from_the_plans_first_round(traced, monkeypatch):
+    """as_written.py's second plan (a few parameters pinned) starts its first round from the plan's first round's
+    basis (Sharding.basis, by name): the same plan and objectives as a plan that starts cold."""
+    from meshplan.autoshard.solve import replicated_choice
+
+    blocks = find_blocks(traced, layers=4)
+    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(16)),
+                            DEFAULT)
+    limit = 0.6 * plan(problem, 1e15).memory.peak
+    found = plan(problem, limit)
+    assert found.basis is not None
+    params = [k for k, node in sorted(problem.nodes.items()) if node.kind == "param"][:3]
+    pinned = {k: {replicated_choice(problem)[k]} for k in params}
+    starts: list = []
+    carried = highs._carried
+    monkeypatch.setattr(highs, "_carried", lambda h, last, *a: starts.append(last) or carried(h, last, *a))
+    seeded = plan(problem, limit, allowed=pinned, start=found.basis)
+    assert starts and starts[0] is found.basis
+    cold = plan(problem, limit, allowed=pinned)
+    assert seeded.choice == cold.choice and seeded.price == cold.price and seeded.rounds == cold.rounds
+    assert seeded.choice != found.choice

@@ -23,7 +23,8 @@ original index, an edge's class by its first strategy, a row by its node or edge
 row the two programs share keeps its status, a new column starts at its lower bound and a new row's slack basic, and
 HiGHS makes that alien basis a basis (HighsBasis.alien: its count of basic variables, a nonsingular matrix) before
 the simplex starts. Llama-3-8B on 64 H100s: 19 200 iterations over the 14 rounds of the plan and its program as
-written instead of 33 400, the same 14 objectives and vertices' plans. Where the costs are small (a small model's
+written instead of 33 400, the same 14 objectives and vertices' plans (16 900 where the program as written starts
+from the plan's first round, ``warm_starts(start)``). Where the costs are small (a small model's
 seconds) HiGHS' absolute tolerance would let two starts stop at vertices apart by up to 1e-7 a column, so ilp.py
 scales such a program's costs up by a power of two (ilp._unit).
 """
@@ -124,17 +125,22 @@ def _load_core() -> Any:
 
 
 _BASES: ContextVar[dict[bytes, Any] | None] = ContextVar("highs_bases", default=None)
-_NAMED: ContextVar[list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None] = ContextVar(
-    "highs_named", default=None)  # the last optimal basis of the scope by name: (cols, col states, rows, row states)
+_NAMED: ContextVar[tuple[Any, list[Any]] | None] = ContextVar(
+    "highs_named", default=None)  # the scope's start and its optimal bases by name (``_kept``)
+
+
+NamedBasis = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # _kept's: names and states, sorted
 
 
 @contextmanager
-def warm_starts() -> Iterator[None]:
-    """A scope in which each program starts from the optimal basis of an earlier one with its constraints (module
-    docstring); outside any scope, every program starts cold."""
-    token, named = _BASES.set({}), _NAMED.set([])
+def warm_starts(start: NamedBasis | None = None) -> Iterator[list[NamedBasis]]:
+    """A scope in which each program starts from the optimal basis of an earlier one with its constraints, or from
+    the last one's by name (module docstring), the first from ``start`` where given; outside any scope, every program
+    starts cold. Yields the scope's optimal bases by name, in the order solved."""
+    solved: list[NamedBasis] = []
+    token, named = _BASES.set({}), _NAMED.set((start, solved))
     try:
-        yield
+        yield solved
     finally:
         _BASES.reset(token)
         _NAMED.reset(named)
@@ -182,16 +188,17 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray, names: Nam
         if key in bases:
             highs.setBasis(bases[key])  # a basis HiGHS refuses leaves the slack basis: a cold start
     order = None if names is None else np.concatenate((names.rows[~eq], names.rows[eq]))  # HiGHS' row order
-    named = _NAMED.get()
-    if bases is not None and key not in bases and named and names is not None and order is not None:
-        highs.setBasis(_carried(h, named[-1], names.cols, order))
+    scope = _NAMED.get()
+    last = None if scope is None else scope[1][-1] if scope[1] else scope[0]
+    if bases is not None and key not in bases and last is not None and names is not None and order is not None:
+        highs.setBasis(_carried(h, last, names.cols, order))
     if highs.run() == h.HighsStatus.kError or highs.getModelStatus() != h.HighsModelStatus.kOptimal:
         return None
     x = np.array(highs.getSolution().col_value)
     if bases is not None:
         bases[key] = highs.getBasis()
-        if named is not None and names is not None and order is not None:
-            named[:] = [_kept(highs, x, names.cols, order, len(lhs) - int(eq.sum()))]
+        if scope is not None and names is not None and order is not None:
+            scope[1].append(_kept(highs, x, names.cols, order, len(lhs) - int(eq.sum())))
     return Relaxed(x=x, fun=float(highs.getInfo().objective_function_value))
 
 
