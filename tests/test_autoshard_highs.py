@@ -176,3 +176,82 @@ def test_the_bindings_load_without_scipy_optimize():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("gpus", [16, 64])
+def test_rounds_carried_by_name_reach_the_cold_optimum(traced, gpus, monkeypatch):
+    """The 4-layer Llama under a memory limit (the Lagrangian's rounds, whose programs keep different strategies):
+    rounds that start from the last round's basis carried by name (highs._carried) end at the objective of a cold
+    start to 1e-9, at the same plan, and take fewer simplex iterations in all."""
+    blocks = find_blocks(traced, layers=4)
+    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(gpus)),
+                            DEFAULT)
+    limit = 0.6 * plan(problem, 1e15).memory.peak
+    seen: dict[str, list] = {"objective": [], "carried": [], "iterations": []}
+    solve_ilp, carried, bindings = ilp.solve, highs._carried, highs._bindings()
+    made = bindings._Highs
+
+    class Counted:  # HiGHS' own object, its iterations read after each run
+        def __init__(self):
+            self.inner = made()
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def run(self):
+            status = self.inner.run()
+            seen["iterations"].append(self.inner.getInfo().simplex_iteration_count)
+            return status
+
+    monkeypatch.setattr("meshplan.autoshard.solve.solve_ilp",
+                        lambda *a, **k: seen["objective"].append(solve_ilp(*a, **k)) or seen["objective"][-1])
+    monkeypatch.setattr(highs, "_carried", lambda *a: seen["carried"].append(1) or carried(*a))
+    monkeypatch.setattr(bindings, "_Highs", Counted)
+    warm = plan(problem, limit)
+    runs = {k: list(v) for k, v in seen.items()}
+    for v in seen.values():
+        v.clear()
+    monkeypatch.setattr(ilp, "names", lambda *a: None)  # no names: each new program starts cold
+    cold = plan(problem, limit)
+    assert runs["carried"] and not seen["carried"]
+    assert warm.choice == cold.choice and warm.price == cold.price and warm.rounds == cold.rounds
+    for a, b in zip(runs["objective"], seen["objective"], strict=True):
+        assert a.objective == pytest.approx(b.objective, rel=1e-9)
+    assert sum(runs["iterations"]) < sum(seen["iterations"])
+
+
+def test_costs_go_to_highs_scaled_by_a_power_of_two():
+    """ilp._unit: a program's largest cost brought up to about 1 (HiGHS' absolute tolerance then relative to it),
+    larger ones left alone, every cost's mantissa kept so the objective divides back exactly."""
+    rng = np.random.default_rng(3)
+    for top in (1e-6, 3e-4, 0.9, 21.0, 7e5):
+        c = rng.uniform(0, top, 50)
+        unit = ilp._unit(c)
+        assert np.log2(unit) == round(np.log2(unit))
+        biggest = np.abs(c * unit).max()
+        assert (2**-0.5 <= biggest <= 2**0.5) if top < 1 else unit == 1.0
+        assert np.array_equal((c * unit) / unit, c)
+    assert ilp._unit(np.zeros(3)) == 1.0
+
+
+def test_a_pinned_plan_starts_from_the_plans_first_round(traced, monkeypatch):
+    """as_written.py's second plan (a few parameters pinned) starts its first round from the plan's first round's
+    basis (Sharding.basis, by name): the same plan and objectives as a plan that starts cold."""
+    from meshplan.autoshard.solve import replicated_choice
+
+    blocks = find_blocks(traced, layers=4)
+    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(16)),
+                            DEFAULT)
+    limit = 0.6 * plan(problem, 1e15).memory.peak
+    found = plan(problem, limit)
+    assert found.basis is not None
+    params = [k for k, node in sorted(problem.nodes.items()) if node.kind == "param"][:3]
+    pinned = {k: {replicated_choice(problem)[k]} for k in params}
+    starts: list = []
+    carried = highs._carried
+    monkeypatch.setattr(highs, "_carried", lambda h, last, *a: starts.append(last) or carried(h, last, *a))
+    seeded = plan(problem, limit, allowed=pinned, start=found.basis)
+    assert starts and starts[0] is found.basis
+    cold = plan(problem, limit, allowed=pinned)
+    assert seeded.choice == cold.choice and seeded.price == cold.price and seeded.rounds == cold.rounds
+    assert seeded.choice != found.choice

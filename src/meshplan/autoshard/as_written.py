@@ -7,7 +7,8 @@ dimension 0), whole elsewhere; the plan's other splits are the "# not written" l
 parameter is pinned to the placement the program writes (where a strategy of its node has it) and the integer
 program is solved again for the rest, under the same memory limit: the step time of the program as printed, with
 the best placement of the activations given those parameters. Where the program writes every parameter as the plan
-holds it, this is the plan itself (no second solve).
+holds it, this is the plan itself (no second solve). The second solve's first round starts HiGHS from the plan's
+first round's optimal basis (Sharding.basis, by name: highs.py), the same program but for the pinned parameters.
 
 Still not priced: a fused projection whose output the program gathers (program._gathered: the ops between run whole
 on every rank), which no parameter placement expresses; ``left_out`` names it.
@@ -71,5 +72,5 @@ def as_written(sharding: Sharding) -> AsWritten:
     unpriced = unmatched or any(line.startswith("# not written as planned") for line in lines)
     if not allowed:
         return AsWritten(sharding, (), lines, unpriced)
-    again = plan(problem, sharding.memory_limit, sharding.micro_batches, allowed=allowed)
+    again = plan(problem, sharding.memory_limit, sharding.micro_batches, allowed=allowed, start=sharding.basis)
     return AsWritten(again, tuple(dict.fromkeys(changed)), lines, unpriced)

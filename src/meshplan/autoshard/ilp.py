@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.autoshard.highs import Coo, relax
+from meshplan.autoshard.highs import Coo, Names, relax
 from meshplan.autoshard.problem import Edge, Problem
 from meshplan.autoshard.reduce import MEMO, Pairwise, digest, expand_choice, reduce, restrict
 from meshplan.errors import MissingDependency
@@ -133,7 +133,9 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
     integrality = np.zeros(n)
     integrality[:e_offset[0] if e_offset else n] = 1
     c = np.concatenate(c_parts) if c_parts else np.zeros(0)
-    result = _relaxation_first(c, integrality, matrix, lo, hi, time_limit)
+    unit = _unit(c)  # the costs HiGHS sees, scaled by a power of two (its tolerances are absolute)
+    result = _relaxation_first(c * unit, integrality, matrix, lo, hi, time_limit,
+                               names(pw, sorted(problem.nodes), keys, edges, len(memory_rows)))
     status = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded"}.get(result.status, "failed")
     if result.status == 1 and result.x is None:
         status = "time limit, no plan"
@@ -141,8 +143,20 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
     if result.x is not None:
         reduced = {k: int(np.argmax(result.x[offset[k]:offset[k] + len(pw.costs[k])])) for k in keys}
         choice = expand_choice(pw, reduced)
-    return Solution(choice=choice, objective=float(result.fun) + pw.constant if result.x is not None else float("inf"),
-                    status=status, seconds=time.perf_counter() - started, variables=n, constraints=len(lo))
+    objective = float(result.fun) / unit + pw.constant if result.x is not None else float("inf")
+    return Solution(choice=choice, objective=objective, status=status, seconds=time.perf_counter() - started,
+                    variables=n, constraints=len(lo))
+
+
+def _unit(c: np.ndarray) -> float:
+    """The power of two that brings the largest cost up to about 1 where it is smaller (1 otherwise). HiGHS' optimality
+    tolerance is absolute (1e-7 on each reduced cost, HighsOptions.dual_feasibility_tolerance, set for costs of
+    order 1), so on a program priced in seconds of a small model the simplex may stop at a vertex dearer than the
+    optimum: 2e-5 of a 4-layer Llama's step of 1.3 ms, at another vertex from another start. Larger costs are left
+    as they are (scaled down, the tolerance would loosen against them). A power of two changes no cost's mantissa,
+    so the program is the same to the bit and its objective is divided back exactly."""
+    top = float(np.abs(c).max()) if len(c) else 0.0
+    return max(2.0 ** -round(np.log2(top)), 1.0) if top > 0 else 1.0
 
 
 def _classes(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -164,10 +178,10 @@ _CLASSES: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # edge ma
 
 
 def _relaxation_first(c: np.ndarray, integrality: np.ndarray, coo: Coo, lo: np.ndarray, hi: np.ndarray,
-                      time_limit: float) -> Any:
+                      time_limit: float, named: Names | None = None) -> Any:
     """The LP relaxation first (HiGHS' dual simplex): Alpa's marginal constraints make it integral in most
     unconstrained programs, and then it is the optimum; otherwise branch and bound (``milp``)."""
-    relaxed = relax(c, coo, lo, hi)  # linprog's own HiGHS run without its per-column wrapper (highs.py)
+    relaxed = relax(c, coo, lo, hi, named)  # linprog's own HiGHS run without its per-column wrapper (highs.py)
     if relaxed is not None and np.all(np.minimum(nodes := relaxed.x[integrality == 1], 1 - nodes) < 1e-7):
         return relaxed
     from scipy import optimize
@@ -250,3 +264,61 @@ def _edge_entries(edges: list, e_offset: list[int], offset: dict[int, int], r: i
         cols.append(base[which] + index)
         vals.append(-np.ones(len(index)))
     return int(first[-1] + su[-1] + sv[-1])
+
+
+_FIELDS = (2, 14, 14, 16, 16)  # bits of a name: kind, node u, node v, strategy of u, strategy of v
+
+
+def names(pw: Pairwise, every: list[int], keys: list[int], edges: list, memory: int) -> Names | None:
+    """A name for each column and row of the program that another round's program gives the same variable or
+    constraint (highs.py's warm start by name): a node's strategy by its original index, an edge's class of rows
+    (columns) by the first original strategy in it, a marginal row by its edge, side and class, a memory row by its
+    place; a node by its place among ``every`` node of the problem. None where a node's place or a strategy index
+    does not fit its field. Arrays for all edges at once, in ``_constraints``' order of columns and rows."""
+    ids = [pw.ids[k] for k in keys]
+    if len(every) >= 1 << _FIELDS[1] or max(int(x[-1]) for x in ids) >= 1 << _FIELDS[3]:
+        return None
+    place = {k: i for i, k in enumerate(every)}
+    at = np.array([place[k] for k in keys])
+    cols = [_name(0, np.repeat(at, [len(x) for x in ids]), 0, np.concatenate(ids), 0)]
+    rows = [_name(0, at, 0, 0, 0)]
+    if edges:
+        u = np.array([place[key[0]] for key, *_ in edges])
+        v = np.array([place[key[1]] for key, *_ in edges])
+        su = np.array([m.shape[0] for _, m, _, _ in edges])
+        sv = np.array([m.shape[1] for _, m, _, _ in edges])
+        a = _firsts([pw.ids[key[0]] for key, *_ in edges], [e[2] for e in edges], su)
+        b = _firsts([pw.ids[key[1]] for key, *_ in edges], [e[3] for e in edges], sv)
+        eid, local = _spans(su * sv)
+        row, col = local // sv[eid], local % sv[eid]
+        cols.append(_name(1, u[eid], v[eid], a[(np.cumsum(su) - su)[eid] + row], b[(np.cumsum(sv) - sv)[eid] + col]))
+        first = np.cumsum(su + sv) - su - sv  # each edge's first marginal row
+        marginal = np.empty(int((su + sv).sum()), dtype=np.int64)
+        for side, size, arg in ((0, su, a), (1, sv, b)):
+            e, j = _spans(size)
+            marginal[first[e] + side * su[e] + j] = _name(1 + side, u[e], v[e], arg * (1 - side), arg * side)
+        rows.append(marginal)
+    rows.append(_name(3, np.arange(memory), 0, 0, 0))
+    return Names(cols=np.concatenate(cols), rows=np.concatenate(rows))
+
+
+def _spans(size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For runs of ``size`` items one after another: each item's run and its place in the run."""
+    eid = np.repeat(np.arange(len(size)), size)
+    return eid, np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+
+
+def _firsts(ids: list[np.ndarray], class_of: list[np.ndarray], classes: np.ndarray) -> np.ndarray:
+    """Each class's first original strategy, the classes of every edge one after another (a node's ``ids``
+    ascend, so its first strategy in a class is its least)."""
+    offset = np.repeat(np.cumsum(classes) - classes, [len(c) for c in class_of])
+    where = np.concatenate(class_of) + offset
+    first = np.full(int(classes.sum()), where.size)
+    np.minimum.at(first, where, np.arange(where.size))
+    return np.concatenate(ids)[first]
+
+
+def _name(kind: int, u: Any, v: Any, a: Any, b: Any) -> np.ndarray:
+    shift = np.cumsum((0,) + _FIELDS[::-1])[:-1][::-1]  # 60, 46, 32, 16, 0
+    field = [np.asarray(x, dtype=np.int64) << int(s) for x, s in zip((kind, u, v, a, b), shift, strict=True)]
+    return np.atleast_1d(field[0] | field[1] | field[2] | field[3] | field[4])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +76,9 @@ class Sharding:
     rounds: int
     variables: int
     constraints: int
+    # the optimal basis by name of its first round (memory unpriced, highs.py): where a plan of the same problem with
+    # a few strategies pinned starts (as_written.py)
+    basis: Any = field(default=None, repr=False, compare=False)
 
     @property
     def fits(self) -> bool:
@@ -126,7 +130,8 @@ HOST_LAGRANGE_STEPS = 1  # and on the price of memory for each weight tried (its
 
 
 def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed: dict[int, set[int]] | None = None,
-         accounting: Accounting | None = None, exact: bool = False, time_limit: float = 60.0) -> Sharding:
+         accounting: Accounting | None = None, exact: bool = False, time_limit: float = 60.0,
+         start: Any = None) -> Sharding:
     """The fastest plan under ``memory_limit`` bytes per device.
 
     Memory is priced, not constrained, by default (a Lagrangian relaxation, Fisher 1981, "The Lagrangian relaxation
@@ -135,13 +140,15 @@ def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed:
     smallest price at which the plan's own liveness peak fits. The plan returned fits; it is optimal when λ = 0
     suffices and otherwise within the relaxation's duality gap. ``exact``: the memory constraints go into the
     program itself (branch and bound; minutes on large graphs) with the cutting-plane loop of the module docstring.
-    Where a pass of that plan is host-bound, the passes are weighed and the plan fitted again (``plan_for_host``)."""
+    Where a pass of that plan is host-bound, the passes are weighed and the plan fitted again (``plan_for_host``).
+    ``start``: the first round's basis by name (another plan's ``basis``, highs.warm_starts)."""
     accounting = accounting or Accounting(problem)
 
     def fitted(passes: tuple[float, float], steps: int = HOST_LAGRANGE_STEPS) -> Sharding:
         return _fitted(problem, memory_limit, micro_batches, allowed, accounting, exact, time_limit, passes, steps)
-    with warm_starts():  # the rounds of this plan start from each other's bases (highs.py)
-        return plan_for_host(fitted(PASSES, LAGRANGE_STEPS), fitted)
+    with warm_starts(start) as solved:  # the rounds of this plan start from each other's bases (highs.py)
+        found = plan_for_host(fitted(PASSES, LAGRANGE_STEPS), fitted)
+    return replace(found, basis=solved[0] if solved else None)
 
 
 def _fitted(problem: Problem, memory_limit: float, micro_batches: int, allowed: dict[int, set[int]] | None,
