@@ -41,7 +41,7 @@ GPU: three of the four such platforms of rome_models.cc take tuning=5, the fourt
 latencies) ROCm/rccl#1047 ("adding rccl tuning parameters for MI300X gfx942 with 8 GPUs single and multi-node",
 January 2024) set tuning_model_5: the ring's base latency 12 µs for LL and 17 µs for Simple (tuning.cc baseLat, the
 same for every RCCL platform), 0.8 µs per step over xGMI for LL and 2.1 µs for Simple (hwLat[NVLINK][RING]), LL at
-0.08 of the bus bandwidth and LL128 off (bwRatio[0], one or two nodes, 0 for LL128). ``LIBRARIES`` says which
+0.08 of the bus bandwidth and LL128 off (bwRatio[0], one or two nodes, 0 for LL128). ``ARCH_LIBRARIES`` says which
 architectures run RCCL with which table (``TUNERS``); the rest run NCCL's. Left out: RCCL's 1.65 times LL's bandwidth
 for a broadcast or reduce on gfx94x, and the MSCCL all-pairs kernels that replace the ring for 8-rank all-reduces
 where a platform enables them (RCCL tools/msccl-algorithms; rome_models.cc enables them on one MI300X platform,
@@ -64,7 +64,7 @@ PROTOCOLS = {"LL": (3.6e-6, 0.47e-6, 0.25), "LL128": (10.0e-6, 1.9e-6, 0.92), "S
 # lines 57-58, tuning_model_5's hwLat[NVLINK][RING] and bwRatio[0][RING] at lines 227 and 236; module docstring)
 RCCL_GFX942 = {"LL": (12.0e-6, 0.8e-6, 0.08), "Simple": (17.0e-6, 2.1e-6, 1.0)}
 TUNERS = {"nccl": PROTOCOLS, "rccl-gfx942": RCCL_GFX942}  # each library's ring protocols as its own tuner prices them
-LIBRARIES = {"cdna3": "rccl-gfx942"}  # Accelerator.architecture -> its collective library's tuner; NCCL's otherwise
+ARCH_LIBRARIES = {"cdna3": "rccl-gfx942"}  # Accelerator.architecture -> its collectives tuner; NCCL's otherwise
 LL_ONE_NODE = 1 / 3  # LL's share for the all-gather, reduce-scatter and broadcast on one node (tuning.cc:127)
 NCCL_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")  # what NCCL's tuner prices
 
@@ -81,8 +81,8 @@ def nccl_steps(kind: str, group: Num) -> Num:
 
 
 def library(architecture: str) -> str:
-    """The tuner (``TUNERS``) of the collective library an architecture's GPUs run: ``LIBRARIES``, else NCCL's."""
-    return LIBRARIES.get(architecture, "nccl")
+    """The tuner (``TUNERS``) of the collective library an architecture's GPUs run: ``ARCH_LIBRARIES``, else NCCL's."""
+    return ARCH_LIBRARIES.get(architecture, "nccl")
 
 
 def protocol_table(kind: str, latency: float | None = None, tuner: str = "nccl") -> list[tuple[float, float, float]]:
