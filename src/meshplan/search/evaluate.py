@@ -198,7 +198,7 @@ def _tally_refused(tally: Tally, model: ModelSpec, sized: _Rows, space: Space, p
     runs = np.ones((*(len(g) for g in space.grid), len(sized)), dtype=bool)
     for rule, hit in refusals:
         count = int(hit.reshape(-1, len(sized)).sum(axis=0) @ plans)
-        flat = int(np.flatnonzero(hit.reshape(-1))[0])
+        flat = int(np.argmax(hit.reshape(-1)))  # the first plan it refuses (``hit`` has one)
         plan = _decode(sized, space.grid, hit.shape, flat, layers=model.num_layers)
         tally.add(rule.reason(space.stack.name), f"{plan.describe()} ({rule.source})", count)
         runs &= ~hit

@@ -44,12 +44,14 @@ class GroupMemory:
     rules: tuple[Refusal, ...]
     saved: dict[str, Saved]
     space: Space
+    seen: frozenset[int]  # the codes of the rules that refuse some plan of the group (the others: none of a block)
 
     def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[Refusal, np.ndarray]]]:
         """The peak, the host bytes and the refusals (each rule that refuses some plan there, with its plans: as
         refused.grid_refusals gives them) of the combinations ``rows``."""
         code = _settings_first(self.refused, rows)
-        hits = [(rule, hit) for i, rule in enumerate(self.rules) if (hit := code == i + 1).any()]
+        hits = [(rule, hit) for i, rule in enumerate(self.rules)
+                if i + 1 in self.seen and (hit := code == i + 1).any()]
         return _settings_first(self.peak, rows), _settings_first(self.host, rows), hits
 
     def reusable(self, space: Space, saved: dict[str, Saved]) -> bool:
@@ -71,6 +73,7 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
     refused = np.zeros(shape, dtype=np.uint8)
     rules = tuple(REFUSALS[name] for name in space.stack.supports.refuses)
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
+    seen: set[int] = set()
     for rows in _chunks(len(pool), chunk):
         index = np.arange(rows.start, rows.stop)
         sized = pool.select(index)
@@ -79,8 +82,9 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
         block_code = np.zeros(block_peak.shape, dtype=np.uint8)
         for rule, hit in grid_refusals(model, sized, space):
             block_code[hit] = code[rule.name]
+            seen.add(code[rule.name])
         refused[rows] = np.moveaxis(block_code, -1, 0)
-    return GroupMemory(peak, host, refused, rules, saved(np.arange(len(pool))), space)
+    return GroupMemory(peak, host, refused, rules, saved(np.arange(len(pool))), space, frozenset(seen))
 
 
 def _settings_first(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
