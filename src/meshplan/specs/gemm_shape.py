@@ -18,7 +18,6 @@ Without a split the value is the wave quantization g·m·n / (⌈tiles/S⌉·S·
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import OrderedDict
 from functools import lru_cache
@@ -90,6 +89,8 @@ MEMO_SIZE = 64
 
 def _memo_key(dims: tuple[np.ndarray, ...], num_sms: int, tiles: tuple[tuple[int, int], ...], k0: float) -> tuple:
     """The question by value: each dimension's shape and the SHA-256 digest of its bytes, or the number."""
+    import hashlib  # noqa: PLC0415  (OpenSSL's bindings: only a call this large needs them, not every start-up)
+
     def part(x: np.ndarray) -> tuple:
         if not x.ndim:
             return (float(x),)
