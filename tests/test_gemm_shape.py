@@ -42,7 +42,7 @@ def test_broadcast_shapes_and_scalars():
 def test_many_repeats_choose_as_each_gemm_alone(fraction):
     """A search's arrays repeat a few shapes thousands of times: each distinct GEMM is chosen once and spread back
     (gemm_shape._distinct_choice), the same as each alone; a fractional dimension (a MoE layer's mean tokens per
-    expert) is chosen whole, the same too."""
+    expert) by the ranks of its values, the same too."""
     rng = np.random.default_rng(7)
     count = 4 * AT_ONCE
     m = rng.choice([64.0, 512.0, 4096.0, 16384.0], count) + fraction
@@ -54,3 +54,32 @@ def test_many_repeats_choose_as_each_gemm_alone(fraction):
     for i in range(count):
         alone = scalar_choice(float(m[i]), float(n[i]), float(k[i]), 132, float(g[i]), TILES, 300.0)
         assert (value[i], depth[i], split[i]) == alone, (i, m[i], n[i], k[i], g[i])
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
+def test_a_question_asked_again_gets_the_same_answer_in_new_arrays(fraction):
+    """A search asks the same arrays of GEMMs again (its twin expert-GEMM searches, every layer's forward and
+    backward): the kept answer (gemm_shape._MEMO, by the bytes of the dimensions) is the one computed afresh, returned
+    in new arrays (writing into one leaves the next answer alone); one element changed is a new question."""
+    rng = np.random.default_rng(11)
+    count = 4 * AT_ONCE
+    m = rng.choice([64.0, 512.0, 4096.0], count) + fraction
+    n, k = rng.choice([128.0, 7168.0], count), 2048.0
+    gemm_shape._MEMO.clear()
+    gemm_shape._LAST[0] = None
+    first = tile_choice(m, n, k, 132, 1.0, TILES, 300.0)
+    assert len(gemm_shape._MEMO) == 1
+    first[0][:] = -1.0  # a caller's write: not the memo's arrays
+    gemm_shape._LAST[0] = None
+    again = tile_choice(m.copy(), n.copy(), k, 132, 1.0, TILES, 300.0)  # equal bytes, other objects: kept
+    assert len(gemm_shape._MEMO) == 1
+    gemm_shape._MEMO.clear()
+    fresh = tile_choice(m.copy(), n.copy(), k, 132, 1.0, TILES, 300.0)
+    for a, b in zip(again, fresh, strict=True):
+        assert np.array_equal(a, b) and a.shape == (count,)
+    changed = m.copy()
+    changed[5] = 16384.0 + fraction
+    gemm_shape._LAST[0] = None
+    value = tile_choice(changed, n, k, 132, 1.0, TILES, 300.0)[0]
+    assert len(gemm_shape._MEMO) == 2
+    assert value[5] == scalar_choice(changed[5], float(n[5]), k, 132, 1.0, TILES, 300.0)[0]

@@ -146,16 +146,32 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
     built and timed (``_time_rows``)."""
     order = np.argsort(bound, kind="stable")
     for block in _chunks(order, SIZE_BLOCK):
-        fits, peak = _fit(model, cluster, space, pool.select(block), memory.at(block), sized.count[block], result)
+        fits, peak = _fit(model, cluster, space, _Rows(pool, block), memory.at(block), sized.count[block], result)
         _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)
 
 
-def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch,
+@dataclass(frozen=True)
+class _Rows:
+    """Some ``rows`` of a batch, read a plan at a time: the block ``_fit`` counts and takes its examples from, without
+    gathering every column of it."""
+
+    batch: PlanBatch
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def plan(self, i: int) -> Plan:
+        return self.batch.plan(int(self.rows[i]))
+
+
+def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: _Rows,
          memory: tuple[np.ndarray, np.ndarray, list[tuple[Refusal, np.ndarray]]], plans: np.ndarray,
          result: Part) -> tuple[np.ndarray, np.ndarray]:
-    """Feasibility of every setting of some size combinations (``sized``: one plan of each; ``memory``: their peak,
-    host bytes and refusals, memory_pass.GroupMemory.at), each standing for ``plans`` plans: counted as evaluated and
-    feasible, those that do not fit tallied with their reason, those the framework refuses under the refusal.
+    """Feasibility of every setting of some size combinations (``sized``: one plan of each, ``_Rows``; ``memory``:
+    their peak, host bytes and refusals, memory_pass.GroupMemory.at), each standing for ``plans`` plans: counted as
+    evaluated and feasible, those that do not fit tallied with their reason, those the framework refuses under the
+    refusal.
     Returns (fits, peak), shaped as ``grid_memory``'s, the peak NaN where the framework refuses the plan."""
     capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
     usable = usable_hbm(capacity, space.headroom)
@@ -174,7 +190,7 @@ def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: PlanBatch,
     return fits, np.where(runs, peak, np.nan)  # a refused plan has no memory to show (explore: left out of the sample)
 
 
-def _tally_refused(tally: Tally, model: ModelSpec, sized: PlanBatch, space: Space, plans: np.ndarray,
+def _tally_refused(tally: Tally, model: ModelSpec, sized: _Rows, space: Space, plans: np.ndarray,
                    refusals: list[tuple[Refusal, np.ndarray]]) -> np.ndarray:
     """Tally the settings of some size combinations (``sized``, each standing for ``plans`` plans) that the stack's
     framework refuses (``refusals``: search/refused.py's), each under its refusal with the first such plan and the
@@ -182,7 +198,7 @@ def _tally_refused(tally: Tally, model: ModelSpec, sized: PlanBatch, space: Spac
     runs = np.ones((*(len(g) for g in space.grid), len(sized)), dtype=bool)
     for rule, hit in refusals:
         count = int(hit.reshape(-1, len(sized)).sum(axis=0) @ plans)
-        flat = int(np.flatnonzero(hit.reshape(-1))[0])
+        flat = int(np.argmax(hit.reshape(-1)))  # the first plan it refuses (``hit`` has one)
         plan = _decode(sized, space.grid, hit.shape, flat, layers=model.num_layers)
         tally.add(rule.reason(space.stack.name), f"{plan.describe()} ({rule.source})", count)
         runs &= ~hit
@@ -278,7 +294,7 @@ def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.nd
 _PLAIN_MODULES = Plan().recompute_modules  # a plan's recompute modules where it has no selective recompute
 
 
-def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
+def _decode(batch: PlanBatch | _Rows, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
             panels: list[Panels] | None = None, layers: int = 0, stack: Stack | None = None) -> Plan:
     """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid; the space's partial
     recompute and offload counts under the settings they belong to, 0 (all) where they cover a stage of the
@@ -300,7 +316,7 @@ def _decode(batch: PlanBatch, grid: tuple[tuple, ...], shape: tuple[int, ...], f
 
 
 def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray,
-                  where: tuple[np.ndarray, PlanBatch, tuple[tuple, ...], int], capacity: float) -> None:
+                  where: tuple[np.ndarray, _Rows, tuple[tuple, ...], int], capacity: float) -> None:
     """Count the plans that ``miss`` (settings × size combinations, each standing for ``where[0]`` plans; ``where``:
     those, the combinations, the grid and the model's layers) for ``reason``; the example is the plan nearest to
     fitting: the least bytes ``used`` among them."""

@@ -32,9 +32,11 @@ from meshplan.step.units import Saved
 
 @dataclass(frozen=True)
 class GroupMemory:
-    """Settings × size combinations of one schedule group (the grid's shape, the combinations on the last axis):
-    peak HBM and host bytes (float32, scoring.grid_memory), and the refusal that refuses each setting first (0: the
-    framework runs it, i + 1: ``rules[i]``); ``saved``: the group's saved activations the pass read."""
+    """Size combinations × settings of one schedule group (the combinations on the first axis, then the grid's
+    shape): peak HBM and host bytes (float32, scoring.grid_memory), and the refusal that refuses each setting first
+    (0: the framework runs it, i + 1: ``rules[i]``); ``saved``: the group's saved activations the pass read. The
+    combinations come first so that a block in the bound's order reads whole rows (``at``): a gather along the last
+    axis of a (settings × combinations) array read element by element, six times slower."""
 
     peak: np.ndarray
     host: np.ndarray
@@ -42,13 +44,15 @@ class GroupMemory:
     rules: tuple[Refusal, ...]
     saved: dict[str, Saved]
     space: Space
+    seen: frozenset[int]  # the codes of the rules that refuse some plan of the group (the others: none of a block)
 
     def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[Refusal, np.ndarray]]]:
         """The peak, the host bytes and the refusals (each rule that refuses some plan there, with its plans: as
         refused.grid_refusals gives them) of the combinations ``rows``."""
-        code = np.take(self.refused, rows, axis=-1)  # C-ordered (``a[..., rows]`` is not: reshapes would copy)
-        hits = [(rule, hit) for i, rule in enumerate(self.rules) if (hit := code == i + 1).any()]
-        return np.take(self.peak, rows, axis=-1), np.take(self.host, rows, axis=-1), hits
+        code = _settings_first(self.refused, rows)
+        hits = [(rule, hit) for i, rule in enumerate(self.rules)
+                if i + 1 in self.seen and (hit := code == i + 1).any()]
+        return _settings_first(self.peak, rows), _settings_first(self.host, rows), hits
 
     def reusable(self, space: Space, saved: dict[str, Saved]) -> bool:
         """Whether the same group searched in ``space``, whose units save ``saved``, has this memory: the space is
@@ -64,18 +68,29 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
                  chunk: int) -> GroupMemory:
     """The memory pass of the size combinations ``pool`` (one plan each), in chunks of ``chunk`` combinations
     (bounded temporaries); ``saved(rows)``: the saved activations of those rows."""
-    shape = (*(len(g) for g in space.grid), len(pool))
+    shape = (len(pool), *(len(g) for g in space.grid))
     peak, host = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
     refused = np.zeros(shape, dtype=np.uint8)
     rules = tuple(REFUSALS[name] for name in space.stack.supports.refuses)
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
+    seen: set[int] = set()
     for rows in _chunks(len(pool), chunk):
         index = np.arange(rows.start, rows.stop)
         sized = pool.select(index)
-        peak[..., rows], host[..., rows] = grid_memory(model, sized, saved(index), space)
+        block_peak, block_host = grid_memory(model, sized, saved(index), space)
+        peak[rows], host[rows] = np.moveaxis(block_peak, -1, 0), np.moveaxis(block_host, -1, 0)
+        block_code = np.zeros(block_peak.shape, dtype=np.uint8)
         for rule, hit in grid_refusals(model, sized, space):
-            refused[..., rows][hit] = code[rule.name]
-    return GroupMemory(peak, host, refused, rules, saved(np.arange(len(pool))), space)
+            block_code[hit] = code[rule.name]
+            seen.add(code[rule.name])
+        refused[rows] = np.moveaxis(block_code, -1, 0)
+    return GroupMemory(peak, host, refused, rules, saved(np.arange(len(pool))), space, frozenset(seen))
+
+
+def _settings_first(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The combinations ``rows`` of ``a`` (combinations × settings), settings × combinations and C-ordered (the
+    readers reshape it): whole rows gathered, then one transposing copy."""
+    return np.ascontiguousarray(np.moveaxis(np.take(a, rows, axis=0), 0, -1))
 
 
 def _chunks(n: int, size: int) -> Iterator[slice]:

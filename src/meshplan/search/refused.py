@@ -45,7 +45,10 @@ def grid_refusals(model: ModelSpec, batch: PlanBatch, space: Space) -> list[tupl
     out = []
     for name in names:
         rule = REFUSALS[name]
-        hit = np.broadcast_to(np.asarray(rule.test(view, model, space.stack), dtype=bool), shape) & ~taken
+        test = np.asarray(rule.test(view, model, space.stack), dtype=bool)
+        if not test.any():  # most refuse nothing of most chunks: seen on the test's own (broadcastable) shape
+            continue
+        hit = np.broadcast_to(test, shape) & ~taken
         if hit.any():
             out.append((rule, hit))
             taken |= hit

@@ -19,6 +19,7 @@ Without a split the value is the wave quantization g·m·n / (⌈tiles/S⌉·S·
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
@@ -78,30 +79,75 @@ def _tile_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple
     return best, depth, chosen
 
 
+# Calls above AT_ONCE GEMMs answered lately, by the bytes of their dimensions (``_memo_key``): a search prices the
+# same arrays of GEMMs again and again (DeepSeek-V3's keyed units: 228 calls, 84 distinct; the twin expert-GEMM
+# searches' units share every shape, search/variants.py), each answer kept as its distinct GEMMs' choices and the
+# index that spreads them back (a few hundred numbers and one int16 index per call)
+_MEMO: OrderedDict[tuple, tuple[tuple[np.ndarray, ...], np.ndarray | None, tuple[int, ...]]] = OrderedDict()
+MEMO_SIZE = 64
+
+
+def _memo_key(dims: tuple[np.ndarray, ...], num_sms: int, tiles: tuple[tuple[int, int], ...], k0: float) -> tuple:
+    """The question by value: each dimension's shape and the SHA-256 digest of its bytes, or the number."""
+    import hashlib  # noqa: PLC0415  (OpenSSL's bindings: only a call this large needs them, not every start-up)
+
+    def part(x: np.ndarray) -> tuple:
+        if not x.ndim:
+            return (float(x),)
+        return x.shape, hashlib.sha256(np.ascontiguousarray(x).data).digest()
+
+    return num_sms, tiles, k0, *(part(x) for x in dims)
+
+
 def _distinct_choice(m: Num, n: Num, k: Num, num_sms: int, groups: Num, tiles: tuple[tuple[int, int], ...],
                      k0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``_tile_choice`` of each distinct GEMM once, spread back: a search's arrays of one GEMM over thousands of plan
     shapes hold a few hundred distinct (m, n, k, groups) (DeepSeek-V3's: ~170 of ~16,000). Whole, non-negative
-    dimensions are packed into one integer (mixed radix) for a fast 1-D unique; other arrays, or too few repeats to
-    gain, are chosen whole. The same numbers either way: the choice is element by element (tests/test_gemm_shape.py)."""
-    dims = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k, groups)))
+    dimensions are packed into one integer (mixed radix) for a fast 1-D unique, a fractional one (a MoE layer's mean
+    tokens per expert) by the ranks of its values; arrays with a non-finite value, or too few repeats to gain, are
+    chosen whole. The same numbers either way: the choice is element by element (tests/test_gemm_shape.py).
+    A question asked lately with the same bytes gets its kept answer (``_MEMO``): the same numbers again."""
+    given = tuple(np.asarray(x, dtype=float) for x in (m, n, k, groups))
+    dims = np.broadcast_arrays(*given)
     if dims[0].size <= AT_ONCE:
         return _tile_choice(m, n, k, num_sms, groups, tiles, k0)
+    key = _memo_key(given, num_sms, tiles, k0)
+    if key in _MEMO:
+        _MEMO.move_to_end(key)
+    else:
+        _MEMO[key] = (*_choose_distinct(dims, num_sms, tiles, k0), dims[0].shape)
+        if len(_MEMO) > MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    kept, spread, shape = _MEMO[key]  # the kept arrays never leave: each answer is a new array
+    if spread is None:
+        return kept[0].copy(), kept[1].copy(), kept[2].copy()
+    return kept[0][spread].reshape(shape), kept[1][spread].reshape(shape), kept[2][spread].reshape(shape)
+
+
+def _choose_distinct(dims: tuple[np.ndarray, ...], num_sms: int, tiles: tuple[tuple[int, int], ...], k0: float
+                     ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray | None]:
+    """The choices of the distinct GEMMs of ``dims`` (broadcast) and the index spreading them back; every GEMM's
+    choices and None where a dimension is not finite or too few repeat."""
+    m, n, k, groups = dims
     flat = [d.reshape(-1) for d in dims]
     packed = np.zeros(len(flat[0]), dtype=np.int64)
     for column in flat:
         whole = column.astype(np.int64)
         top = int(whole.max()) + 1
-        if int(whole.min()) < 0 or top >= 2**31 or int(packed.max()) >= 2**62 // top or not (whole == column).all():
-            return _tile_choice(m, n, k, num_sms, groups, tiles, k0)
+        if int(whole.min()) < 0 or top >= 2**31 or not (whole == column).all():  # a fraction: its values' ranks
+            if not np.isfinite(column).all():
+                return _tile_choice(m, n, k, num_sms, groups, tiles, k0), None
+            whole = np.unique(column, return_inverse=True)[1].reshape(-1)
+            top = int(whole.max()) + 1
+        if int(packed.max()) >= 2**62 // top:
+            return _tile_choice(m, n, k, num_sms, groups, tiles, k0), None
         packed = packed * top + whole
     _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
     if 2 * len(first) > len(packed):  # mostly distinct: the unique would cost more than it saves
-        return _tile_choice(m, n, k, num_sms, groups, tiles, k0)
+        return _tile_choice(m, n, k, num_sms, groups, tiles, k0), None
     mm, nn, kk, gg = (f[first] for f in flat)
-    value, depth, split = _tile_choice(mm, nn, kk, num_sms, gg, tiles, k0)
-    shape, spread = dims[0].shape, inverse.reshape(-1)
-    return value[spread].reshape(shape), depth[spread].reshape(shape), split[spread].reshape(shape)
+    index = np.int16 if len(first) <= np.iinfo(np.int16).max else np.int32
+    return _tile_choice(mm, nn, kk, num_sms, gg, tiles, k0), inverse.reshape(-1).astype(index)
 
 
 def _candidate(m: np.ndarray, n: np.ndarray, k: np.ndarray, g: np.ndarray, tm: Num, tn: Num, num_sms: int
