@@ -74,15 +74,22 @@ class Resharder:
         """Seconds to move a tensor of ``local_bytes`` per device held as ``src`` to ``dst`` (0 when no collective)."""
         return self.move(src, dst, local_bytes)[0]
 
+    def row(self, src: Placements, dsts: list[Placements], local_bytes: float) -> list[tuple[float, int]]:
+        """``move`` from ``src`` to each of ``dsts`` (one table row: problem._move_matrix), cache hits looked up
+        without a call each."""
+        get, move = self._cache.get, self.move
+        return [get((src, dst, local_bytes)) or move(src, dst, local_bytes) for dst in dsts]
+
     def move(self, src: Placements, dst: Placements, local_bytes: float) -> tuple[float, int]:
         """(seconds, collectives) of the move: its collectives' time and how many calls the host makes for it."""
-        if src == dst or all(s in (REPLICATE, d) for s, d in zip(src, dst, strict=True)):
-            return 0.0, 0
         key = (src, dst, local_bytes)
         hit = self._cache.get(key)
         if hit is None:
-            found = moves(src, dst, local_bytes, self.mesh)
-            hit = (sum(c.seconds for c in found), len(found))
+            if src == dst or all(s in (REPLICATE, d) for s, d in zip(src, dst, strict=True)):
+                hit = (0.0, 0)
+            else:
+                found = moves(src, dst, local_bytes, self.mesh)
+                hit = (sum(c.seconds for c in found), len(found))
             self._cache[key] = hit
         return hit
 
