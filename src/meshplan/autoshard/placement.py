@@ -12,6 +12,8 @@ runs uneven ones, padded, which this planner leaves out).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 REPLICATE = -1
 PARTIAL = -2
 
@@ -64,8 +66,10 @@ def local_shape(shape: tuple[int, ...], placements: Placements, sizes: tuple[int
     return tuple(s // dim_shards(placements, sizes, d) for d, s in enumerate(shape))
 
 
+@lru_cache(maxsize=65536)
 def valid(shape: tuple[int, ...], placements: Placements, sizes: tuple[int, ...]) -> bool:
-    """Every Shard names a dimension of the tensor and splits it evenly."""
+    """Every Shard names a dimension of the tensor and splits it evenly (memoised: a node's strategies ask it of the
+    same few shapes and placements again and again)."""
     for p in placements:
         if p >= len(shape):
             return False
