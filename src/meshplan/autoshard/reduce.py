@@ -58,7 +58,7 @@ def digest(m: np.ndarray) -> bytes:
     """A 160-bit BLAKE2 digest of a matrix's shape, dtype and bytes: equal for equal matrices, and for different ones
     with probability 2^-160 a pair (the key of ``_KEPT`` and of ilp.py's edge classes)."""
     h = hashlib.blake2b(np.asarray(m.shape, dtype=np.int64).tobytes() + m.dtype.str.encode(), digest_size=20)
-    h.update(np.ascontiguousarray(m).tobytes())
+    h.update(np.ascontiguousarray(m).data)  # the buffer itself: no copy of its bytes
     return h.digest()
 
 
