@@ -43,8 +43,10 @@ def replicated(ndim: int) -> Placements:
     return (REPLICATE,) * ndim
 
 
+@lru_cache(maxsize=65536)
 def shards(placements: Placements, sizes: tuple[int, ...]) -> int:
-    """Devices a tensor is split over: the product of the mesh sizes of its Shard placements."""
+    """Devices a tensor is split over: the product of the mesh sizes of its Shard placements (memoised: asked of a
+    few placements per mesh for every strategy, op and move)."""
     n = 1
     for p, size in zip(placements, sizes, strict=True):
         if p >= 0:

@@ -202,6 +202,7 @@ class _Facts:
         self.ins = [t.nbytes for t in op.inputs]
         self.outs = [t.nbytes for t in op.outputs]
         self.seconds: dict[tuple, float] = {}
+        self.bytes: dict[tuple, float] = {}  # HBM bytes per device by (argument, result) placements
 
 
 def _op_seconds(facts: _Facts, r: Rule, combo: tuple[str | None, ...], p_in: Sequence[Placements],
@@ -212,7 +213,10 @@ def _op_seconds(facts: _Facts, r: Rule, combo: tuple[str | None, ...], p_in: Seq
         return 0.0, 0.0, 0
     op, cost, sizes = facts.op, facts.cost, mesh.sizes
     work = split_factor(combo, sizes)
-    nbytes = (op.bytes_read * _share(facts.ins, p_in, sizes) + op.bytes_written * _share(facts.outs, p_out, sizes))
+    nbytes = facts.bytes.get((p_in, p_out))
+    if nbytes is None:
+        nbytes = facts.bytes[(p_in, p_out)] = (op.bytes_read * _share(facts.ins, p_in, sizes)
+                                               + op.bytes_written * _share(facts.outs, p_out, sizes))
     m, n, k, align = cost.m, cost.n, cost.k, cost.align
     if cost.kind == "gemm" and any(r.gemm):
         m, n, k = (v / split_factor(combo, sizes, frozenset({lab})) if lab else v
