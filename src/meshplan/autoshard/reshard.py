@@ -40,26 +40,32 @@ class Comm:
 
 def moves(src: Placements, dst: Placements, local_bytes: float, mesh: DeviceMesh) -> tuple[Comm, ...]:
     """The collectives that take a tensor held as ``src`` (``local_bytes`` on each device) to ``dst``."""
+    return tuple(Comm(kind, i, nbytes, mesh.collective(kind, nbytes, i))
+                 for kind, i, nbytes in _steps(src, dst, local_bytes, mesh.sizes))
+
+
+def _steps(src: Placements, dst: Placements, local_bytes: float, sizes: tuple[int, ...]
+           ) -> list[tuple[str, int, float]]:
+    """``moves``' collectives as (kind, mesh dimension, nbytes), in order, unpriced."""
     if src == dst:
-        return ()
-    found: list[Comm] = []
+        return []
+    found: list[tuple[str, int, float]] = []
     local = float(local_bytes)
-    sizes = mesh.sizes
     for i in reversed(range(len(src))):
         s, d, g = src[i], dst[i], sizes[i]
         if s in (d, REPLICATE):
             continue
         if s >= 0 and d >= 0:
-            found.append(Comm("all_to_all", i, local, mesh.collective("all_to_all", local, i)))
+            found.append(("all_to_all", i, local))
         elif s >= 0:  # to Replicate or Partial: gather the shards
-            found.append(Comm("all_gather", i, local * g, mesh.collective("all_gather", local * g, i)))
+            found.append(("all_gather", i, local * g))
             local *= g
         elif d == REPLICATE:  # Partial -> Replicate
-            found.append(Comm("all_reduce", i, local, mesh.collective("all_reduce", local, i)))
+            found.append(("all_reduce", i, local))
         elif d >= 0:  # Partial -> Shard
-            found.append(Comm("reduce_scatter", i, local, mesh.collective("reduce_scatter", local, i)))
+            found.append(("reduce_scatter", i, local))
             local /= g
-    return tuple(found)
+    return found
 
 
 class Resharder:
@@ -85,11 +91,8 @@ class Resharder:
         key = (src, dst, local_bytes)
         hit = self._cache.get(key)
         if hit is None:
-            if src == dst or all(s in (REPLICATE, d) for s, d in zip(src, dst, strict=True)):
-                hit = (0.0, 0)
-            else:
-                found = moves(src, dst, local_bytes, self.mesh)
-                hit = (sum(c.seconds for c in found), len(found))
+            steps, collective = _steps(src, dst, local_bytes, self.mesh.sizes), self.mesh.collective  # none: free
+            hit = (float(sum(collective(kind, nbytes, i) for kind, i, nbytes in steps)), len(steps))
             self._cache[key] = hit
         return hit
 
