@@ -70,6 +70,8 @@ class Problem:
     optimizer_name: str = "adam"  # as Plan.optimizer names it (memory.OPTIMIZER_STATE): its step and its state
     host_dispatch: float = 0.0  # host seconds per launched kernel at this host's speed (``host_seconds``)
     launches: dict[int, tuple[float, float]] = field(default_factory=dict)  # node -> its kernels per pass (f, b)
+    # ilp.pairwise's node costs and edge matrices by (micro-batches, passes): the same in each round of a plan
+    weighed: dict[tuple, tuple[dict, dict]] = field(default_factory=dict, repr=False, compare=False)
 
 
 def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
