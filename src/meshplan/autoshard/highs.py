@@ -147,10 +147,10 @@ def warm_starts(start: NamedBasis | None = None) -> Iterator[list[NamedBasis]]:
 
 
 def _constraints_key(*arrays: np.ndarray) -> bytes:
-    h = hashlib.blake2b(digest_size=20)
+    h = hashlib.sha256()  # as reduce.digest: the processors' SHA extensions hash it fastest
     for a in arrays:
         h.update(np.asarray(a.shape, dtype=np.int64).tobytes() + a.dtype.str.encode())
-        h.update(np.ascontiguousarray(a).tobytes())
+        h.update(np.ascontiguousarray(a).data)  # the buffer itself: no copy of its bytes
     return h.digest()
 
 
@@ -211,7 +211,8 @@ def _kept(highs: Any, x: np.ndarray, cols: np.ndarray, rows: np.ndarray, inequal
     row_state = np.zeros(len(rows), dtype=np.int8)
     row_state[:inequalities] = 2
     row_state[-1 - basic[basic < 0]] = 1
-    c, r = np.argsort(cols), np.argsort(rows)
+    c, r = np.argsort(cols, kind="stable"), np.argsort(rows, kind="stable")  # names are unique: any sort's order; a
+    # stable one (timsort) runs through the names' long ascending runs in a third of quicksort's time
     return cols[c], col_state[c], rows[r], row_state[r]
 
 

@@ -83,14 +83,10 @@ def pairwise(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[
              passes: tuple[float, float] = PASSES) -> Pairwise:
     """The program in pairwise form (reduce.py), ``allowed`` applied; a node's bytes in each memory row keep it
     from elimination and enter the dominance test."""
-    costs = node_costs(problem, micro_batches, penalty, passes)
-    edges: dict[tuple[int, int], np.ndarray] = {}
-    for (u, v), e in problem.edges.items():
-        if u == v:
-            continue
-        m = micro_batches * (e.fwd + e.bwd if passes == PASSES else _weighed(e, passes, problem.host_dispatch)) + e.step
-        pair, m = ((u, v), m) if u < v else ((v, u), m.T)
-        edges[pair] = edges[pair] + m if pair in edges else m
+    base, weighed = _weighed_program(problem, micro_batches, passes)
+    costs, edges = dict(base), dict(weighed)  # new dicts over the kept arrays (reduce.py replaces, never writes them)
+    for key, extra in (penalty or {}).items():  # as node_costs adds it
+        costs[key] = costs[key] + extra
     memory: dict[int, np.ndarray] = {}
     for key in problem.nodes:
         columns = [coef[key] for coef, _ in memory_rows if key in coef and np.any(coef[key])]
@@ -101,6 +97,24 @@ def pairwise(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[
     for key, keep in (allowed or {}).items():
         restrict(pw, key, np.array(sorted(keep), dtype=int))
     return pw
+
+
+def _weighed_program(problem: Problem, micro_batches: int, passes: tuple[float, float]
+                     ) -> tuple[dict[int, np.ndarray], dict[tuple[int, int], np.ndarray]]:
+    """``pairwise``'s node costs (no penalty) and edge matrices, computed once per (micro-batches, passes) of a
+    problem (Problem.weighed): a plan's rounds differ only in the penalty and the memory rows."""
+    hit = problem.weighed.get(key := (micro_batches, passes))
+    if hit is not None:
+        return hit
+    edges: dict[tuple[int, int], np.ndarray] = {}
+    for (u, v), e in problem.edges.items():
+        if u == v:
+            continue
+        m = micro_batches * (e.fwd + e.bwd if passes == PASSES else _weighed(e, passes, problem.host_dispatch)) + e.step
+        pair, m = ((u, v), m) if u < v else ((v, u), m.T)
+        edges[pair] = edges[pair] + m if pair in edges else m
+    hit = problem.weighed[key] = (node_costs(problem, micro_batches, None, passes), edges)
+    return hit
 
 
 def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int, np.ndarray], float]],

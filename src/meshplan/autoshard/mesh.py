@@ -15,6 +15,7 @@ calibrated).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from math import prod
 
 from meshplan.collectives.price import collective_time
@@ -39,7 +40,7 @@ class DeviceMesh:
     efficiency: Efficiency = field(default=DEFAULT, compare=False)
     _seconds: dict = field(default_factory=dict, compare=False, repr=False)  # collective() memo
 
-    @property
+    @cached_property
     def sizes(self) -> tuple[int, ...]:
         return tuple(d.size for d in self.dims)
 

@@ -12,6 +12,8 @@ runs uneven ones, padded, which this planner leaves out).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 REPLICATE = -1
 PARTIAL = -2
 
@@ -41,8 +43,10 @@ def replicated(ndim: int) -> Placements:
     return (REPLICATE,) * ndim
 
 
+@lru_cache(maxsize=65536)
 def shards(placements: Placements, sizes: tuple[int, ...]) -> int:
-    """Devices a tensor is split over: the product of the mesh sizes of its Shard placements."""
+    """Devices a tensor is split over: the product of the mesh sizes of its Shard placements (memoised: asked of a
+    few placements per mesh for every strategy, op and move)."""
     n = 1
     for p, size in zip(placements, sizes, strict=True):
         if p >= 0:
@@ -64,8 +68,10 @@ def local_shape(shape: tuple[int, ...], placements: Placements, sizes: tuple[int
     return tuple(s // dim_shards(placements, sizes, d) for d, s in enumerate(shape))
 
 
+@lru_cache(maxsize=65536)
 def valid(shape: tuple[int, ...], placements: Placements, sizes: tuple[int, ...]) -> bool:
-    """Every Shard names a dimension of the tensor and splits it evenly."""
+    """Every Shard names a dimension of the tensor and splits it evenly (memoised: a node's strategies ask it of the
+    same few shapes and placements again and again)."""
     for p in placements:
         if p >= len(shape):
             return False

@@ -70,6 +70,8 @@ class Problem:
     optimizer_name: str = "adam"  # as Plan.optimizer names it (memory.OPTIMIZER_STATE): its step and its state
     host_dispatch: float = 0.0  # host seconds per launched kernel at this host's speed (``host_seconds``)
     launches: dict[int, tuple[float, float]] = field(default_factory=dict)  # node -> its kernels per pass (f, b)
+    # ilp.pairwise's node costs and edge matrices by (micro-batches, passes): the same in each round of a plan
+    weighed: dict[tuple, tuple[dict, dict]] = field(default_factory=dict, repr=False, compare=False)
 
 
 def template_map(flow: Flow, blocks: Blocks) -> dict[int, int]:
@@ -356,13 +358,11 @@ def _move_matrix(have: list, want: list, nbytes: float, sizes: tuple[int, ...], 
     cols, want_ids = _distinct(want)
     key = (tuple(rows), tuple(cols), nbytes)
     small = resharder.tables.get(key)
-    if small is None:
-        small = np.zeros((2, len(rows) + 1, len(cols) + 1))  # the last row and column: no placement
-        for i, pa in enumerate(rows):
-            local = nbytes / shards(pa, sizes)
-            for j, pb in enumerate(cols):
-                if pa != pb:
-                    small[:, i, j] = resharder.move(pa, pb, local)
+    if small is None:  # the last row and column: no placement
+        none = [(0.0, 0)]
+        table = [resharder.row(pa, cols, nbytes / shards(pa, sizes)) + none for pa in rows]
+        table.append(none * (len(cols) + 1))
+        small = np.array(table, dtype=float).transpose(2, 0, 1)
         resharder.tables[key] = small
     grid = np.ix_(have_ids, want_ids)
     return small[0][grid], small[1][grid]

@@ -40,26 +40,32 @@ class Comm:
 
 def moves(src: Placements, dst: Placements, local_bytes: float, mesh: DeviceMesh) -> tuple[Comm, ...]:
     """The collectives that take a tensor held as ``src`` (``local_bytes`` on each device) to ``dst``."""
+    return tuple(Comm(kind, i, nbytes, mesh.collective(kind, nbytes, i))
+                 for kind, i, nbytes in _steps(src, dst, local_bytes, mesh.sizes))
+
+
+def _steps(src: Placements, dst: Placements, local_bytes: float, sizes: tuple[int, ...]
+           ) -> list[tuple[str, int, float]]:
+    """``moves``' collectives as (kind, mesh dimension, nbytes), in order, unpriced."""
     if src == dst:
-        return ()
-    found: list[Comm] = []
+        return []
+    found: list[tuple[str, int, float]] = []
     local = float(local_bytes)
-    sizes = mesh.sizes
     for i in reversed(range(len(src))):
         s, d, g = src[i], dst[i], sizes[i]
         if s in (d, REPLICATE):
             continue
         if s >= 0 and d >= 0:
-            found.append(Comm("all_to_all", i, local, mesh.collective("all_to_all", local, i)))
+            found.append(("all_to_all", i, local))
         elif s >= 0:  # to Replicate or Partial: gather the shards
-            found.append(Comm("all_gather", i, local * g, mesh.collective("all_gather", local * g, i)))
+            found.append(("all_gather", i, local * g))
             local *= g
         elif d == REPLICATE:  # Partial -> Replicate
-            found.append(Comm("all_reduce", i, local, mesh.collective("all_reduce", local, i)))
+            found.append(("all_reduce", i, local))
         elif d >= 0:  # Partial -> Shard
-            found.append(Comm("reduce_scatter", i, local, mesh.collective("reduce_scatter", local, i)))
+            found.append(("reduce_scatter", i, local))
             local /= g
-    return tuple(found)
+    return found
 
 
 class Resharder:
@@ -74,15 +80,19 @@ class Resharder:
         """Seconds to move a tensor of ``local_bytes`` per device held as ``src`` to ``dst`` (0 when no collective)."""
         return self.move(src, dst, local_bytes)[0]
 
+    def row(self, src: Placements, dsts: list[Placements], local_bytes: float) -> list[tuple[float, int]]:
+        """``move`` from ``src`` to each of ``dsts`` (one table row: problem._move_matrix), cache hits looked up
+        without a call each."""
+        get, move = self._cache.get, self.move
+        return [get((src, dst, local_bytes)) or move(src, dst, local_bytes) for dst in dsts]
+
     def move(self, src: Placements, dst: Placements, local_bytes: float) -> tuple[float, int]:
         """(seconds, collectives) of the move: its collectives' time and how many calls the host makes for it."""
-        if src == dst or all(s in (REPLICATE, d) for s, d in zip(src, dst, strict=True)):
-            return 0.0, 0
         key = (src, dst, local_bytes)
         hit = self._cache.get(key)
         if hit is None:
-            found = moves(src, dst, local_bytes, self.mesh)
-            hit = (sum(c.seconds for c in found), len(found))
+            steps, collective = _steps(src, dst, local_bytes, self.mesh.sizes), self.mesh.collective  # none: free
+            hit = (float(sum(collective(kind, nbytes, i) for kind, i, nbytes in steps)), len(steps))
             self._cache[key] = hit
         return hit
 

@@ -89,6 +89,7 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
     calls = np.zeros((len(combos), 2))
     node = Node(key=key, name=node_name(flow, key), kind=kind, members=members, combos=combos, outs=[], needs=[],
                 time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)), created=[], calls=calls)
+    facts = {i: _Facts(ops[i]) for i in members}
     for s, combo in enumerate(combos):
         produced: dict[Slot, Placements] = {}
         needed: dict[Slot, Placements] = {}
@@ -108,7 +109,7 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
             for j, p in enumerate(p_in):
                 needed[(i, j)] = p
             phase = 0 if op.phase == "fwd" else 1
-            compute, extra, extra_calls = _op_seconds(op, flow.rules[i], c, p_in, p_out, mesh, eff)
+            compute, extra, extra_calls = _op_seconds(facts[i], flow.rules[i], c, p_in, p_out, mesh, eff)
             node.time[s, phase] += compute
             (moves, inner_calls), (made, made_calls) = _inner_moves(flow, i, p_in, produced, moved, mesh, resharder)
             again, again_calls = _remade(flow, i, phase, remake, moved)
@@ -186,16 +187,36 @@ def _inner_moves(flow: Flow, i: int, p_in: Sequence[Placements], produced: dict[
     return (total, calls), (made, made_calls)
 
 
-def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: Sequence[Placements],
+class _Facts:
+    """What ``_op_seconds`` needs of an op whatever its strategy, computed once per op rather than per strategy:
+    its OpCost, precision and tensor bytes, and the roofline times already found by local shape (most strategies of
+    a node give an op one of a few shares)."""
+
+    def __init__(self, op: TracedOp) -> None:
+        self.op = op
+        self.view = op.kind == "view"
+        if self.view:
+            return
+        self.cost = op_cost(op)
+        self.precision = precision(op)
+        self.ins = [t.nbytes for t in op.inputs]
+        self.outs = [t.nbytes for t in op.outputs]
+        self.seconds: dict[tuple, float] = {}
+        self.bytes: dict[tuple, float] = {}  # HBM bytes per device by (argument, result) placements
+
+
+def _op_seconds(facts: _Facts, r: Rule, combo: tuple[str | None, ...], p_in: Sequence[Placements],
                 p_out: Sequence[Placements], mesh: DeviceMesh, eff: Efficiency) -> tuple[float, float, int]:
     """Roofline time of one op on the share each device computes (module docstring), and that of the rule's
     extra collectives with their count."""
-    if op.kind == "view":
+    if facts.view:
         return 0.0, 0.0, 0
-    sizes = mesh.sizes
+    op, cost, sizes = facts.op, facts.cost, mesh.sizes
     work = split_factor(combo, sizes)
-    cost = op_cost(op)
-    nbytes = (op.bytes_read * _share(op.inputs, p_in, sizes) + op.bytes_written * _share(op.outputs, p_out, sizes))
+    nbytes = facts.bytes.get((p_in, p_out))
+    if nbytes is None:
+        nbytes = facts.bytes[(p_in, p_out)] = (op.bytes_read * _share(facts.ins, p_in, sizes)
+                                               + op.bytes_written * _share(facts.outs, p_out, sizes))
     m, n, k, align = cost.m, cost.n, cost.k, cost.align
     if cost.kind == "gemm" and any(r.gemm):
         m, n, k = (v / split_factor(combo, sizes, frozenset({lab})) if lab else v
@@ -204,8 +225,11 @@ def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: Sequ
         align = min(align, alignment(*split)) if split else align
     elif cost.kind == "attention":
         m = m / work
-    local = replace(cost, flops=cost.flops / work, nbytes=nbytes, m=m, n=n, k=k, align=align)
-    seconds = float(op_time(local, mesh.cluster.accelerator, precision(op), eff))
+    key = (work, nbytes, m, n, k, align)
+    seconds = facts.seconds.get(key)
+    if seconds is None:
+        local = replace(cost, flops=cost.flops / work, nbytes=nbytes, m=m, n=n, k=k, align=align)
+        seconds = facts.seconds[key] = float(op_time(local, mesh.cluster.accelerator, facts.precision, eff))
     extra, calls = 0.0, 0
     for label, kind, nbytes in r.extra:
         for dim, lab in enumerate(combo):
@@ -215,11 +239,11 @@ def _op_seconds(op: TracedOp, r: Rule, combo: tuple[str | None, ...], p_in: Sequ
     return seconds, extra, calls
 
 
-def _share(tensors: tuple[TensorInfo, ...], places: Sequence[Placements], sizes: tuple[int, ...]) -> float:
-    """The share of ``tensors``' bytes one device holds (of what the op reads, or of what it writes: a factory such
-    as zeros_like reads none of its argument, trace/capture.py)."""
-    whole = sum(t.nbytes for t in tensors)
-    return sum(_local_bytes(t, p, sizes) for t, p in zip(tensors, places, strict=True)) / whole if whole else 1.0
+def _share(nbytes: list[int], places: Sequence[Placements], sizes: tuple[int, ...]) -> float:
+    """The share of an op's tensors' bytes (``nbytes``) one device holds (of what the op reads, or of what it
+    writes: a factory such as zeros_like reads none of its argument, trace/capture.py)."""
+    whole = sum(nbytes)
+    return sum(b / shards(p, sizes) for b, p in zip(nbytes, places, strict=True)) / whole if whole else 1.0
 
 
 def is_split(combo: tuple[str | None, ...]) -> bool:
