@@ -96,8 +96,9 @@ KERNEL_GAP_PRIOR = MI300X_LAUNCH_GAP_US * 1e-6
 # but what the CPU measurement of that loop says it leaves out before any GPU run is seen: "about 20 of each
 # iteration's dispatches (the input copies and the sampler's kernels) launch a kernel, some 5 us each more there than
 # here (0.1 ms an iteration, left out)" (benchmarks/measure/vllm_v0_host_cpu.py, its docstring: the dispatches counted
-# in vLLM's own code, about 5 us a CUDA kernel launch on an x86 host). The forward pass's own graph launch and, under
-# tensor parallelism, the driver's broadcast of the inputs to the other workers are not in it: the prior is a floor.
+# in vLLM's own code, about 5 us a CUDA kernel launch on an x86 host). The forward pass's own graph launch is not in
+# it: the prior is a floor. Under tensor parallelism the driver's broadcast of the inputs to the other workers is priced
+# apart, from vLLM's code (presets/engines/vllm-v0.toml tp_broadcast_tensors, not fitted).
 # The latency fitted on Argonne's H100 runs, 1.115 ms, is above it
 V0_LAUNCHED_DISPATCHES = 20
 V0_LAUNCH_US = 5.0
