@@ -88,7 +88,8 @@ UNTUNED_GEMM_PRIOR = 1.0 / UNTUNED_GEMM_SPEEDUP
 # x ~25 layers x 4.5 us = ~1.1 ms a token; as quoted by news.creeta.com's report of it). A 2026 ROCm's launches stand in
 # for a 2024 HIP graph's nodes: HIP graphs then replayed no faster than stream launches (HIP docs: "currently in Beta";
 # ROCm/clr#77, PyFR/PyFR#312), and a newer runtime is taken to launch no slower, so 4.5 us is a floor. One figure, not a
-# range. The gap fitted on Argonne's MI300X runs, 10.5 us (with RCCL's tuner pricing the all-reduces), is above it
+# range. The gap fitted on Argonne's MI300X runs, 11.67 us (with RCCL's tuner pricing the all-reduces and the input
+# broadcast to the TP workers priced), is above it
 MI300X_LAUNCH_GAP_US = 4.5
 KERNEL_GAP_PRIOR = MI300X_LAUNCH_GAP_US * 1e-6
 
