@@ -88,7 +88,8 @@ UNTUNED_GEMM_PRIOR = 1.0 / UNTUNED_GEMM_SPEEDUP
 # x ~25 layers x 4.5 us = ~1.1 ms a token; as quoted by news.creeta.com's report of it). A 2026 ROCm's launches stand in
 # for a 2024 HIP graph's nodes: HIP graphs then replayed no faster than stream launches (HIP docs: "currently in Beta";
 # ROCm/clr#77, PyFR/PyFR#312), and a newer runtime is taken to launch no slower, so 4.5 us is a floor. One figure, not a
-# range. The gap fitted on Argonne's MI300X runs, 10.5 us (with RCCL's tuner pricing the all-reduces), is above it
+# range. The gap fitted on Argonne's MI300X runs, 11.67 us (with RCCL's tuner pricing the all-reduces and the input
+# broadcast to the TP workers priced), is above it
 MI300X_LAUNCH_GAP_US = 4.5
 KERNEL_GAP_PRIOR = MI300X_LAUNCH_GAP_US * 1e-6
 
@@ -96,8 +97,9 @@ KERNEL_GAP_PRIOR = MI300X_LAUNCH_GAP_US * 1e-6
 # but what the CPU measurement of that loop says it leaves out before any GPU run is seen: "about 20 of each
 # iteration's dispatches (the input copies and the sampler's kernels) launch a kernel, some 5 us each more there than
 # here (0.1 ms an iteration, left out)" (benchmarks/measure/vllm_v0_host_cpu.py, its docstring: the dispatches counted
-# in vLLM's own code, about 5 us a CUDA kernel launch on an x86 host). The forward pass's own graph launch and, under
-# tensor parallelism, the driver's broadcast of the inputs to the other workers are not in it: the prior is a floor.
+# in vLLM's own code, about 5 us a CUDA kernel launch on an x86 host). The forward pass's own graph launch is not in
+# it: the prior is a floor. Under tensor parallelism the driver's broadcast of the inputs to the other workers is priced
+# apart, from vLLM's code (presets/engines/vllm-v0.toml tp_broadcast_tensors, not fitted).
 # The latency fitted on Argonne's H100 runs, 1.115 ms, is above it
 V0_LAUNCHED_DISPATCHES = 20
 V0_LAUNCH_US = 5.0

@@ -122,6 +122,9 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
         parts["engine/gaps"], kinds["engine/gaps"] = gaps, "memory"
     if engine.iteration_latency:  # the engine's GPU work beside the forward pass (engine.py)
         parts["engine/iteration"], kinds["engine/iteration"] = engine.iteration_latency, "memory"
+    broadcast = float(setting.broadcast_time(float(result.running) / plan.dpa))
+    if broadcast:  # the driver's input broadcast to the TP workers (engine.py: tp_broadcast_tensors)
+        parts["engine/broadcast"], kinds["engine/broadcast"] = broadcast, "memory"
     host = engine.host_time(float(result.running) / plan.dpa, 1, engine.loop_speed(cluster))
     beside = float(engine.hidden_time(float(result.running) / plan.dpa, 1, engine.loop_speed(cluster)))
     host += max(beside - sum(parts.values()), 0.0)  # what the GPU's step does not hide of the work beside it

@@ -86,11 +86,25 @@ class Setting:
         gpu = maximum(self.gpu_time(decode, prefill, prompts, prefix),
                       self.engine.eager_time(decode, prompts, layers, self.cluster.python_host))
         gpu = gpu + self.engine.iteration_latency  # the engine's GPU work after the forward pass (engine.py)
+        gpu = gpu + self.broadcast_time(decode + prompts)  # the driver's input broadcast to the TP workers
         if self.engine.host.hidden_per_sequence:  # the host's work beside the GPU's step (engine.py)
             gpu = maximum(gpu, self.engine.hidden_time(decode + prompts, self.cols["pp"], loop))
         if self.engine.host.overlapped:  # the host's work hides behind the GPU's (engine.py)
             return maximum(gpu, host)
         return gpu + host
+
+    def broadcast_time(self, sequences: Num) -> Num:
+        """Seconds per iteration of the driver's input broadcast to the other tensor-parallel workers
+        (``Engine.tp_broadcast_tensors``): per tensor an NCCL broadcast of a per-sequence int64 over the TP group
+        (collectives/price.py, NCCL's latency over the group's hops) and the receiving worker's host time for it;
+        zero at tp 1."""
+        n = self.engine.tp_broadcast_tensors
+        if not n:
+            return 0.0
+        tp = self.cols["tp"]
+        speed = self.cluster.python_host if self.engine.host_in_python else 1.0
+        one = collective_time("broadcast", 8.0 * maximum(sequences, 1.0), tp, 1, self.cluster, self.eff)
+        return n * where(tp > 1, one + self.engine.tp_broadcast_host * speed, 0.0)
 
     def gpu_time(self, decode: Num, prefill: Num, prompts: Num, prefix: Num) -> Num:
         """The GPU's seconds for the step; with two-batch overlap (``Engine.two_batch_overlap``: SGLang's TBO after
