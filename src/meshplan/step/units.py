@@ -94,7 +94,9 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
     records of each kind of wrapper work in ``works`` (default: every kind some setting of the plan runs,
     cost/wrapper_work.possible_work). One plan's, with its works named, are kept (``_kept_parts``) for every plan
     that differs from it only in the layers and the recompute or offload setting of its ranks (``_PER_RANK``): the
-    search's refinements price a plan and then such variants of it (search/refine.py, search/stage_dp.py)."""
+    search's refinements price a plan and then such variants of it (search/refine.py, search/stage_dp.py); and, on
+    a cluster of another size, in its dp where its groups split over the tiers alike (``_Read``: the plans of a
+    strong-scaling sweep's GPU counts)."""
     if compute is None and works is not None and type(plan) is Plan:
         kept = _kept_parts(model, _read(model, cluster, plan, stack, works), stack, eff, works)
         return Parts({k: list(v) for k, v in kept.ops.items()}, {k: list(v) for k, v in kept.times.items()},
