@@ -14,6 +14,7 @@ from meshplan.search import Space, search
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
 from meshplan.step.units import _kept_parts, _timed, timed_parts  # noqa: PLC2701 (the module's own)
 
@@ -58,3 +59,34 @@ def test_a_caller_changing_its_parts_does_not_change_the_next():
     second = timed_parts(model, cluster, plan.with_(recompute="full"), stack, DEFAULT, works=())
     assert _kept_parts.cache_info().hits == 1  # the variant took the kept parts
     assert second.ops["dense"] and second == _timed(model, cluster, plan, stack, DEFAULT, None, ())
+
+
+def test_counts_share_the_parts_of_plans_differing_in_dp_alone():
+    """A strong-scaling sweep's plans at each GPU count differ in dp alone: they share one timing of their ops
+    where their groups split over the tiers alike, and each gets its own plan's ops and times."""
+    model, system, stack = load_model("llama3-70b"), load_system("h100"), load_stack("megatron-core")
+    plans = search(model, system.cluster(512), Space(global_batch=1024, stack=stack), top_k=6, workers=1).plans
+    _kept_parts.cache_clear()
+    for est in plans:
+        for dp in (est.plan.dp, est.plan.dp // 2):
+            plan, cluster = est.plan.with_(dp=dp), system.cluster(est.plan.num_gpus // est.plan.dp * dp)
+            own = work_of(plan, stack)
+            works = (own,) if own else ()
+            assert timed_parts(model, cluster, plan, stack, DEFAULT, works=works) == _timed(
+                model, cluster, plan, stack, DEFAULT, None, works)
+    assert _kept_parts.cache_info().hits >= len(plans) - 1  # the halved dp's took the kept parts
+
+
+def test_a_dp_that_moves_a_group_to_another_tier_is_timed_apart():
+    """Where dp sets where a group sits (the pipeline's sends, strided by tp·dp: in one NVLink domain at dp = 1,
+    across the network at dp = 8), the two plans are timed each on its own, and their sends' times differ."""
+    model, system, stack = load_model("llama3-8b"), load_system("h100"), load_stack("megatron-core")
+    one = Plan(dp=1, tp=2, pp=2, global_batch=64)
+    eight = one.with_(dp=8)
+    _kept_parts.cache_clear()
+    near = timed_parts(model, system.cluster(4), one, stack, DEFAULT, works=())
+    far = timed_parts(model, system.cluster(32), eight, stack, DEFAULT, works=())
+    assert _kept_parts.cache_info().hits == 0
+    assert near == _timed(model, system.cluster(4), one, stack, DEFAULT, None, ())
+    assert far == _timed(model, system.cluster(32), eight, stack, DEFAULT, None, ())
+    assert near.ops["p2p"] == far.ops["p2p"] and near.times["p2p"] != far.times["p2p"]

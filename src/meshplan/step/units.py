@@ -6,12 +6,14 @@ summed by ``passes.pass_times``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from meshplan.collectives.comm import split_group
+from meshplan.collectives.groups import axis_layout
 from meshplan.cost.embed_head import embedding_ops, head_ops, mtp_ops
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import kind_fractions
@@ -61,10 +63,18 @@ def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
     """Ops of one layer of each kind (``kind_fractions``: "dense" and "moe", or a hybrid's blocks), of the
     embedding, the head, what a multi-token-prediction depth adds to its layer and head (``embed_head.mtp_ops``) and a
     pipeline send. One plan's are kept (``_plan_ops``): they do not depend on the cluster, and a what-if prices the same
-    plan on many (the property tests, the sweeps of a parameter)."""
+    plan on many (the property tests, the sweeps of a parameter); by the plan without its dp (``_dp_free``), which no
+    op record reads: the plans a strong-scaling sweep prices at each GPU count differ in it alone."""
     if type(plan) is Plan:
-        return {k: list(v) for k, v in _plan_ops(model, plan, stack).items()}
+        return {k: list(v) for k, v in _plan_ops(model, _dp_free(plan), stack).items()}
     return _build_ops(model, plan, stack)
+
+
+def _dp_free(plan: Plan) -> Plan:
+    """``plan`` with dp = 1: the op records of one layer, the ends and a send (cost/) read the data-parallel degree
+    nowhere (nor the GPUs, the micro-batches or the placement it sets: where a group sits is ``time_ops``' question,
+    answered from the plan itself), so plans differing only in dp share them (tests/test_parts_kept.py)."""
+    return plan if plan.dp == 1 else plan.with_(dp=1)
 
 
 @lru_cache(maxsize=1024)
@@ -84,9 +94,11 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
     records of each kind of wrapper work in ``works`` (default: every kind some setting of the plan runs,
     cost/wrapper_work.possible_work). One plan's, with its works named, are kept (``_kept_parts``) for every plan
     that differs from it only in the layers and the recompute or offload setting of its ranks (``_PER_RANK``): the
-    search's refinements price a plan and then such variants of it (search/refine.py, search/stage_dp.py)."""
+    search's refinements price a plan and then such variants of it (search/refine.py, search/stage_dp.py); and, on
+    a cluster of another size, in its dp where its groups split over the tiers alike (``_Read``: the plans of a
+    strong-scaling sweep's GPU counts)."""
     if compute is None and works is not None and type(plan) is Plan:
-        kept = _kept_parts(model, cluster, plan.with_(**_PER_RANK), stack, eff, works)
+        kept = _kept_parts(model, _read(model, cluster, plan, stack, works), stack, eff, works)
         return Parts({k: list(v) for k, v in kept.ops.items()}, {k: list(v) for k, v in kept.times.items()},
                      kept.python_host, {w: {k: list(v) for k, v in g.items()} for w, g in kept.wrapper_ops.items()},
                      {w: {k: list(v) for k, v in g.items()} for w, g in kept.wrapper_times.items()})
@@ -101,10 +113,50 @@ _PER_RANK: dict[str, object] = {
     "recompute": "none", "recompute_layers": 0, "offload_activations": False, "offload_layers": 0}
 
 
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A plan on a cluster, equal to another wherever what its ops and their times read is (``key``): the plan without
+    its dp (``_dp_free``), the cluster without its GPU count and its outermost tier's size (``_cluster_read``), and
+    how the group of each collective of its ops splits over the cluster's tiers (comm.split_group: the one place
+    ``time_ops`` reads the placement, dp's included). Plans of the GPU counts of a strong-scaling sweep that differ
+    only in dp are timed once (``_kept_parts``)."""
+
+    key: tuple[object, ...]
+    cluster: Cluster = field(compare=False)
+    plan: Plan = field(compare=False)
+
+
+def _read(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, works: tuple[str, ...]) -> _Read:
+    """``plan`` on ``cluster`` as ``_kept_parts`` keeps it: without its ranks' settings (``_PER_RANK``) and its dp."""
+    base = plan.with_(**_PER_RANK, dp=1)
+    splits = tuple((axis, group, tuple(split_group(cluster, group, axis_layout(plan, axis))))
+                   for axis, group in _groups(model, base, stack, works, cluster.python_host))
+    return _Read((_cluster_read(cluster), base, splits), cluster, plan)
+
+
 @lru_cache(maxsize=256)
-def _kept_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency,
-                works: tuple[str, ...]) -> Parts:
-    return _timed(model, cluster, plan, stack, eff, None, works)
+def _groups(model: ModelSpec, plan: Plan, stack: Stack, works: tuple[str, ...], python_host: float
+            ) -> tuple[tuple[str, Num], ...]:
+    """Each (axis, group) of a collective of ``plan``'s ops and of its wrapper work's, in a fixed order."""
+    records: list[dict[str, Any]] = [_plan_ops(model, plan, stack), *work_ops(
+        model, plan, stack, tuple(model.block_counts), works, python_host).values()]
+    return tuple(sorted({(c.axis, c.group) for ops in records for group in ops.values() for op in group
+                         if (c := op.collective) is not None}))
+
+
+@lru_cache(maxsize=64)
+def _cluster_read(cluster: Cluster) -> tuple[object, ...]:
+    """Every field of ``cluster`` but its GPU count and its outermost tier's size, which no op's time reads
+    (comm.split_group reads the inner tiers' sizes alone; the last tier holds what is left of a group)."""
+    *inner, last = cluster.tiers
+    return (tuple(inner), tuple(getattr(last, f.name) for f in fields(last) if f.name != "size"),
+            tuple(getattr(cluster, f.name) for f in fields(cluster) if f.compare and f.name not in ("num_gpus",
+                                                                                                    "tiers")))
+
+
+@lru_cache(maxsize=256)
+def _kept_parts(model: ModelSpec, read: _Read, stack: Stack, eff: Efficiency, works: tuple[str, ...]) -> Parts:
+    return _timed(model, read.cluster, read.plan.with_(**_PER_RANK), stack, eff, None, works)
 
 
 def _timed(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency,
