@@ -17,8 +17,8 @@ SRC = Path(__file__).parents[1] / "src" / "meshplan"
 RAW = re.compile(r"\.write_(?:text|bytes)\(|\bopen\([^)]*['\"][wax]b?\+?['\"]")
 # (module, why a bare write is right there)
 INTERNAL = {"report/vega.py": "Vega's bundle cached under the home folder; an OSError there is caught (bundle again)",
-            "calibrate/collectives.py": "a forked rank's timings to a temporary file of the parent's",
-            "measure/dp.py": "a forked rank's measurement to a temporary file of the parent's",
+            "calibrate/ranks.py": "a forked rank's result (calibrate's timings, check-step's measurement) to a "
+                                  "temporary file of the parent's",
             "specs/hf/sweep.py": "the benchmark's own folder of Hugging Face defaults (no command writes it)",
             "cli/codecache.py": "the console script's dataclass-method cache beside the package's bytecode, written at "
                                 "exit through a temporary file renamed over it (an OSError there is caught)"}
