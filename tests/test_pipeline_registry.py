@@ -8,7 +8,8 @@ the end ranks' path does: the same plan with its default per-rank settings writt
 
 The other families, whose names are common words ("fused", "eager", "none"), are checked by comparison instead: no
 module of the core outside a family's registry compares the field that names the variant (``stack.fusion``:
-specs/fusion.py; ``plan.tensor_layout``: specs/layouts.py; ``stack.fsdp``: specs/fsdp_modes.py) or a stack's or an
+specs/fusion.py; ``plan.tensor_layout``: specs/layouts.py; ``stack.fsdp``: specs/fsdp_modes.py; ``stack.cross_entropy``
+and ``stack.optimizer_wrapper``: specs/stack_variants.py) or a stack's or an
 engine's preset name with a string (``==``, ``!=``, ``in`` a literal tuple); it reads the record or looks the name up
 in a keyed table."""
 
@@ -22,7 +23,7 @@ import pytest
 from meshplan.estimate import estimate
 from meshplan.pipeline.names import ALL, ASYNC, SPLIT, SYNC
 from meshplan.pipeline.registry import REGISTRY, SEARCH_ORDER, schedule_of
-from meshplan.specs import fsdp_modes, fusion, layouts
+from meshplan.specs import fsdp_modes, fusion, layouts, stack_variants
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import LAYOUTS, Plan
@@ -64,7 +65,8 @@ def test_the_check_sees_a_written_name(tmp_path):
 
 # a variant's field -> the registry module allowed to compare it; a preset's name, by the object that holds it
 COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py", "tensor_layout": CORE / "specs" / "layouts.py",
-                   "fsdp": CORE / "specs" / "fsdp_modes.py"}
+                   "fsdp": CORE / "specs" / "fsdp_modes.py", "cross_entropy": CORE / "specs" / "stack_variants.py",
+                   "optimizer_wrapper": CORE / "specs" / "stack_variants.py"}
 NAMED_PRESETS = ("stack", "engine")
 
 
@@ -157,6 +159,30 @@ def test_one_record_per_fsdp_mode_says_what_differs():
     assert load_stack("torchtitan").fsdp_mode is fsdp_modes.fsdp_of("fsdp2")
     with pytest.raises(KeyError, match="is none of none, fsdp1, fsdp2"):
         fsdp_modes.fsdp_of("zero3")
+
+
+def test_one_record_per_cross_entropy_says_what_differs():
+    losses = stack_variants.LOSSES.values()
+    assert stack_variants.LOSS_NAMES == ("fused", "pytorch", "flash", "fused_grad", "vocab_parallel_eager")
+    assert [lo.name for lo in losses if lo.eager] == ["pytorch"]  # F.cross_entropy in eager autograd
+    # bytes per logit forward: 2 + 2 x 4 = 10 (16-bit in, fp32 softmax out), flash 2 x 2 = 4, llm.c 3 x 2 = 6,
+    # Megatron-DeepSpeed's eager ops 6 + 4 + 8 + 8 + 4 + 8 = 38
+    assert [lo.fwd_bytes for lo in losses] == [10, 10, 4, 6, 38]
+    assert [lo.name for lo in losses if not lo.bwd_bytes] == ["fused_grad"]  # its forward wrote the gradient
+    assert [lo.grad_bytes for lo in losses] == [2, 8, 2, 0, 2]
+    assert load_stack("megatron-deepspeed").loss.fwd_kernels == 6.0 and load_stack("torchtitan").loss.eager
+    with pytest.raises(KeyError, match="is none of fused, pytorch, flash"):
+        stack_variants.cross_entropy_of("liger")
+
+
+def test_one_record_per_optimizer_wrapper_says_what_differs():
+    wrappers = stack_variants.WRAPPERS.values()
+    assert stack_variants.WRAPPER_NAMES == ("stated", "deepspeed", "deepspeed-pipeline")
+    assert [w.name for w in wrappers if w.per_plan] == ["deepspeed", "deepspeed-pipeline"]
+    assert [w.name for w in wrappers if w.pipeline_engine] == ["deepspeed-pipeline"]
+    assert load_stack("megatron-deepspeed").wrapper.pipeline_engine and not load_stack("generic").wrapper.per_plan
+    with pytest.raises(KeyError, match="is none of stated, deepspeed"):
+        stack_variants.wrapper_of("apex")
 
 
 def test_one_record_per_schedule_in_its_family():

@@ -317,8 +317,8 @@ def loss_workspace(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
     ``"flash"`` (flash-attn's CrossEntropyLoss): the 16-bit gradient beside the saved 16-bit logits, 2 bytes;
     ``"fused_grad"`` (llm.c's fused classifier): the gradient overwrites the logits, none."""
     # numeric plan fields may be arrays (a PlanBatch): no branch on tp
-    per_logit = FP32 * (2 + (plan.tp > 1)) if stack.cross_entropy == "pytorch" else (
-        0.0 if stack.cross_entropy == "fused_grad" else ACT_BYTES)
+    loss = stack.loss  # its gradient's bytes per logit (specs/stack_variants.py)
+    per_logit = loss.grad_bytes + FP32 * (plan.tp > 1) if loss.eager else loss.grad_bytes
     return token_rows(model, plan)[0] * head_vocab(model) / plan.tp * per_logit
 
 
@@ -343,7 +343,7 @@ def pipeline_runtime_memory(model: ModelSpec, plan: Plan, stack: Stack) -> tuple
         return 0.0, 0.0
     m, v, pipelined = plan.grad_accum, plan.vpp, plan.pp > 1
     boundaries = 2 * m * (2 * v - 1) * layer_input_bytes(model, plan) * pipelined
-    logit_bytes = FP32 if stack.cross_entropy == "pytorch" else ACT_BYTES
+    logit_bytes = FP32 if stack.loss.eager else ACT_BYTES
     logits = m * token_rows(model, plan)[0] * head_vocab(model) / plan.tp * logit_bytes * pipelined
     return boundaries, boundaries + logits
 

@@ -30,6 +30,7 @@ from meshplan.specs.stack import (
     stack_modules,
     stack_names,
 )
+from meshplan.specs.stack_variants import STATED
 
 PLAN_PREFIX, STACK_PREFIX = "plan_", "stack_"
 AXES = ("tp", "tp2", "pp", "cp", "dp")  # the axes whose product is the GPU count
@@ -104,8 +105,8 @@ def stack_with(stack: Stack, given: dict[str, Any]) -> Stack:
     stack then refuses: a region's host time needs a compiled region). ``--tensor-host`` on a stack
     whose wrapper is picked per plan (``optimizer_wrapper``, cost/wrappers.py) states the wrapper's cost instead,
     unless ``--optimizer-wrapper`` is given too; ``--tensor-sharded`` alone there the stack refuses (specs/stack.py)."""
-    if stack.optimizer_wrapper != "stated" and "optimizer_wrapper" not in given and "tensor_host" in given:
-        given = {**given, "optimizer_wrapper": "stated"}
+    if stack.wrapper.per_plan and "optimizer_wrapper" not in given and "tensor_host" in given:
+        given = {**given, "optimizer_wrapper": STATED}
     if "compiled" in given and "region_host" not in given:
         given = {**given, "region_host": TORCH_COMPILE_REGION_HOST if given["compiled"] else 0.0}
         if given["compiled"] and stack.compiled and stack.region_host:

@@ -57,7 +57,7 @@ def low_precision_casts(ops: list[OpCost], plan: Plan, stack: Stack) -> list[OpC
     # (m×n)·(n×k) with n and k swapped, so again m×k)
     casts = [cast(op.name, op.phase, op.groups * op.m * op.k, plan, stack, op.launches)
              for op in ops if op.kind == "gemm" and op.phase in ("fwd", "bwd_x") and op.variant not in SIXTEEN_BIT]
-    if stack.cross_entropy != "pytorch" and plan.finetune != "lora":
+    if not stack.loss.eager and plan.finetune != "lora":
         ops = [replace(op, saved=op.saved * low / ACT_BYTES)
                if op.kind == "gemm" and op.phase == "fwd" and op.variant not in SIXTEEN_BIT else op for op in ops]
     return ops + casts

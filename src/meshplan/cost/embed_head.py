@@ -71,7 +71,7 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))
     if stack.train_metrics:
         ops.append(train_metrics(stack.train_metrics, logits))
-    if stack.cross_entropy == "pytorch":
+    if stack.loss.eager:
         ops += eager_op("head/loss", "cross_entropy", logits)
     if d.eager and model.final_norm:
         ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
@@ -101,18 +101,6 @@ def mtp_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     return ops + tp_exit("mtp/eh_proj/tp_out", model, plan, d)
 
 
-# Megatron's vocabulary-parallel cross-entropy as Megatron-DeepSpeed runs it (microsoft/Megatron-DeepSpeed @ f4157bea,
-# megatron/model/gpt_model.py post_language_model_processing: cross_entropy(output.float(), labels) unless
-# --fp16-lm-cross-entropy; megatron/core/tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy): each line one
-# eager kernel over every logit of the rank, its HBM bytes per logit read + written (16-bit in, fp32 after the cast).
-# Forward: the .float() upcast 2 + 4, torch.max 4, the out-of-place subtraction of the max 4 + 4, torch.exp(out=) 4 + 4,
-# .sum 4, exp_logits.div_ 4 + 4 = 38 bytes in 6 kernels; backward: grad_input.mul_ 4 + 4 and autograd's cast of the
-# fp32 gradient back to the 16-bit logits' dtype (the .float()'s backward) 4 + 2 = 14 bytes in 2 kernels. The kernels
-# over one value per token (the target mask, the gathered target logit, log, the in-place target update) are neglected.
-VOCAB_PARALLEL_EAGER = {"fwd": (2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4), "bwd_x": (4 + 4) + (4 + 2)}
-VOCAB_PARALLEL_KERNELS = {"fwd": 6.0, "bwd_x": 2.0}
-
-
 def loss_ops(stack: Stack, logits: Num, tokens: Num) -> list[OpCost]:
     """The cross-entropy over this GPU's logits, forward and backward. Megatron's vocabulary-parallel loss (and the
     fused part of PyTorch's, whose extra eager kernels ``EAGER["cross_entropy"]`` adds): reads the 16-bit logits,
@@ -124,20 +112,17 @@ def loss_ops(stack: Stack, logits: Num, tokens: Num) -> list[OpCost]:
     softmax, the loss and the gradient of the logits in one kernel: it reads each 16-bit row twice (the softmax's
     max and sum, then the gradient) and writes the 16-bit gradient over the logits, 6 bytes a logit; nothing is left
     for the backward pass but the head's GEMMs, which read that gradient. ``"vocab_parallel_eager"``: the same loss as
-    the eager fp32 ops it is written in (``VOCAB_PARALLEL_EAGER``)."""
-    if stack.cross_entropy == "vocab_parallel_eager":
-        return [OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * VOCAB_PARALLEL_EAGER["fwd"],
-                       logits * FP32, kernels=VOCAB_PARALLEL_KERNELS["fwd"]),
-                OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * VOCAB_PARALLEL_EAGER["bwd_x"],
-                       kernels=VOCAB_PARALLEL_KERNELS["bwd_x"])]
-    if stack.cross_entropy == "fused_grad":
-        return [OpCost("head/loss", "fwd", "memory", 8.0 * logits, logits * 3 * ACT_BYTES, logits * ACT_BYTES)]
-    if stack.cross_entropy == "flash":
-        return [OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * 2 * ACT_BYTES,
-                       logits * ACT_BYTES + tokens * FP32),
-                OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * 2 * ACT_BYTES)]
-    return [OpCost("head/loss", "fwd", "memory", 6.0 * logits, logits * (ACT_BYTES + 2 * FP32), logits * FP32),
-            OpCost("head/loss", "bwd_x", "memory", 2.0 * logits, logits * (FP32 + ACT_BYTES))]
+    the eager fp32 ops it is written in (specs/stack_variants.py ``LOSSES``)."""
+    loss = stack.loss  # the kernel's record: its bytes per logit (specs/stack_variants.py)
+    saved = logits * loss.saved
+    if loss.saved_per_token:
+        saved = saved + tokens * loss.saved_per_token
+    ops = [OpCost("head/loss", "fwd", "memory", loss.fwd_flops * logits, logits * loss.fwd_bytes, saved,
+                  kernels=loss.fwd_kernels)]
+    if loss.bwd_bytes:
+        ops.append(OpCost("head/loss", "bwd_x", "memory", loss.bwd_flops * logits, logits * loss.bwd_bytes,
+                          kernels=loss.bwd_kernels))
+    return ops
 
 
 def train_metrics(count: Num, logits: Num) -> OpCost:

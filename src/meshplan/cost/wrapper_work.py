@@ -89,9 +89,9 @@ def work_of(plan: Plan, stack: Stack) -> str:
     """The per-micro-batch work of the wrapper ``plan`` runs under its own ZeRO stage and offload (a ``WORK`` key),
     or "": none beyond autograd's, a stated wrapper's (the stack's own), or under LoRA (the frozen weights have no
     gradients; the adapters' are left out)."""
-    if stack.optimizer_wrapper == "stated" or plan.finetune == "lora":
+    if not stack.wrapper.per_plan or plan.finetune == "lora":
         return ""
-    wrapper = deepspeed_wrapper(plan, stack.optimizer_wrapper == "deepspeed-pipeline")
+    wrapper = deepspeed_wrapper(plan, stack.wrapper.pipeline_engine)
     if wrapper == "bf16":  # its gradient buffer in the plan's gradient dtype (fp32, or bf16 without ZeRO)
         return "bf16" if plan.grad_bytes == 4 else "bf16-bf16"
     if wrapper in ("zero", "zero-fp32") and plan.zero >= 2:

@@ -67,7 +67,7 @@ def partitioned_zero(plan: Plan, stack: Stack) -> int:
     fp32 weights and optimizer states over the data-parallel ranks and all-gathers its bf16 partitions after each step
     whatever the stage (deepspeed 0.19.8 runtime/bf16_optimizer.py ``_setup_for_real_optimizer``, ``update_lp_params``):
     ZeRO 1's. Its fp32 gradient buffer stays whole, as at stage 1 (memory.model_states)."""
-    if plan.zero == 0 and stack.optimizer_wrapper == "deepspeed-pipeline" and deepspeed_wrapper(plan, True) == "bf16":
+    if plan.zero == 0 and stack.wrapper.pipeline_engine and deepspeed_wrapper(plan, True) == "bf16":
         return 1
     return int(plan.zero)
 
@@ -75,9 +75,9 @@ def partitioned_zero(plan: Plan, stack: Stack) -> int:
 def wrapped(stack: Stack, plan: Plan) -> Stack:
     """``stack`` with the per-tensor host cost and sharding of the wrapper it runs for ``plan`` (one ZeRO stage and
     optimizer offload setting: the search's batches share them)."""
-    if stack.optimizer_wrapper == "stated":
+    if not stack.wrapper.per_plan:
         return stack
-    host, sharded = DEEPSPEED_WRAPPERS[deepspeed_wrapper(plan, stack.optimizer_wrapper == "deepspeed-pipeline")]
+    host, sharded = DEEPSPEED_WRAPPERS[deepspeed_wrapper(plan, stack.wrapper.pipeline_engine)]
     # a derived stack, not user input (as step/host.on_host's)
     out = copy.copy(stack)
     object.__setattr__(out, "tensor_host", host)

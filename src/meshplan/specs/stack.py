@@ -29,17 +29,18 @@ from meshplan.specs.fsdp_modes import FsdpMode, fsdp_of
 from meshplan.specs.fusion import FUSION_NAMES as FUSION
 from meshplan.specs.fusion import Fusion, fusion_of
 from meshplan.specs.host_cost import HostCost
+from meshplan.specs.stack_variants import LOSS_NAMES as CROSS_ENTROPY
+from meshplan.specs.stack_variants import WRAPPER_NAMES as OPTIMIZER_WRAPPERS
+from meshplan.specs.stack_variants import Loss, Wrapper, cross_entropy_of, wrapper_of
 from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
-CROSS_ENTROPY = ("fused", "pytorch", "flash", "fused_grad", "vocab_parallel_eager")
 FP8_SCALING = ("delayed", "current")
 PIPELINE_RUNTIMES = ("megatron", "torch")
 CP_COMM = ("ring", "allgather")
 PROJECTIONS = ("fused", "split", "separate")
 MOE_PERMUTE = ("fused", "gather_scatter", "sort_gather")
 MOE_DISPATCHER = ("alltoall", "allgather")
-OPTIMIZER_WRAPPERS = ("stated", "deepspeed", "deepspeed-pipeline")
 
 
 def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
@@ -198,7 +199,7 @@ class Stack:
         if self.tensor_host_queued > self.tensor_host:  # a part of the loops, never more than they
             raise SpecError(f"{where}tensor_host_queued={self.tensor_host_queued} s is part of tensor_host="
                             f"{self.tensor_host} s: give at most tensor_host")
-        if self.optimizer_wrapper != "stated" and (self.tensor_host or self.tensor_sharded):  # never silently dropped
+        if self.wrapper.per_plan and (self.tensor_host or self.tensor_sharded):  # never silently dropped
             raise SpecError(f"{where}tensor_host={self.tensor_host} s / tensor_sharded={self.tensor_sharded} state the "
                             f"optimizer wrapper's loops, which optimizer_wrapper={self.optimizer_wrapper} picks per "
                             "plan (cost/wrappers.py): give optimizer_wrapper = stated with them, or leave them out")
@@ -207,6 +208,16 @@ class Stack:
     def fusion_mode(self) -> Fusion:
         """The record of the stack's fusion (specs/fusion.py): what the cost model does under it."""
         return fusion_of(self.fusion)
+
+    @property
+    def loss(self) -> Loss:
+        """The record of the stack's cross-entropy kernel (specs/stack_variants.py)."""
+        return cross_entropy_of(self.cross_entropy)
+
+    @property
+    def wrapper(self) -> Wrapper:
+        """The record of the stack's optimizer wrapper setting (specs/stack_variants.py)."""
+        return wrapper_of(self.optimizer_wrapper)
 
     @property
     def fsdp_mode(self) -> FsdpMode:

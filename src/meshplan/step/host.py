@@ -120,7 +120,7 @@ def queued_reduction(all_reduce: Num, zero: int, stack: Stack) -> Num:
 def paid_per_step(stack: Stack) -> bool:
     """Whether the stack has per-parameter loops in its optimizer step (``step_host``) at all (a wrapper picked per
     plan, cost/wrappers.py, may have)."""
-    return bool(stack.tensor_host or stack.optimizer_wrapper != "stated")
+    return bool(stack.tensor_host or stack.wrapper.per_plan)
 
 
 def loop_host(stack: Stack, python_host: float = 1.0) -> float:

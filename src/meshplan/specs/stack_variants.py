@@ -1,0 +1,107 @@
+"""The registries of a stack's smaller families of variants: one record per variant of ``Stack.cross_entropy`` and
+``Stack.optimizer_wrapper``, each holding everything the cost model does differently under it; callers read the
+record (``stack.loss``, ``stack.wrapper``) and never compare the variant's name (tests/test_pipeline_registry.py checks
+the core for such comparisons). specs/fusion.py and specs/fsdp_modes.py are the larger families' registries.
+
+Cross-entropy (``Stack.cross_entropy``), the bytes per logit of this GPU's vocabulary shard (cost/embed_head.py
+loss_ops, whose docstring cites each kernel; 16-bit logits are 2 bytes, fp32 4):
+
+- ``fused``: Megatron's vocabulary-parallel loss (megatron/core/tensor_parallel/cross_entropy.py): reads the 16-bit
+  logits and writes an fp32 softmax, which it keeps (2 + 2·4 bytes, 4 saved); backward reads it and writes the
+  16-bit gradient (4 + 2).
+- ``pytorch``: F.cross_entropy in eager autograd: the fused part priced as ``fused``, its extra eager kernels
+  (cost/eager.py ``EAGER["cross_entropy"]``), fp32 logits and gradients (memory.py), and torchao's fp8 linears, which
+  keep their 16-bit input (cost/casts.py).
+- ``flash``: flash-attn's CrossEntropyLoss: reads the 16-bit logits twice and keeps them, with one fp32 log-sum-exp
+  per token; backward re-reads them and writes the 16-bit gradient.
+- ``fused_grad``: llm.c's fused_classifier: softmax, loss and gradient in one kernel that reads each row twice and
+  writes the gradient over the logits (3·2 bytes); no backward kernel, no gradient of its own at the peak.
+- ``vocab_parallel_eager``: Megatron's vocabulary-parallel loss as the eager fp32 ops Megatron-DeepSpeed runs it in:
+  38 bytes in 6 kernels forward, 14 in 2 backward (cost/embed_head.py VOCAB_PARALLEL_EAGER).
+
+Optimizer wrapper (``Stack.optimizer_wrapper``; cost/wrappers.py prices the wrappers DeepSpeed picks):
+
+- ``stated``: the stack's own ``tensor_host`` and ``tensor_sharded``;
+- ``deepspeed``: the wrapper DeepSpeed's engine picks per plan;
+- ``deepspeed-pipeline``: the same under its pipeline engine (bf16 weights without ZeRO: BF16_Optimizer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Loss:
+    """A cross-entropy kernel (module docstring): its work per logit of the rank's shard."""
+
+    name: str
+    # F.cross_entropy in eager autograd: its eager kernels' rows, fp32 logits kept by a pipeline runtime and its
+    # gradient's fp32 tensors at the peak (memory.py), and fp8 linears that keep their 16-bit input (cost/casts.py)
+    eager: bool
+    fwd_flops: float  # FLOPs per logit, forward
+    fwd_bytes: float  # HBM bytes per logit read + written, forward
+    saved: float  # bytes per logit kept for the backward pass
+    bwd_bytes: float  # HBM bytes per logit, backward; 0: no backward kernel (the forward wrote the gradient)
+    # bytes per logit of the gradient the loss's backward holds beside the logits (memory.py); an eager loss holds
+    # one fp32 tensor more under loss_parallel (tp > 1)
+    grad_bytes: float
+    saved_per_token: float = 0.0  # bytes per token kept besides (flash's fp32 log-sum-exp)
+    fwd_kernels: float = 1.0  # kernels a forward pass launches
+    bwd_flops: float = 2.0  # FLOPs per logit, backward
+    bwd_kernels: float = 1.0
+
+
+# vocab_parallel_eager: Megatron's vocabulary-parallel cross-entropy as Megatron-DeepSpeed runs it
+# (microsoft/Megatron-DeepSpeed @ f4157bea, megatron/model/gpt_model.py post_language_model_processing:
+# cross_entropy(output.float(), labels) unless --fp16-lm-cross-entropy; megatron/core/tensor_parallel/cross_entropy.py
+# _VocabParallelCrossEntropy): each line one eager kernel over every logit of the rank, its HBM bytes per logit read +
+# written (16-bit in, fp32 after the cast). Forward: the .float() upcast 2 + 4, torch.max 4, the out-of-place
+# subtraction of the max 4 + 4, torch.exp(out=) 4 + 4, .sum 4, exp_logits.div_ 4 + 4 = 38 bytes in 6 kernels;
+# backward: grad_input.mul_ 4 + 4 and autograd's cast of the fp32 gradient back to the 16-bit logits' dtype (the
+# .float()'s backward) 4 + 2 = 14 bytes in 2 kernels. The kernels over one value per token (the target mask, the
+# gathered target logit, log, the in-place target update) are neglected.
+LOSSES: dict[str, Loss] = {loss.name: loss for loss in (
+    Loss(name="fused", eager=False, fwd_flops=6.0, fwd_bytes=2 + 2 * 4, saved=4, bwd_bytes=4 + 2, grad_bytes=2),
+    Loss(name="pytorch", eager=True, fwd_flops=6.0, fwd_bytes=2 + 2 * 4, saved=4, bwd_bytes=4 + 2, grad_bytes=2 * 4),
+    Loss(name="flash", eager=False, fwd_flops=6.0, fwd_bytes=2 * 2, saved=2, saved_per_token=4, bwd_bytes=2 * 2,
+         grad_bytes=2),
+    Loss(name="fused_grad", eager=False, fwd_flops=8.0, fwd_bytes=3 * 2, saved=2, bwd_flops=0.0, bwd_bytes=0,
+         grad_bytes=0),
+    Loss(name="vocab_parallel_eager", eager=False, fwd_flops=6.0,
+         fwd_bytes=(2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4), saved=4, fwd_kernels=6.0, bwd_bytes=(4 + 4) + (4 + 2),
+         bwd_kernels=2.0, grad_bytes=2),
+)}
+LOSS_NAMES = tuple(LOSSES)
+
+
+def cross_entropy_of(name: str) -> Loss:
+    """The record of cross-entropy ``name``; a KeyError naming the known ones otherwise."""
+    if name not in LOSSES:
+        raise KeyError(f"cross_entropy {name!r} is none of {', '.join(LOSS_NAMES)}")
+    return LOSSES[name]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Wrapper:
+    """An optimizer wrapper setting (module docstring)."""
+
+    name: str
+    per_plan: bool  # DeepSpeed's engine picks the wrapper per plan (cost/wrappers.py); false: the stack states it
+    pipeline_engine: bool  # under DeepSpeed's pipeline engine (its BF16_Optimizer without ZeRO)
+
+
+WRAPPERS: dict[str, Wrapper] = {w.name: w for w in (
+    Wrapper(name="stated", per_plan=False, pipeline_engine=False),
+    Wrapper(name="deepspeed", per_plan=True, pipeline_engine=False),
+    Wrapper(name="deepspeed-pipeline", per_plan=True, pipeline_engine=True),
+)}
+WRAPPER_NAMES = tuple(WRAPPERS)
+STATED = WRAPPER_NAMES[0]  # the wrapper a stack states (``--tensor-host`` alone selects it: cli/options.py)
+
+
+def wrapper_of(name: str) -> Wrapper:
+    """The record of optimizer wrapper ``name``; a KeyError naming the known ones otherwise."""
+    if name not in WRAPPERS:
+        raise KeyError(f"optimizer_wrapper {name!r} is none of {', '.join(WRAPPER_NAMES)}")
+    return WRAPPERS[name]
