@@ -8,8 +8,8 @@ the end ranks' path does: the same plan with its default per-rank settings writt
 
 The other families, whose names are common words ("fused", "eager", "none"), are checked by comparison instead: no
 module of the core outside a family's registry compares the field that names the variant (``stack.fusion``:
-specs/fusion.py; ``plan.tensor_layout``: specs/layouts.py; ``stack.fsdp``: specs/fsdp_modes.py; ``stack.cross_entropy``
-and ``stack.optimizer_wrapper``: specs/stack_variants.py) or a stack's or an
+specs/fusion.py; ``plan.tensor_layout``: specs/layouts.py; ``stack.fsdp``: specs/fsdp_modes.py; ``stack.cross_entropy``,
+``stack.optimizer_wrapper`` and ``stack.projections``: specs/stack_variants.py) or a stack's or an
 engine's preset name with a string (``==``, ``!=``, ``in`` a literal tuple); it reads the record or looks the name up
 in a keyed table."""
 
@@ -66,7 +66,8 @@ def test_the_check_sees_a_written_name(tmp_path):
 # a variant's field -> the registry module allowed to compare it; a preset's name, by the object that holds it
 COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py", "tensor_layout": CORE / "specs" / "layouts.py",
                    "fsdp": CORE / "specs" / "fsdp_modes.py", "cross_entropy": CORE / "specs" / "stack_variants.py",
-                   "optimizer_wrapper": CORE / "specs" / "stack_variants.py"}
+                   "optimizer_wrapper": CORE / "specs" / "stack_variants.py",
+                   "projections": CORE / "specs" / "stack_variants.py"}
 NAMED_PRESETS = ("stack", "engine")
 
 
@@ -183,6 +184,17 @@ def test_one_record_per_optimizer_wrapper_says_what_differs():
     assert load_stack("megatron-deepspeed").wrapper.pipeline_engine and not load_stack("generic").wrapper.per_plan
     with pytest.raises(KeyError, match="is none of stated, deepspeed"):
         stack_variants.wrapper_of("apex")
+
+
+def test_one_record_per_projections_says_what_differs():
+    modes = stack_variants.PROJECTIONS.values()
+    assert stack_variants.PROJECTION_NAMES == ("fused", "split", "separate")
+    assert [p.name for p in modes if p.separate] == ["separate"]  # q_proj, k_proj, v_proj: a GEMM and a tensor each
+    assert [p.name for p in modes if p.concat_grads] == ["split"]  # torch.split's backward concatenates
+    assert [p.name for p in modes if p.on_grids] == ["fused"]  # the 2D layouts' only projections
+    assert load_stack("torchtitan").projection_mode.separate
+    with pytest.raises(KeyError, match="is none of fused, split, separate"):
+        stack_variants.projections_of("packed")
 
 
 def test_one_record_per_schedule_in_its_family():

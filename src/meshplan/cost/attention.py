@@ -299,7 +299,7 @@ def qkv_concat(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     """The backward of torch.split on the fused QKV projection's output (``stack.qkv_concat``): autograd's
     SplitWithSizesBackward concatenates the separate q, k and v gradients into one tensor, reading and writing
     2 + 2 bytes per element of q, k and v (this GPU's heads). MLA has no fused QKV projection to split."""
-    if not (d.stack.qkv_concat or d.stack.projections == "split") or model.is_mla:
+    if not (d.stack.qkv_concat or d.stack.projection_mode.concat_grads) or model.is_mla:
         return []
     qkv, _ = attention_elems(model, d)
     return [OpCost("attn/qkv_concat", "bwd_x", "memory", 0.0, 2 * ACT_BYTES * qkv)]

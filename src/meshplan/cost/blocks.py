@@ -52,7 +52,7 @@ def projections(name: str, m: Num, k: Num, n: Num, widths: dict[str, Num], d: Di
     the input gradients summed by autograd, one add per output after the first (each reads two m×k gradients and
     writes one: a tensor used n times accumulates its n gradients, torch/csrc/autograd/input_buffer.cpp). A split
     projection's backward concatenates its outputs' gradients (torch.split / chunk: ``split_concat``)."""
-    if d.stack.projections != "separate":
+    if not d.stack.projection_mode.separate:
         return gemm(name, m, k, n, d, saved=saved)
     ops: list[OpCost] = []
     for i, (part, n) in enumerate(widths.items()):
@@ -64,7 +64,7 @@ def projections(name: str, m: Num, k: Num, n: Num, widths: dict[str, Num], d: Di
 def split_concat(name: str, m: Num, n: Num, d: Dims) -> list[OpCost]:
     """The backward of splitting an m×n GEMM result (``stack.projections = "split"``): autograd's
     SplitWithSizesBackward concatenates the parts' gradients, reading and writing m×n."""
-    if d.stack.projections != "split":
+    if not d.stack.projection_mode.concat_grads:
         return []
     return [OpCost(f"{name}/concat", "bwd_x", "memory", 0.0, 2 * ACT_BYTES * m * n)]
 

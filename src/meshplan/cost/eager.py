@@ -129,7 +129,7 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
         if model.linear_bias:
             width_in = fc1_width(model, model.ffn_hidden_size)
             # one reduction per bias vector: fc2's, and fc1's (gate and up apart when their linears are separate)
-            biases = 1 + (2 if model.gated and d.stack.projections == "separate" else 1)
+            biases = 1 + (2 if model.gated and d.stack.projection_mode.separate else 1)
             ops += eager_op("mlp/bias", "bias", T * width_in / t + d.tokens_sp * h, biases)
     return ops
 
@@ -299,13 +299,13 @@ def eager_rows(model: ModelSpec, stack: Stack, fused: bool = True) -> dict[str, 
     reference = "llama" if llama else "gpt" if model.dropout else "gpt-no-dropout"
     rows = jit_rows(model, fused) if jit else EAGER_KERNELS[reference]
     if not (llama or megatron):  # the flash kernel alone where a record of its own concatenates the q, k, v gradients
-        alone = bias_dropout_add or stack.qkv_concat or stack.projections == "split"  # (cost/attention.qkv_concat)
+        alone = bias_dropout_add or stack.qkv_concat or stack.projection_mode.concat_grads  # attention.qkv_concat
         core = EAGER_KERNELS["llama" if alone else "sdpa"]["attn/core"]
         rows = {**rows, "attn/qkv": EAGER_KERNELS["sdpa"]["attn/qkv"], "attn/core": core}
     drop = {"attn/core"} if llama and not stack.flash_attention else set()
     if model.mlp != ("swiglu" if llama else "gelu"):
         drop.add("mlp/act")
-    if (stack.projections == "separate") != llama or model.qkv_bias == llama:
+    if stack.projection_mode.separate != llama or model.qkv_bias == llama:
         drop |= {"attn/qkv", "mlp/fc1"} if llama else {"attn/qkv"}
     if (not model.linear_bias if megatron else bias_dropout_add == llama or model.dropout != model.linear_bias):
         drop |= {"attn/residual", "mlp/residual", "mlp/act"}

@@ -60,14 +60,14 @@ def attention_tensors(model: ModelSpec, stack: Stack) -> int:
     if model.is_mla:
         q = 3 if model.q_lora_rank else 1
         return q + 3 + 1
-    qkv = 3 if stack.projections == "separate" else 1
+    qkv = 3 if stack.projection_mode.separate else 1
     return qkv * (1 + model.qkv_bias) + 1 + int(model.out_bias or model.linear_bias) + 2 * model.qk_norm * int(
         model.norm_weights) + int(model.attention_sinks)
 
 
 def mlp_tensors(model: ModelSpec, stack: Stack) -> int:
     """A dense MLP's tensors: fc1 (two under separate GLU projections), fc2 and their biases."""
-    fc1 = 2 if model.gated and stack.projections == "separate" else 1
+    fc1 = 2 if model.gated and stack.projection_mode.separate else 1
     return (fc1 + 1) * (1 + int(model.mlp_bias or model.linear_bias))
 
 

@@ -76,7 +76,7 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
         if reason is None and ring_window_reason(model, cp, space.stack.cp_comm):
             reason = ("ring context parallelism with a sliding window",
                       f"cp={cp}, sliding_window={model.sliding_window}")
-        if reason is None and layout != "1d" and space.stack.projections != "fused":
+        if reason is None and layout != "1d" and not space.stack.projection_mode.on_grids:
             reason = (f"{layout}: fused projections only", f"projections={space.stack.projections}")
         if reason is None and pp > layers:
             reason = ("pp exceeds num_layers", f"pp={pp} > num_layers={layers}")

@@ -193,7 +193,7 @@ def _check_summa(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     """The 2D SUMMA grid: tp2 shards the sequence and the weights' rows; panels split the hidden size; its
     projections are one GEMM each (summa.py)."""
     reasons = []
-    if stack.projections != "fused":
+    if not stack.projection_mode.on_grids:
         reasons.append(f"projections={stack.projections!r}: tensor_layout='summa' is costed with fused projections")
     if model.is_moe or model.is_mla:
         reasons.append(f"tensor_layout='summa' models dense standard-attention layers only ({model.name})")
@@ -368,7 +368,7 @@ def _check_tp2d(model: ModelSpec, plan: Plan, stack: Stack) -> list[str]:
     """The tp2d grid (cost/tp2d.py): h over tp, the heads and the MLP's hidden size over tp2; dense standard-attention
     layers with fused projections, as the summa layout."""
     reasons = []
-    if stack.projections != "fused":
+    if not stack.projection_mode.on_grids:
         reasons.append(f"projections={stack.projections!r}: tensor_layout='tp2d' is costed with fused projections")
     if model.is_moe or model.is_mla:
         reasons.append(f"tensor_layout='tp2d' models dense standard-attention layers only ({model.name})")

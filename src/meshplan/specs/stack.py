@@ -30,15 +30,15 @@ from meshplan.specs.fusion import FUSION_NAMES as FUSION
 from meshplan.specs.fusion import Fusion, fusion_of
 from meshplan.specs.host_cost import HostCost
 from meshplan.specs.stack_variants import LOSS_NAMES as CROSS_ENTROPY
+from meshplan.specs.stack_variants import PROJECTION_NAMES as PROJECTIONS
 from meshplan.specs.stack_variants import WRAPPER_NAMES as OPTIMIZER_WRAPPERS
-from meshplan.specs.stack_variants import Loss, Wrapper, cross_entropy_of, wrapper_of
+from meshplan.specs.stack_variants import Loss, Projections, Wrapper, cross_entropy_of, projections_of, wrapper_of
 from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
 FP8_SCALING = ("delayed", "current")
 PIPELINE_RUNTIMES = ("megatron", "torch")
 CP_COMM = ("ring", "allgather")
-PROJECTIONS = ("fused", "split", "separate")
 MOE_PERMUTE = ("fused", "gather_scatter", "sort_gather")
 MOE_DISPATCHER = ("alltoall", "allgather")
 
@@ -213,6 +213,11 @@ class Stack:
     def loss(self) -> Loss:
         """The record of the stack's cross-entropy kernel (specs/stack_variants.py)."""
         return cross_entropy_of(self.cross_entropy)
+
+    @property
+    def projection_mode(self) -> Projections:
+        """The record of the stack's projections (specs/stack_variants.py)."""
+        return projections_of(self.projections)
 
     @property
     def wrapper(self) -> Wrapper:

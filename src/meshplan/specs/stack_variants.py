@@ -105,3 +105,34 @@ def wrapper_of(name: str) -> Wrapper:
     if name not in WRAPPERS:
         raise KeyError(f"optimizer_wrapper {name!r} is none of {', '.join(WRAPPER_NAMES)}")
     return WRAPPERS[name]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Projections:
+    """How a stack runs the projections of one input into several outputs (Q, K, V; gate and up), ``Stack.projections``:
+
+    - ``fused``: one GEMM each, split inside the kernels that read it (Megatron-Core);
+    - ``split``: one GEMM each, split by torch.split / chunk, whose backward concatenates the gradients;
+    - ``separate``: a GEMM each (Hugging Face's q_proj, k_proj, v_proj, gate_proj, up_proj): autograd sums their input
+      gradients."""
+
+    name: str
+    # a GEMM and a weight tensor per output (cost/blocks.projections, cost/tensors.py, the eager kernels' rows)
+    separate: bool
+    concat_grads: bool  # autograd's SplitWithSizesBackward concatenates the outputs' gradients (cost/blocks.py)
+    on_grids: bool  # the 2D layouts (summa, tp2d) are costed with them (specs/check.py, search/combos.py)
+
+
+PROJECTIONS: dict[str, Projections] = {p.name: p for p in (
+    Projections(name="fused", separate=False, concat_grads=False, on_grids=True),
+    Projections(name="split", separate=False, concat_grads=True, on_grids=False),
+    Projections(name="separate", separate=True, concat_grads=False, on_grids=False),
+)}
+PROJECTION_NAMES = tuple(PROJECTIONS)
+
+
+def projections_of(name: str) -> Projections:
+    """The record of projections ``name``; a KeyError naming the known ones otherwise."""
+    if name not in PROJECTIONS:
+        raise KeyError(f"projections {name!r} is none of {', '.join(PROJECTION_NAMES)}")
+    return PROJECTIONS[name]
