@@ -9,7 +9,8 @@ the end ranks' path does: the same plan with its default per-rank settings writt
 The other families, whose names are common words ("fused", "eager", "none"), are checked by comparison instead: no
 module of the core outside a family's registry compares the field that names the variant (``stack.fusion``:
 specs/fusion.py; ``plan.tensor_layout``: specs/layouts.py; ``stack.fsdp``: specs/fsdp_modes.py; ``stack.cross_entropy``,
-``stack.optimizer_wrapper`` and ``stack.projections``: specs/stack_variants.py) or a stack's or an
+``stack.optimizer_wrapper``, ``stack.projections``, ``stack.expert_gemm`` and ``stack.fp8_scaling``:
+specs/stack_variants.py) or a stack's or an
 engine's preset name with a string (``==``, ``!=``, ``in`` a literal tuple); it reads the record or looks the name up
 in a keyed table."""
 
@@ -67,7 +68,9 @@ def test_the_check_sees_a_written_name(tmp_path):
 COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py", "tensor_layout": CORE / "specs" / "layouts.py",
                    "fsdp": CORE / "specs" / "fsdp_modes.py", "cross_entropy": CORE / "specs" / "stack_variants.py",
                    "optimizer_wrapper": CORE / "specs" / "stack_variants.py",
-                   "projections": CORE / "specs" / "stack_variants.py"}
+                   "projections": CORE / "specs" / "stack_variants.py",
+                   "expert_gemm": CORE / "specs" / "stack_variants.py",
+                   "fp8_scaling": CORE / "specs" / "stack_variants.py"}
 NAMED_PRESETS = ("stack", "engine")
 
 
@@ -195,6 +198,18 @@ def test_one_record_per_projections_says_what_differs():
     assert load_stack("torchtitan").projection_mode.separate
     with pytest.raises(KeyError, match="is none of fused, split, separate"):
         stack_variants.projections_of("packed")
+
+
+def test_one_record_per_expert_gemm_and_fp8_scaling_says_what_differs():
+    assert stack_variants.EXPERT_GEMM_NAMES == ("per_expert", "grouped")
+    assert [g.name for g in stack_variants.EXPERT_GEMMS.values() if g.grouped] == ["grouped"]
+    assert stack_variants.FP8_SCALING_NAMES == ("delayed", "current")  # the first is Stack's default
+    assert [s.name for s in stack_variants.FP8_SCALINGS.values() if s.current] == ["current"]
+    assert not load_stack("generic").fp8_scaling_mode.current and not load_stack("generic").expert_gemm_mode.grouped
+    with pytest.raises(KeyError, match="is none of per_expert, grouped"):
+        stack_variants.expert_gemm_of("batched")
+    with pytest.raises(KeyError, match="is none of delayed, current"):
+        stack_variants.fp8_scaling_of("tensorwise")
 
 
 def test_one_record_per_schedule_in_its_family():

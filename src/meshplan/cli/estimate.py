@@ -60,7 +60,7 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         if not modules_given and plan.recompute == "selective":  # the framework's own selective recompute
             plan = dataclasses.replace(plan, recompute_modules=stack_modules(plan.recompute_modules, stack))
         _runs(plan, stack, framework)
-    if fp8_scaling_given and stack.fp8_scaling != "delayed" and plan.precision != "fp8":
+    if fp8_scaling_given and stack.fp8_scaling_mode.current and plan.precision != "fp8":
         raise SpecError(f"fp8-scaling={stack.fp8_scaling} needs --precision fp8 (not {plan.precision})")
     est = as_on(run(model, cluster, plan, stack), shown)
     hints = fit_hints(est)

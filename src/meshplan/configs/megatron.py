@@ -123,7 +123,7 @@ def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, An
     if plan.recompute == "full":
         args += [("--recompute-method", "block" if plan.recompute_layers else "uniform"),
                  ("--recompute-num-layers", plan.recompute_layers or 1)]
-    if plan.recompute == "selective" and "moe_act" in plan.recompute_modules and stack.expert_gemm != "grouped":
+    if plan.recompute == "selective" and "moe_act" in plan.recompute_modules and not stack.expert_gemm_mode.grouped:
         raise refuse(_NAME, "recompute_modules", ",".join(plan.recompute_modules), "Megatron-Core recomputes moe_act "
                      "with grouped expert GEMMs only (--moe-grouped-gemm: megatron-core 0.16.1 "
                      "megatron/core/transformer/transformer_config.py:1213-1216)")
@@ -164,12 +164,12 @@ def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
         ("--overlap-grad-reduce", stack.overlap_dp), ("--overlap-param-gather", stack.overlap_dp and plan.zero == 1),
         ("--tp-comm-overlap", stack.overlap_tp and plan.tp > 1),
         ("--no-overlap-p2p-communication", not stack.overlap_pp),
-        ("--cp-comm-type", CP_COMM_TYPE[stack.cp_comm]), ("--moe-grouped-gemm", stack.expert_gemm == "grouped"),
+        ("--cp-comm-type", CP_COMM_TYPE[stack.cp_comm]), ("--moe-grouped-gemm", stack.expert_gemm_mode.grouped),
         ("--attention-backend", backend)]
     if plan.precision in _FP8:
         fmt, recipe = _FP8[plan.precision]
         args += [("--fp8-format", fmt), ("--fp8-recipe", recipe or _SCALING[stack.fp8_scaling])]
-    elif stack.fp8_scaling != "delayed":
+    elif stack.fp8_scaling_mode.current:
         args.append(("--fp8-recipe", _SCALING[stack.fp8_scaling]))
     return args
 

@@ -108,7 +108,7 @@ def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "mixed_precision": precision, "ddp.grad_reduce_in_fp32": plan.grad_bytes == 4,
         "ddp.overlap_grad_reduce": stack.overlap_dp, "ddp.overlap_param_gather": stack.overlap_dp and plan.zero == 1,
         "comm_overlap.tp_comm_overlap": stack.overlap_tp, "model.overlap_p2p_comm": stack.overlap_pp,
-        "model.cp_comm_type": CP_COMM_TYPE[stack.cp_comm], "model.moe_grouped_gemm": stack.expert_gemm == "grouped"}
+        "model.cp_comm_type": CP_COMM_TYPE[stack.cp_comm], "model.moe_grouped_gemm": stack.expert_gemm_mode.grouped}
     if plan.recompute == "full":
         out["model.recompute_method"] = "block" if plan.recompute_layers else "uniform"
         out["model.recompute_num_layers"] = plan.recompute_layers or 1

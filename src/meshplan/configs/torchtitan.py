@@ -107,7 +107,7 @@ def _table(name: str, values: dict[str, Any]) -> list[str]:
 def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     _check(plan, model)
     fp8 = plan.precision == "fp8"
-    if fp8 and stack.fp8_scaling != "current":
+    if fp8 and not stack.fp8_scaling_mode.current:
         raise refuse(_NAME, "fp8_scaling", stack.fp8_scaling, "torchao's float8 scales from the current amax")
     local = plan.global_batch // plan.dp if plan.pp > 1 else plan.micro_batch
     replicate = plan.dp if plan.zero == 0 else 1

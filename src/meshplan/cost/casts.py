@@ -15,7 +15,7 @@ def quantize_bytes(plan: Plan, stack: Stack) -> float:
     """HBM bytes per element to quantize a GEMM operand (``low_precision_casts``): read the 16-bit tensor (twice
     when its scale comes from its own amax) and write a row-wise and a column-wise low-precision copy."""
     low = LOW_PRECISION_BYTES[plan.precision]
-    amax = plan.precision == "fp4" or (plan.precision == "fp8" and stack.fp8_scaling == "current")
+    amax = plan.precision == "fp4" or (plan.precision == "fp8" and stack.fp8_scaling_mode.current)
     return ACT_BYTES * (2 if amax else 1) + 2 * low
 
 

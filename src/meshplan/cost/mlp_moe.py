@@ -140,7 +140,7 @@ def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local
     in its epilogues) runs none of these, nor does a stack of eager PyTorch (``stack.fusion = "eager"``), whose
     experts are not Megatron-Core's (``eager_layer``), nor Megatron-LM's module code of 2020-22 (``"jit"``), which
     has no MoE layer of this kind. The clamps run once for all experts; the biases' loop per expert (above)."""
-    if stack.expert_gemm != "per_expert" or not stack.fusion_mode.fused:
+    if stack.expert_gemm_mode.grouped or not stack.fusion_mode.fused:
         return []
     a, h = ACT_BYTES, model.moe_width
     ops = []
@@ -214,7 +214,7 @@ def host_launched(ops: list[OpCost], stack: Stack, groups: Num) -> list[OpCost]:
     an expert's kernels are shorter than the host's time to issue them (roofline.op_time's floor: launches ×
     ``launch_host``). With low precision each GEMM's quantization is one launch more per expert
     (``low_precision_casts`` gives those cast ops their own launches)."""
-    if stack.expert_gemm != "per_expert":
+    if stack.expert_gemm_mode.grouped:
         return ops
     per_kernel = stack.host.per_kernel
     out = []

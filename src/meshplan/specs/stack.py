@@ -29,14 +29,26 @@ from meshplan.specs.fsdp_modes import FsdpMode, fsdp_of
 from meshplan.specs.fusion import FUSION_NAMES as FUSION
 from meshplan.specs.fusion import Fusion, fusion_of
 from meshplan.specs.host_cost import HostCost
+from meshplan.specs.stack_variants import EXPERT_GEMM_NAMES as EXPERT_GEMM
+from meshplan.specs.stack_variants import FP8_SCALING_NAMES as FP8_SCALING
 from meshplan.specs.stack_variants import LOSS_NAMES as CROSS_ENTROPY
 from meshplan.specs.stack_variants import PROJECTION_NAMES as PROJECTIONS
 from meshplan.specs.stack_variants import WRAPPER_NAMES as OPTIMIZER_WRAPPERS
-from meshplan.specs.stack_variants import Loss, Projections, Wrapper, cross_entropy_of, projections_of, wrapper_of
-from meshplan.specs.supports import EXPERT_GEMM, Supports, supports_from_dict
+from meshplan.specs.stack_variants import (
+    ExpertGemm,
+    Fp8Scaling,
+    Loss,
+    Projections,
+    Wrapper,
+    cross_entropy_of,
+    expert_gemm_of,
+    fp8_scaling_of,
+    projections_of,
+    wrapper_of,
+)
+from meshplan.specs.supports import Supports, supports_from_dict
 
 ATTENTION_KERNELS = ("fused", "fa2", "fp8")
-FP8_SCALING = ("delayed", "current")
 PIPELINE_RUNTIMES = ("megatron", "torch")
 CP_COMM = ("ring", "allgather")
 MOE_PERMUTE = ("fused", "gather_scatter", "sort_gather")
@@ -218,6 +230,16 @@ class Stack:
     def projection_mode(self) -> Projections:
         """The record of the stack's projections (specs/stack_variants.py)."""
         return projections_of(self.projections)
+
+    @property
+    def expert_gemm_mode(self) -> ExpertGemm:
+        """The record of the stack's expert GEMMs (specs/stack_variants.py)."""
+        return expert_gemm_of(self.expert_gemm)
+
+    @property
+    def fp8_scaling_mode(self) -> Fp8Scaling:
+        """The record of the stack's fp8 scaling (specs/stack_variants.py)."""
+        return fp8_scaling_of(self.fp8_scaling)
 
     @property
     def wrapper(self) -> Wrapper:

@@ -136,3 +136,56 @@ def projections_of(name: str) -> Projections:
     if name not in PROJECTIONS:
         raise KeyError(f"projections {name!r} is none of {', '.join(PROJECTION_NAMES)}")
     return PROJECTIONS[name]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExpertGemm:
+    """How a stack launches the MoE experts' GEMMs (``Stack.expert_gemm``): ``per_expert``, one GEMM per local expert
+    launched by the host after the tokens-per-expert sync (Megatron-Core's SequentialMLP), or ``grouped``, one kernel
+    for all of them (Transformer Engine's GroupedLinear; Megatron's --moe-grouped-gemm)."""
+
+    name: str
+    # one grouped kernel: no per-expert host launches or bias kernels (cost/mlp_moe.py), Megatron's moe_act recompute
+    # and --moe-grouped-gemm / NeMo's moe_grouped_gemm (configs/)
+    grouped: bool
+
+
+EXPERT_GEMMS: dict[str, ExpertGemm] = {g.name: g for g in (
+    ExpertGemm(name="per_expert", grouped=False),
+    ExpertGemm(name="grouped", grouped=True),
+)}
+EXPERT_GEMM_NAMES = tuple(EXPERT_GEMMS)
+
+
+def expert_gemm_of(name: str) -> ExpertGemm:
+    """The record of expert GEMM ``name``; a KeyError naming the known ones otherwise."""
+    if name not in EXPERT_GEMMS:
+        raise KeyError(f"expert_gemm {name!r} is none of {', '.join(EXPERT_GEMM_NAMES)}")
+    return EXPERT_GEMMS[name]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fp8Scaling:
+    """Where an fp8 cast takes its scale (``Stack.fp8_scaling``): ``delayed``, from the amax history (Transformer
+    Engine's DelayedScaling, its default), or ``current``, from the tensor itself (TE's Float8CurrentScaling,
+    torchao's float8): one more read of the 16-bit tensor before each cast (cost/casts.py)."""
+
+    name: str
+    # the scale from the tensor's own amax: the cast reads its input twice (cost/casts.py); torchao's only scaling
+    # (configs/torchtitan.py); a choice beyond the default, which needs an fp8 plan (cli/estimate.py,
+    # configs/megatron.py)
+    current: bool
+
+
+FP8_SCALINGS: dict[str, Fp8Scaling] = {s.name: s for s in (
+    Fp8Scaling(name="delayed", current=False),
+    Fp8Scaling(name="current", current=True),
+)}
+FP8_SCALING_NAMES = tuple(FP8_SCALINGS)
+
+
+def fp8_scaling_of(name: str) -> Fp8Scaling:
+    """The record of fp8 scaling ``name``; a KeyError naming the known ones otherwise."""
+    if name not in FP8_SCALINGS:
+        raise KeyError(f"fp8_scaling {name!r} is none of {', '.join(FP8_SCALING_NAMES)}")
+    return FP8_SCALINGS[name]

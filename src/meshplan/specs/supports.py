@@ -16,8 +16,7 @@ from meshplan.errors import SpecError
 from meshplan.fields import unknown_field
 from meshplan.specs.plan import LAYOUTS, OPTIMIZERS, RECOMPUTE_MODULES, SCHEDULES
 from meshplan.specs.refusals import REFUSALS, refused
-
-EXPERT_GEMM = ("per_expert", "grouped")  # Stack.expert_gemm's choices (specs/stack.py)
+from meshplan.specs.stack_variants import EXPERT_GEMM_NAMES as EXPERT_GEMM  # Stack.expert_gemm's choices
 
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
 RECOMPUTE = ("none", "selective", "full")
