@@ -9,8 +9,9 @@ the end ranks' path does: the same plan with its default per-rank settings writt
 The other families, whose names are common words ("fused", "eager", "none"), are checked by comparison instead: no
 module of the core outside a family's registry compares the field that names the variant (``stack.fusion``:
 specs/fusion.py; ``plan.tensor_layout``: specs/layouts.py; ``stack.fsdp``: specs/fsdp_modes.py; ``stack.cross_entropy``,
-``stack.optimizer_wrapper``, ``stack.projections``, ``stack.expert_gemm`` and ``stack.fp8_scaling``:
-specs/stack_variants.py) or a stack's or an
+``stack.optimizer_wrapper``, ``stack.projections``, ``stack.expert_gemm``, ``stack.fp8_scaling``,
+``stack.attention_kernel``, ``stack.cp_comm``, ``stack.moe_permute``, ``stack.moe_dispatcher`` and
+``stack.pipeline_runtime``: specs/stack_variants.py) or a stack's or an
 engine's preset name with a string (``==``, ``!=``, ``in`` a literal tuple); it reads the record or looks the name up
 in a keyed table."""
 
@@ -70,7 +71,8 @@ COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py", "tensor_layout": CORE
                    "optimizer_wrapper": CORE / "specs" / "stack_variants.py",
                    "projections": CORE / "specs" / "stack_variants.py",
                    "expert_gemm": CORE / "specs" / "stack_variants.py",
-                   "fp8_scaling": CORE / "specs" / "stack_variants.py"}
+                   "fp8_scaling": CORE / "specs" / "stack_variants.py",
+                   **{f: CORE / "specs" / "stack_variants.py" for f in stack_variants.STACK_CHOICES}}
 NAMED_PRESETS = ("stack", "engine")
 
 
@@ -190,7 +192,7 @@ def test_one_record_per_optimizer_wrapper_says_what_differs():
 
 
 def test_one_record_per_projections_says_what_differs():
-    modes = stack_variants.PROJECTIONS.values()
+    modes = stack_variants.PROJECTION_MODES.values()
     assert stack_variants.PROJECTION_NAMES == ("fused", "split", "separate")
     assert [p.name for p in modes if p.separate] == ["separate"]  # q_proj, k_proj, v_proj: a GEMM and a tensor each
     assert [p.name for p in modes if p.concat_grads] == ["split"]  # torch.split's backward concatenates
@@ -210,6 +212,23 @@ def test_one_record_per_expert_gemm_and_fp8_scaling_says_what_differs():
         stack_variants.expert_gemm_of("batched")
     with pytest.raises(KeyError, match="is none of delayed, current"):
         stack_variants.fp8_scaling_of("tensorwise")
+
+
+def test_one_record_per_smaller_choice_says_what_differs():
+    choices = stack_variants.STACK_CHOICES
+    assert {f: tuple(c) for f, c in choices.items()} == {
+        "attention_kernel": ("fused", "fa2", "fp8"), "cp_comm": ("ring", "allgather"),
+        "moe_permute": ("fused", "gather_scatter", "sort_gather"), "moe_dispatcher": ("alltoall", "allgather"),
+        "pipeline_runtime": ("megatron", "torch")}
+    flagged = {f: [(r.name, k) for r in c.values() for k in r.__slots__ if k != "name" and getattr(r, k)]
+               for f, c in choices.items()}
+    assert flagged == {"attention_kernel": [("fp8", "fp8")], "cp_comm": [("ring", "ring")],
+                       "moe_permute": [("fused", "fused"), ("sort_gather", "fp32_unpermute")],
+                       "moe_dispatcher": [("allgather", "gathers_tokens")],
+                       "pipeline_runtime": [("torch", "keeps_microbatches")]}
+    assert load_stack("torchtitan").pipeline_runtime_mode.keeps_microbatches
+    with pytest.raises(KeyError, match="cp_comm 'ulysses' is none of ring, allgather"):
+        stack_variants.choice_of("cp_comm", "ulysses")
 
 
 def test_one_record_per_schedule_in_its_family():

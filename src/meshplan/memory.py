@@ -189,7 +189,7 @@ def chunk_gradient_share(plan: Plan, stack: Stack) -> Num:
     stands for this FSDP2 use; a ZeRO-1 optimizer beside DDP, whose gradients stay unsharded, is not modelled.)
     ZeRO-2 and -3 on a shard group of one (dp·cp = 1 and one expert-data-parallel rank) shard nothing and are the
     same FSDP2 use, so they keep the same share (issue 48: ZeRO-2 read heavier than ZeRO-1 at dp = 1)."""
-    if stack.pipeline_runtime != "torch" or plan.zero == 0:
+    if not stack.pipeline_runtime_mode.keeps_microbatches or plan.zero == 0:
         return 1.0
     alone = (plan.dp * plan.cp == 1) & (plan.tp * plan.cp * plan.dp == plan.ep * plan.etp)
     one_round = (plan.vpp > 1) & (plan.grad_accum < 2 * plan.pp) & ((plan.zero == 1) | alone)
@@ -339,7 +339,7 @@ def pipeline_runtime_memory(model: ModelSpec, plan: Plan, stack: Stack) -> tuple
     v chunks of which v − 1 are not the first and all v not the last; the last rank the reverse, plus the logits.
     These add to the rank's activation peak, which lasts to its last forward, when all m outputs exist. (A middle
     rank holds 4·m·v boundaries, but fewer micro-batches in flight than the first.)"""
-    if stack.pipeline_runtime != "torch":
+    if not stack.pipeline_runtime_mode.keeps_microbatches:
         return 0.0, 0.0
     m, v, pipelined = plan.grad_accum, plan.vpp, plan.pp > 1
     boundaries = 2 * m * (2 * v - 1) * layer_input_bytes(model, plan) * pipelined

@@ -158,7 +158,7 @@ def _optimizer_args(plan: Plan) -> list[tuple[str, Any]]:
 
 def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
     backend = _BACKEND.get((stack.attention_kernel, stack.flash_attention), "unfused")
-    if stack.flash_attention and stack.attention_kernel == "fp8":
+    if stack.flash_attention and stack.attention_kernel_mode.fp8:
         raise refuse(_NAME, "attention_kernel", "fp8", "its FP8 attention is Transformer Engine's, not an argument")
     args: list[tuple[str, Any]] = [
         ("--overlap-grad-reduce", stack.overlap_dp), ("--overlap-param-gather", stack.overlap_dp and plan.zero == 1),

@@ -85,7 +85,7 @@ def core_attention(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     shape: dict[str, Any]  # an op's shape and kernel, OpCost's fields
     if d.stack.flash_attention:
         shape = {"m": T * heads, "n": s, "k": d_qk, "variant": "flash_causal" if model.causal else "flash",
-                 "kernel": d.stack.attention_kernel, "groups": plan.cp if d.stack.cp_comm == "ring" else 1}
+                 "kernel": d.stack.attention_kernel, "groups": plan.cp if d.stack.cp_comm_mode.ring else 1}
         saved = saved_qkv + T * heads * FP32  # q, k, v and the log-sum-exp
         if model.index_topk:  # DeepSeek Sparse Attention: each query's selected keys (dsa.py), a band of k keys
             return flash_records(full * selected_keys(model) / s, a * (qkv_elems + out_elems),

@@ -86,7 +86,7 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     h = model.moe_width  # the width the all-to-alls carry and the experts see
     rows = routed * k * plan.etp
     tokens, permuted = rows_seen(plan, d.stack, routed, k)
-    if d.stack.moe_dispatcher == "allgather":
+    if d.stack.moe_dispatcher_mode.gathers_tokens:
         ops += gather_dispatch(plan, tokens, h)
     else:
         sent = routed * k * h * a
@@ -167,7 +167,7 @@ def experts_eager(model: ModelSpec, d: Dims, rows: Num, ffn: Num) -> list[OpCost
     activation as separate kernels (``EAGER``), and the backward of the chunk that splits the fused gate-and-up
     GEMM's rows (a concatenation of the two gradients: read 2F, write 2F a row), as transformers' experts
     (``gate, up = proj.chunk(2, dim=-1)``) and meshplan's MoE module run it."""
-    if not d.eager or d.stack.moe_permute == "fused" or not model.gated:
+    if not d.eager or d.stack.moe_permute_mode.fused or not model.gated:
         return []
     ops = eager_op("moe/experts/act", model.mlp, rows * ffn)
     return ops + [OpCost("moe/experts/act/concat", "bwd_x", "memory", 0.0, 4 * ACT_BYTES * rows * ffn)]

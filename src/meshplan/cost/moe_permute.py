@@ -39,7 +39,7 @@ from meshplan.xp import Num
 
 def rows_seen(plan: Plan, stack: Stack, routed: Num, topk: int) -> tuple[Num, Num]:
     """(Tg, R): the tokens the permutation reads and the routed rows it writes (module docstring)."""
-    if stack.moe_dispatcher == "allgather":
+    if stack.moe_dispatcher_mode.gathers_tokens:
         return routed * plan.etp * plan.ep, routed * topk * plan.etp
     return routed, routed * topk
 
@@ -47,10 +47,11 @@ def rows_seen(plan: Plan, stack: Stack, routed: Num, topk: int) -> tuple[Num, Nu
 def permutation(stack: Stack, tokens: Num, rows: Num, h: Num) -> list[OpCost]:
     """Permute and unpermute of ``tokens`` tokens into ``rows`` routed rows, h wide (module docstring)."""
     a, f = ACT_BYTES, FP32
-    if stack.moe_permute == "fused":
+    permute = stack.moe_permute_mode  # its record (specs/stack_variants.py)
+    if permute.fused:
         return (elementwise("moe/permute", rows * h, rows * h, 0.0)
                 + elementwise("moe/unpermute", rows * h, tokens * h, 2.0))
-    if stack.moe_permute == "gather_scatter":
+    if not permute.fp32_unpermute:  # gather_scatter
         fwd_p, bwd_p = (tokens + rows) * a, (3 * tokens + rows) * a
         fwd_u, bwd_u = (3 * tokens + 3 * rows) * a, (tokens + 7 * rows) * a
     else:  # sort_gather

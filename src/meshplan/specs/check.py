@@ -347,7 +347,7 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack:
             plan.precision != "fp16" or "bf16" not in accelerator.peak_flops):
         reasons.append(f"precision={plan.precision} is not supported by {accelerator.name} "
                        f"(it has {', '.join(sorted(accelerator.peak_flops))})")
-    if stack.attention_kernel == "fp8" and plan.precision not in FP8_ATTENTION_PRECISIONS:
+    if stack.attention_kernel_mode.fp8 and plan.precision not in FP8_ATTENTION_PRECISIONS:
         reasons.append(f"attention_kernel=fp8 needs an fp8 precision ({', '.join(FP8_ATTENTION_PRECISIONS)}), "
                        f"not precision={plan.precision}")
     if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:

@@ -24,36 +24,21 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
 from meshplan.files import PRESETS, read_toml
+from meshplan.specs import stack_variants as variants
 from meshplan.specs.fsdp_modes import FSDP_NAMES as FSDP
 from meshplan.specs.fsdp_modes import FsdpMode, fsdp_of
 from meshplan.specs.fusion import FUSION_NAMES as FUSION
 from meshplan.specs.fusion import Fusion, fusion_of
 from meshplan.specs.host_cost import HostCost
-from meshplan.specs.stack_variants import EXPERT_GEMM_NAMES as EXPERT_GEMM
-from meshplan.specs.stack_variants import FP8_SCALING_NAMES as FP8_SCALING
-from meshplan.specs.stack_variants import LOSS_NAMES as CROSS_ENTROPY
-from meshplan.specs.stack_variants import PROJECTION_NAMES as PROJECTIONS
-from meshplan.specs.stack_variants import WRAPPER_NAMES as OPTIMIZER_WRAPPERS
-from meshplan.specs.stack_variants import (
-    ExpertGemm,
-    Fp8Scaling,
-    Loss,
-    Projections,
-    Wrapper,
-    cross_entropy_of,
-    expert_gemm_of,
-    fp8_scaling_of,
-    projections_of,
-    wrapper_of,
-)
 from meshplan.specs.supports import Supports, supports_from_dict
 
-ATTENTION_KERNELS = ("fused", "fa2", "fp8")
-PIPELINE_RUNTIMES = ("megatron", "torch")
-CP_COMM = ("ring", "allgather")
-MOE_PERMUTE = ("fused", "gather_scatter", "sort_gather")
-MOE_DISPATCHER = ("alltoall", "allgather")
-
+# each choice's variants, from its registry (specs/stack_variants.py)
+ATTENTION_KERNELS, CROSS_ENTROPY, EXPERT_GEMM = (variants.names_of("attention_kernel"), variants.LOSS_NAMES,
+                                                 variants.EXPERT_GEMM_NAMES)
+FP8_SCALING, PROJECTIONS, OPTIMIZER_WRAPPERS = (variants.FP8_SCALING_NAMES, variants.PROJECTION_NAMES,
+                                                variants.WRAPPER_NAMES)
+PIPELINE_RUNTIMES, CP_COMM = variants.names_of("pipeline_runtime"), variants.names_of("cp_comm")
+MOE_PERMUTE, MOE_DISPATCHER = variants.names_of("moe_permute"), variants.names_of("moe_dispatcher")
 
 def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
     return field(default=default, metadata={"choices": choices, "help": help})
@@ -221,30 +206,46 @@ class Stack:
         """The record of the stack's fusion (specs/fusion.py): what the cost model does under it."""
         return fusion_of(self.fusion)
 
+    # the records of the stack's choices (specs/stack_variants.py): what the cost model does under each
     @property
-    def loss(self) -> Loss:
-        """The record of the stack's cross-entropy kernel (specs/stack_variants.py)."""
-        return cross_entropy_of(self.cross_entropy)
+    def loss(self) -> variants.Loss:
+        return variants.cross_entropy_of(self.cross_entropy)
 
     @property
-    def projection_mode(self) -> Projections:
-        """The record of the stack's projections (specs/stack_variants.py)."""
-        return projections_of(self.projections)
+    def projection_mode(self) -> variants.Projections:
+        return variants.projections_of(self.projections)
 
     @property
-    def expert_gemm_mode(self) -> ExpertGemm:
-        """The record of the stack's expert GEMMs (specs/stack_variants.py)."""
-        return expert_gemm_of(self.expert_gemm)
+    def expert_gemm_mode(self) -> variants.ExpertGemm:
+        return variants.expert_gemm_of(self.expert_gemm)
 
     @property
-    def fp8_scaling_mode(self) -> Fp8Scaling:
-        """The record of the stack's fp8 scaling (specs/stack_variants.py)."""
-        return fp8_scaling_of(self.fp8_scaling)
+    def fp8_scaling_mode(self) -> variants.Fp8Scaling:
+        return variants.fp8_scaling_of(self.fp8_scaling)
 
     @property
-    def wrapper(self) -> Wrapper:
-        """The record of the stack's optimizer wrapper setting (specs/stack_variants.py)."""
-        return wrapper_of(self.optimizer_wrapper)
+    def wrapper(self) -> variants.Wrapper:
+        return variants.wrapper_of(self.optimizer_wrapper)
+
+    @property
+    def attention_kernel_mode(self) -> variants.AttentionKernel:
+        return variants.choice_of("attention_kernel", self.attention_kernel)
+
+    @property
+    def cp_comm_mode(self) -> variants.CpComm:
+        return variants.choice_of("cp_comm", self.cp_comm)
+
+    @property
+    def moe_permute_mode(self) -> variants.MoePermute:
+        return variants.choice_of("moe_permute", self.moe_permute)
+
+    @property
+    def moe_dispatcher_mode(self) -> variants.MoeDispatcher:
+        return variants.choice_of("moe_dispatcher", self.moe_dispatcher)
+
+    @property
+    def pipeline_runtime_mode(self) -> variants.PipelineRuntime:
+        return variants.choice_of("pipeline_runtime", self.pipeline_runtime)
 
     @property
     def fsdp_mode(self) -> FsdpMode:

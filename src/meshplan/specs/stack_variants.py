@@ -29,6 +29,7 @@ Optimizer wrapper (``Stack.optimizer_wrapper``; cost/wrappers.py prices the wrap
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,19 +124,19 @@ class Projections:
     on_grids: bool  # the 2D layouts (summa, tp2d) are costed with them (specs/check.py, search/combos.py)
 
 
-PROJECTIONS: dict[str, Projections] = {p.name: p for p in (
+PROJECTION_MODES: dict[str, Projections] = {p.name: p for p in (
     Projections(name="fused", separate=False, concat_grads=False, on_grids=True),
     Projections(name="split", separate=False, concat_grads=True, on_grids=False),
     Projections(name="separate", separate=True, concat_grads=False, on_grids=False),
 )}
-PROJECTION_NAMES = tuple(PROJECTIONS)
+PROJECTION_NAMES = tuple(PROJECTION_MODES)
 
 
 def projections_of(name: str) -> Projections:
     """The record of projections ``name``; a KeyError naming the known ones otherwise."""
-    if name not in PROJECTIONS:
+    if name not in PROJECTION_MODES:
         raise KeyError(f"projections {name!r} is none of {', '.join(PROJECTION_NAMES)}")
-    return PROJECTIONS[name]
+    return PROJECTION_MODES[name]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -189,3 +190,82 @@ def fp8_scaling_of(name: str) -> Fp8Scaling:
     if name not in FP8_SCALINGS:
         raise KeyError(f"fp8_scaling {name!r} is none of {', '.join(FP8_SCALING_NAMES)}")
     return FP8_SCALINGS[name]
+
+
+
+def _named(*records: Any) -> dict[str, Any]:
+    return {r.name: r for r in records}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttentionKernel:
+    """The flash kernel family (``Stack.attention_kernel``): fused (cuDNN / FlashAttention-3 class), fa2
+    (FlashAttention-2 class) or fp8 (cuDNN's FP8 attention)."""
+
+    name: str
+    # fp8 plans only (specs/check.py); Transformer Engine's, no Megatron-LM argument (configs/megatron.py)
+    fp8: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CpComm:
+    """The context-parallel K/V exchange (``Stack.cp_comm``): ring (p2p steps) or allgather."""
+
+    name: str
+    ring: bool = False  # one flash call per ring step, each over s / cp keys (cost/attention.py); else one all-gather
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MoePermute:
+    """The MoE token permutation (``Stack.moe_permute``; cost/moe_permute.py): fused (Transformer Engine's kernels),
+    gather_scatter (Megatron-Core's moe_utils in eager PyTorch) or sort_gather (transformers' grouped_mm experts)."""
+
+    name: str
+    fused: bool = False  # TE's permute / unpermute kernels; the experts' activation Megatron-Core's (cost/mlp_moe.py)
+    fp32_unpermute: bool = False  # the unpermute's fp32 weighting, inverse permutation and sum over k
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MoeDispatcher:
+    """The MoE token exchange (``Stack.moe_dispatcher``): alltoall, or allgather (Megatron-Core
+    --moe-token-dispatcher-type allgather)."""
+
+    name: str
+    gathers_tokens: bool = False  # all-gather the tokens over etp x ep, permute locally (cost/moe_permute.py)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineRuntime:
+    """The pipeline runtime (``Stack.pipeline_runtime``): megatron (Megatron-Core) or torch
+    (torch.distributed.pipelining)."""
+
+    name: str
+    # keeps its boundary tensors per micro-batch to the step's end (memory.pipeline_runtime_memory, step/grid.py) and
+    # runs each chunk as its own FSDP2 module (memory.chunk_gradient_share)
+    keeps_microbatches: bool = False
+
+
+# a Stack field -> its variants' records, in its choices' order (the first is its default)
+STACK_CHOICES: dict[str, dict[str, Any]] = {
+    "attention_kernel": _named(AttentionKernel(name="fused"), AttentionKernel(name="fa2"),
+                               AttentionKernel(name="fp8", fp8=True)),
+    "cp_comm": _named(CpComm(name="ring", ring=True), CpComm(name="allgather")),
+    "moe_permute": _named(MoePermute(name="fused", fused=True), MoePermute(name="gather_scatter"),
+                          MoePermute(name="sort_gather", fp32_unpermute=True)),
+    "moe_dispatcher": _named(MoeDispatcher(name="alltoall"), MoeDispatcher(name="allgather", gathers_tokens=True)),
+    "pipeline_runtime": _named(PipelineRuntime(name="megatron"),
+                               PipelineRuntime(name="torch", keeps_microbatches=True)),
+}
+
+
+def choice_of(field: str, name: str) -> Any:
+    """The record of variant ``name`` of the stack's ``field`` (a ``STACK_CHOICES`` key); a KeyError naming the known
+    ones otherwise."""
+    if name not in STACK_CHOICES[field]:
+        raise KeyError(f"{field} {name!r} is none of {', '.join(STACK_CHOICES[field])}")
+    return STACK_CHOICES[field][name]
+
+
+def names_of(field: str) -> tuple[str, ...]:
+    """The variants of the stack's ``field`` (a ``STACK_CHOICES`` key), its default first: the field's choices."""
+    return tuple(STACK_CHOICES[field])

@@ -58,7 +58,8 @@ def middle_may_bind(model: ModelSpec, stack: Stack, plan: Plan) -> bool:
     first's layers without the embedding, as many parameters less the embedding's and fewer micro-batches in flight
     (memory.in_flight_chunks): never busier nor heavier, so the step prices the two ends only; as where no plan (of
     a batch) has a middle rank (p ≤ 2)."""
-    return (model.first_k_dense_layers > 0 or stack.pipeline_runtime == "torch") and bool(np.any(plan.pp > 2))
+    heavier = model.first_k_dense_layers > 0 or stack.pipeline_runtime_mode.keeps_microbatches
+    return heavier and bool(np.any(plan.pp > 2))
 
 
 def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
