@@ -11,7 +11,8 @@ module of the core outside a family's registry compares the field that names the
 specs/fusion.py; ``plan.tensor_layout``: specs/layouts.py; ``stack.fsdp``: specs/fsdp_modes.py; ``stack.cross_entropy``,
 ``stack.optimizer_wrapper``, ``stack.projections``, ``stack.expert_gemm``, ``stack.fp8_scaling``,
 ``stack.attention_kernel``, ``stack.cp_comm``, ``stack.moe_permute``, ``stack.moe_dispatcher`` and
-``stack.pipeline_runtime``: specs/stack_variants.py) or a stack's or an
+``stack.pipeline_runtime``: specs/stack_variants.py; the engine's ``prefill``, ``kv_reservation``, ``moe_comm``,
+``kv_overflow`` and ``memory_basis``: serve/engine.py ENGINE_CHOICES) or a stack's or an
 engine's preset name with a string (``==``, ``!=``, ``in`` a literal tuple); it reads the record or looks the name up
 in a keyed table."""
 
@@ -25,6 +26,7 @@ import pytest
 from meshplan.estimate import estimate
 from meshplan.pipeline.names import ALL, ASYNC, SPLIT, SYNC
 from meshplan.pipeline.registry import REGISTRY, SEARCH_ORDER, schedule_of
+from meshplan.serve.engine import ENGINE_CHOICES, Engine
 from meshplan.specs import fsdp_modes, fusion, layouts, stack_variants
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -69,6 +71,7 @@ def test_the_check_sees_a_written_name(tmp_path):
 COMPARED_FIELDS = {"fusion": CORE / "specs" / "fusion.py", "tensor_layout": CORE / "specs" / "layouts.py",
                    "fsdp": CORE / "specs" / "fsdp_modes.py", "cross_entropy": CORE / "specs" / "stack_variants.py",
                    "optimizer_wrapper": CORE / "specs" / "stack_variants.py",
+                   **{f: CORE / "serve" / "engine.py" for f in ENGINE_CHOICES},
                    "projections": CORE / "specs" / "stack_variants.py",
                    "expert_gemm": CORE / "specs" / "stack_variants.py",
                    "fp8_scaling": CORE / "specs" / "stack_variants.py",
@@ -229,6 +232,22 @@ def test_one_record_per_smaller_choice_says_what_differs():
     assert load_stack("torchtitan").pipeline_runtime_mode.keeps_microbatches
     with pytest.raises(KeyError, match="cp_comm 'ulysses' is none of ring, allgather"):
         stack_variants.choice_of("cp_comm", "ulysses")
+
+
+def test_one_record_per_engine_variant_says_what_differs():
+    assert {f: tuple(c) for f, c in ENGINE_CHOICES.items()} == {
+        "prefill": ("chunked", "separate"), "kv_reservation": ("on_demand", "full"),
+        "moe_comm": ("all_to_all", "all_gather", "deepep"), "kv_overflow": ("recompute", "queue", "refuse"),
+        "memory_basis": ("total", "free")}
+    # each field's default is its first variant
+    assert all(next(iter(ENGINE_CHOICES[f])) == getattr(Engine(), f) for f in ENGINE_CHOICES)
+    flagged = {f: [(r.name, k) for r in c.values() for k in r.__slots__ if k != "name" and getattr(r, k)]
+               for f, c in ENGINE_CHOICES.items()}
+    assert flagged == {"prefill": [("chunked", "chunked")], "kv_reservation": [("full", "whole")],
+                       "moe_comm": [("all_gather", "gather"), ("deepep", "forwarded")],
+                       "kv_overflow": [("recompute", "preempts"), ("queue", "queues"), ("refuse", "refuses")],
+                       "memory_basis": [("total", "of_total")]}
+    assert Engine(prefill="separate").mode("prefill") is ENGINE_CHOICES["prefill"]["separate"]
 
 
 def test_one_record_per_schedule_in_its_family():

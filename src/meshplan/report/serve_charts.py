@@ -112,7 +112,7 @@ def serving_memory_chart(plans: Sequence[ServeEstimate], labels: Sequence[str]) 
              "text": f"{fmt_bytes(float(e.memory.total))} used · {float(e.memory.max_sequences(e.plan.dpa)):,.0f} "
                      f"sequences fit"} for e, label in zip(plans, labels, strict=True)]
     limits = [{"x": acc.hbm_bytes / GiB, "limit": f"HBM {fmt_bytes(acc.hbm_bytes)}"}]
-    if engine.memory_basis == "total":  # the engine's share of the HBM (vLLM: gpu_memory_utilization)
+    if engine.mode("memory_basis").of_total:  # the engine's share of the HBM (vLLM: gpu_memory_utilization)
         share = float(plans[0].memory.capacity)
         name = f"{engine.name}'s {engine.memory_utilization:.0%}: {fmt_bytes(share)}"
         limits.append({"x": share / GiB, "limit": name})

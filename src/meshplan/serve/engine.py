@@ -45,11 +45,53 @@ if TYPE_CHECKING:
     from meshplan.serve.precision import Quant
     from meshplan.specs.hardware import Cluster
 
-PREFILL_MODES = ("chunked", "separate")
-MEMORY_BASES = ("total", "free")
-RESERVATIONS = ("on_demand", "full")
-MOE_COMM = ("all_to_all", "all_gather", "deepep")
-OVERFLOWS = ("recompute", "queue", "refuse")
+
+
+# The engine's families of variants (DESIGN.md: callers read a record, ``engine.mode(field)``, and never compare its
+# name; tests/test_pipeline_registry.py checks): one record class a family, each variant's flags say what differs.
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prefill:
+    name: str
+    chunked: bool = False  # prompts in chunks beside the decodes (metrics.py, the launch flags, load/policy.py)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reservation:
+    name: str
+    whole: bool = False  # a sequence holds pages for its prompt and whole output from admission (resident)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MoeComm:
+    name: str
+    gather: bool = False  # the experts' tokens all-gathered (serve/moe.py)
+    forwarded: bool = False  # DeepEP's forwarded dispatch (serve/moe.py)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Overflow:
+    name: str
+    preempts: bool = False  # the newest preempted, prefilled again on return (metrics._static)
+    queues: bool = False  # admission waits for a whole footprint (load/policy.py)
+    refuses: bool = False  # the batch is not run (metrics.static_runs)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryBasis:
+    name: str
+    of_total: bool = False  # memory_utilization is a share of the whole HBM, not of what is free (memory.kv_pool)
+
+
+# a field -> its variants' records, the default first, in the order the engine checks them
+ENGINE_CHOICES: dict[str, dict[str, Any]] = {f: {r.name: r for r in records} for f, records in (
+    ("prefill", (Prefill(name="chunked", chunked=True), Prefill(name="separate"))),
+    ("kv_reservation", (Reservation(name="on_demand"), Reservation(name="full", whole=True))),
+    ("moe_comm", (MoeComm(name="all_to_all"), MoeComm(name="all_gather", gather=True),
+                  MoeComm(name="deepep", forwarded=True))),
+    ("kv_overflow", (Overflow(name="recompute", preempts=True), Overflow(name="queue", queues=True),
+                     Overflow(name="refuse", refuses=True))),
+    ("memory_basis", (MemoryBasis(name="total", of_total=True), MemoryBasis(name="free"))),
+)}
 TUNER_GRANULARITY, TUNER_THRESHOLD = 512, 128  # the batch tuner's fallback (engine.batch_table)
 
 
@@ -178,16 +220,9 @@ class Engine:
     def __post_init__(self) -> None:
         where = f"engine {self.name}: " if isinstance(self.name, str) else ""
         check_types(self, where)
-        if self.prefill not in PREFILL_MODES:
-            raise SpecError(f"{where}prefill={self.prefill!r} must be one of {', '.join(PREFILL_MODES)}")
-        if self.kv_reservation not in RESERVATIONS:
-            raise SpecError(f"{where}kv_reservation={self.kv_reservation!r} must be one of {', '.join(RESERVATIONS)}")
-        if self.moe_comm not in MOE_COMM:
-            raise SpecError(f"{where}moe_comm={self.moe_comm!r} must be one of {', '.join(MOE_COMM)}")
-        if self.kv_overflow not in OVERFLOWS:
-            raise SpecError(f"{where}kv_overflow={self.kv_overflow!r} must be one of {', '.join(OVERFLOWS)}")
-        if self.memory_basis not in MEMORY_BASES:
-            raise SpecError(f"{where}memory_basis={self.memory_basis!r} must be one of {', '.join(MEMORY_BASES)}")
+        for name, variants in ENGINE_CHOICES.items():
+            if getattr(self, name) not in variants:
+                raise SpecError(f"{where}{name}={getattr(self, name)!r} must be one of {', '.join(variants)}")
         ranges.check_spec(self, where)
         self._check_table(where)
         sizes = self.graph_sizes
@@ -208,9 +243,13 @@ class Engine:
     def with_(self, **changes: Any) -> Engine:
         return replace(self, **changes)
 
+    def mode(self, name: str) -> Any:
+        """The record of the engine's variant of field ``name`` (an ``ENGINE_CHOICES`` key)."""
+        return ENGINE_CHOICES[name][getattr(self, name)]
+
     def resident(self, workload: Workload) -> float:
         """Tokens a running sequence holds pages for (``kv_reservation``): its mean context, or I + O."""
-        if self.kv_reservation == "full":
+        if self.mode("kv_reservation").whole:
             return float(workload.input_len + workload.output_len)
         return float(workload.resident_context)
 

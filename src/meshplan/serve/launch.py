@@ -99,7 +99,7 @@ def _vllm(est: ServeEstimate, context: int, role: str, count: int) -> Pool:
     kv = _kv(_VLLM_KV, "vllm", plan.quant.kv_cache)
     fold = not model.is_moe and role == "serve"  # a dense model's replicas: vLLM's own data parallelism
     dp = plan.replicas if fold else plan.dpa
-    chunked = engine.prefill == "chunked"
+    chunked = engine.mode("prefill").chunked
     argv = ["vllm", "serve", "$MODEL", "--tensor-parallel-size", str(plan.tp), "--pipeline-parallel-size",
             str(plan.pp), "--data-parallel-size", str(dp)]
     argv += ["--enable-expert-parallel"] if plan.ep > 1 else []
@@ -126,7 +126,7 @@ def _sglang(est: ServeEstimate, context: int, role: str, count: int) -> Pool:
     argv += ["--attn-dp-size", str(plan.dpa)] if plan.dpa > 1 else []
     argv += ["--ep-size", str(plan.ep)] if plan.ep > 1 else []
     argv += ["--max-running-requests", str(plan.batch),
-             "--chunked-prefill-size", str(engine.max_batched_tokens if engine.prefill == "chunked" else -1),
+             "--chunked-prefill-size", str(engine.max_batched_tokens if engine.mode("prefill").chunked else -1),
              "--kv-cache-dtype", kv, "--mem-fraction-static", f"{engine.memory_utilization:g}",
              "--context-length", str(context)]
     argv += ["--cuda-graph-max-bs-decode", str(engine.graph_max_batch)] if engine.graph_max_batch else \
@@ -149,7 +149,7 @@ def _trtllm(est: ServeEstimate, context: int, role: str, count: int) -> Pool:
     argv += ["--max_batch_size", str(_per_group(plan.batch, plan.dpa)), "--max_num_tokens",
              str(engine.max_batched_tokens), "--max_seq_len", str(context),
              "--kv_cache_free_gpu_memory_fraction", f"{engine.memory_utilization:g}"]
-    argv += ["--enable_chunked_prefill"] if engine.prefill == "chunked" else []
+    argv += ["--enable_chunked_prefill"] if engine.mode("prefill").chunked else []
     extra = ["enable_attention_dp: true"] if plan.dpa > 1 else []
     extra += ["kv_cache_config:", f"  dtype: {kv}"]
     extra += ["cuda_graph_config:", f"  max_batch_size: {engine.graph_max_batch}"] if engine.graph_max_batch else []

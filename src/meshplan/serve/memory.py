@@ -113,7 +113,7 @@ def activation_bytes(model: ModelSpec, tp: Num, engine: Engine) -> Num:
 
 def kv_pool(capacity: float, used: Num, engine: Engine) -> Num:
     """What the engine gives the KV cache (module docstring), 0 when the rest does not fit."""
-    if engine.memory_basis == "total":
+    if engine.mode("memory_basis").of_total:
         return maximum(engine.memory_utilization * capacity - used, 0.0)
     return engine.memory_utilization * maximum(capacity - used, 0.0)
 
@@ -129,6 +129,6 @@ def memory(model: ModelSpec, hbm: float, plan_cols: PlanColumns, quant: Quant, e
     pool = kv_pool(hbm, fixed, engine)
     one = (sequence_bytes(model, context, quant.kv_bytes, tp, engine.block_size) + state_bytes(model, tp)) / pp
     used = batch / dpa * one
-    share = engine.memory_utilization * hbm if engine.memory_basis == "total" else hbm
+    share = engine.memory_utilization * hbm if engine.mode("memory_basis").of_total else hbm
     return Memory(weights=weights, activations=acts, workspace=engine.workspace + 0 * tp, kv_pool=pool, kv_used=used,
                   sequence=one, capacity=share)

@@ -132,7 +132,7 @@ class Setting:
         return Shape(tp=c["tp"], dpa=c["dpa"], ep=c["ep"], decode=decode, context=self.workload.decode_context,
                      prefill=prefill, prompts=prompts, prefix=prefix, w_bytes=self.engine.streamed_weight_bytes(q),
                      a_bytes=q.act_bytes, kv_bytes=q.kv_bytes, absorb=self.engine.mla_absorb,
-                     gather=self.engine.moe_comm == "all_gather", forwarded=self.engine.moe_comm == "deepep",
+                     gather=self.engine.mode("moe_comm").gather, forwarded=self.engine.mode("moe_comm").forwarded,
                      per_query_head=self.engine.kv_per_query_head,
                      padded=self.engine.graph_padding(decode, prompts),
                      skinny_rows=self.engine.skinny_gemm_rows, skinny_rate=self.engine.skinny_gemm_rate,
@@ -168,7 +168,7 @@ def instance(s: Setting) -> Instance:
     """The regime's per-instance figures (module docstring), at replicas = 1."""
     if s.workload.static:
         return _static(s)
-    ttft, tpot, running, decode, step = _chunked(s) if s.engine.prefill == "chunked" else _separate(s)
+    ttft, tpot, running, decode, step = _chunked(s) if s.engine.mode("prefill").chunked else _separate(s)
     m, prefill = _prefill_batch(s)
     if s.engine.last_prompt_token_decoded:  # a prefill instance runs its prompts to their first token
         prefill = prefill + s.time(m)
@@ -299,7 +299,7 @@ def static_capacity(s: Setting) -> Num:
 def static_runs(s: Setting) -> Num:
     """Whether a static batch runs at all: one sequence per lane fits to its last token (waves for the rest), or,
     for an engine that refuses a batch it cannot hold (Engine.kv_overflow = "refuse"), the whole batch fits."""
-    need = s.micro_batch if s.engine.kv_overflow == "refuse" else 1.0
+    need = s.micro_batch if s.engine.mode("kv_overflow").refuses else 1.0
     return np.asarray(static_capacity(s)) >= need
 
 
@@ -326,7 +326,7 @@ def _static(s: Setting) -> Instance:
     wave = where(full > 0, prefill + (out - 1) * decode, 0.0)  # a full wave: C sequences (first = C there)
     last = where(rest > 0, prompts(rest) + (out - 1) * s.time(rest), 0.0)
     whole = full * wave + last
-    if s.engine.kv_overflow == "recompute":
+    if s.engine.mode("kv_overflow").preempts:
         admitted = minimum(b, cap * (inp + out) / inp)  # prompt pages only: I tokens each (same pool)
         lost = np.floor(admitted) - cap
         whole = whole + where((full > 0) & (lost > 0), full * prompts(np.maximum(lost, 0.0)), 0.0)
