@@ -37,7 +37,8 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 # terminal's console left the training report (report/console.py) and the stragglers and the background traffic were
 # imported only when asked for: 132 / 106 / 86 measured then (133 / 107 / 102 before); raised for `plan` when the
 # fusion modes, tensor layouts and FSDP modes became registries of records (specs/fusion.py, layouts.py,
-# fsdp_modes.py) and the per-key units' store its own file (search/key_store.py): 137 measured then
+# fsdp_modes.py) and the per-key units' store its own file (search/key_store.py): 137 measured then;
+# the stack's other choices' records (specs/stack_variants.py) made it 138 / 110 / 90, each at its limit
 # what a dense model's plain search and estimate do not use (a hybrid's mixers, a 2D layout, --system pools, --mtbf,
 # an error's suggestions, --stragglers and --background-traffic)
 UNUSED_AT_START = ("meshplan.cost.mamba", "meshplan.cost.summa", "meshplan.cli.mixed", "meshplan.search.by_goodput",
