@@ -1,7 +1,9 @@
-"""The registries of a stack's smaller families of variants: one record per variant of ``Stack.cross_entropy`` and
-``Stack.optimizer_wrapper``, each holding everything the cost model does differently under it; callers read the
-record (``stack.loss``, ``stack.wrapper``) and never compare the variant's name (tests/test_pipeline_registry.py checks
-the core for such comparisons). specs/fusion.py and specs/fsdp_modes.py are the larger families' registries.
+"""The registries of a stack's smaller families of variants: one record per variant of ``Stack.cross_entropy``,
+``optimizer_wrapper``, ``projections``, ``expert_gemm``, ``fp8_scaling`` and (``STACK_CHOICES``) ``attention_kernel``,
+``cp_comm``, ``moe_permute``, ``moe_dispatcher`` and ``pipeline_runtime``, each holding everything the cost model does
+differently under it; callers read the record (``stack.loss``, ``stack.wrapper``, ``stack.projection_mode``, ...) and
+never compare the variant's name (tests/test_pipeline_registry.py checks the core for such comparisons).
+specs/fusion.py and specs/fsdp_modes.py are the larger families' registries; serve/engine.py holds the engine's.
 
 Cross-entropy (``Stack.cross_entropy``), the bytes per logit of this GPU's vocabulary shard (cost/embed_head.py
 loss_ops, whose docstring cites each kernel; 16-bit logits are 2 bytes, fp32 4):
