@@ -34,6 +34,13 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def _record(field: str, registry: dict[str, Any], name: str) -> Any:
+    """Variant ``name`` of the stack's ``field`` from its registry; a KeyError naming the known ones otherwise."""
+    if name not in registry:
+        raise KeyError(f"{field} {name!r} is none of {', '.join(registry)}")
+    return registry[name]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Loss:
     """A cross-entropy kernel (module docstring): its work per logit of the rank's shard."""
@@ -80,9 +87,7 @@ LOSS_NAMES = tuple(LOSSES)
 
 def cross_entropy_of(name: str) -> Loss:
     """The record of cross-entropy ``name``; a KeyError naming the known ones otherwise."""
-    if name not in LOSSES:
-        raise KeyError(f"cross_entropy {name!r} is none of {', '.join(LOSS_NAMES)}")
-    return LOSSES[name]
+    return _record("cross_entropy", LOSSES, name)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,9 +110,7 @@ STATED = WRAPPER_NAMES[0]  # the wrapper a stack states (``--tensor-host`` alone
 
 def wrapper_of(name: str) -> Wrapper:
     """The record of optimizer wrapper ``name``; a KeyError naming the known ones otherwise."""
-    if name not in WRAPPERS:
-        raise KeyError(f"optimizer_wrapper {name!r} is none of {', '.join(WRAPPER_NAMES)}")
-    return WRAPPERS[name]
+    return _record("optimizer_wrapper", WRAPPERS, name)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,9 +139,7 @@ PROJECTION_NAMES = tuple(PROJECTION_MODES)
 
 def projections_of(name: str) -> Projections:
     """The record of projections ``name``; a KeyError naming the known ones otherwise."""
-    if name not in PROJECTION_MODES:
-        raise KeyError(f"projections {name!r} is none of {', '.join(PROJECTION_NAMES)}")
-    return PROJECTION_MODES[name]
+    return _record("projections", PROJECTION_MODES, name)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,9 +163,7 @@ EXPERT_GEMM_NAMES = tuple(EXPERT_GEMMS)
 
 def expert_gemm_of(name: str) -> ExpertGemm:
     """The record of expert GEMM ``name``; a KeyError naming the known ones otherwise."""
-    if name not in EXPERT_GEMMS:
-        raise KeyError(f"expert_gemm {name!r} is none of {', '.join(EXPERT_GEMM_NAMES)}")
-    return EXPERT_GEMMS[name]
+    return _record("expert_gemm", EXPERT_GEMMS, name)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -189,9 +188,7 @@ FP8_SCALING_NAMES = tuple(FP8_SCALINGS)
 
 def fp8_scaling_of(name: str) -> Fp8Scaling:
     """The record of fp8 scaling ``name``; a KeyError naming the known ones otherwise."""
-    if name not in FP8_SCALINGS:
-        raise KeyError(f"fp8_scaling {name!r} is none of {', '.join(FP8_SCALING_NAMES)}")
-    return FP8_SCALINGS[name]
+    return _record("fp8_scaling", FP8_SCALINGS, name)
 
 
 
@@ -263,9 +260,7 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
 def choice_of(field: str, name: str) -> Any:
     """The record of variant ``name`` of the stack's ``field`` (a ``STACK_CHOICES`` key); a KeyError naming the known
     ones otherwise."""
-    if name not in STACK_CHOICES[field]:
-        raise KeyError(f"{field} {name!r} is none of {', '.join(STACK_CHOICES[field])}")
-    return STACK_CHOICES[field][name]
+    return _record(field, STACK_CHOICES[field], name)
 
 
 def names_of(field: str) -> tuple[str, ...]:
