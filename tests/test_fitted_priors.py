@@ -4,6 +4,7 @@ must earn its place out of source")."""
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from meshplan_validation.fitted import (
     KERNEL_GAP_PRIOR,
     MI300X_LAUNCH_GAP_US,
     UNTUNED_GEMM_PRIOR,
+    UNTUNED_GEMM_SPEEDUP,
     V0_LAUNCH_US,
     V0_LAUNCHED_DISPATCHES,
     by_name,
@@ -24,31 +26,49 @@ from meshplan_validation.records import read_runs
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_rocm_gemm_rate_falls_to_the_published_tuning_gain_not_to_one():
-    # Nscale: GEMM tuning speeds vLLM on MI300X up "by up to 7.2x"; the GEMMs gain at least what the whole step gains,
-    # so untuned they run at most 1 / 7.2 of the tuned rate
+def test_the_rocm_gemm_rate_falls_to_the_value_another_source_fits_within_the_published_tuning_gain():
+    # fitted with the kernel gap on dstack's published runs of the same untuned build (benchmarks/measure/
+    # dstack_mi300x.py), within Nscale's bound: GEMM tuning speeds vLLM on MI300X up "by up to 7.2x", and the GEMMs
+    # gain at least what the whole step gains, so untuned they run at most 1 / 7.2 of the tuned rate
     f = by_name("vLLM ROCm skinny_gemm_rate")
-    assert f.prior == UNTUNED_GEMM_PRIOR == pytest.approx(0.1389, abs=1e-4)
-    # the rate fitted on Argonne's MI300X runs is within that bound (its steps' GEMMs gain more than 7.2x)
+    assert f.prior == UNTUNED_GEMM_PRIOR == pytest.approx(0.1357, abs=1e-4)
+    assert f.prior <= 1 / UNTUNED_GEMM_SPEEDUP
+    # the rate fitted on Argonne's MI300X runs is within that bound too (its steps' GEMMs gain more than 7.2x)
     assert 0 < f.value() < f.prior < 1
     # leaving Argonne out (its only source) prices its runs at the prior; leaving another source out keeps it
     assert loso_serving.single_without("argonne_bench")["vLLM ROCm skinny_gemm_rate"] == f.prior
     assert "vLLM ROCm skinny_gemm_rate" not in loso_serving.single_without("amd_vllm")
 
 
-
-def test_the_rocm_kernel_gap_falls_to_the_published_mi300x_launch_cost_not_to_zero():
-    # Kog AI: launch-plus-cleanup overhead of about 4.5 us per kernel on 8x MI300X (blog.kog.ai, 2026); 4.5e-6 s
+def test_the_rocm_kernel_gap_falls_to_the_value_another_source_fits_above_the_mi300x_launch_cost():
+    # fitted with the rate on dstack's runs; above the launch-plus-cleanup overhead of about 4.5 us per kernel Kog AI
+    # measured on 8x MI300X (blog.kog.ai, 2026)
     f = by_name("vLLM ROCm kernel_gap")
     assert MI300X_LAUNCH_GAP_US == 4.5
-    assert f.prior == KERNEL_GAP_PRIOR == pytest.approx(4.5e-6, rel=1e-12)
+    assert f.prior == KERNEL_GAP_PRIOR == pytest.approx(4.54e-6, rel=1e-12)
+    assert f.prior >= MI300X_LAUNCH_GAP_US * 1e-6
     assert f.unit == "s per kernel"
-    # the gap fitted on Argonne's MI300X runs (11.67 us, the TP input broadcast priced) lies above the bare launch
-    # cost
+    # the gap fitted on Argonne's MI300X runs (11.67 us, the TP input broadcast priced) lies above it
     assert 0 < f.prior < f.value() == pytest.approx(11.67e-6)
     # leaving Argonne out (its only source) prices its runs at the prior; leaving another source out keeps it
     assert loso_serving.single_without("argonne_bench")["vLLM ROCm kernel_gap"] == f.prior
     assert "vLLM ROCm kernel_gap" not in loso_serving.single_without("amd_vllm")
+
+
+def test_the_rocm_priors_read_dstacks_runs_where_argonnes_values_do_not():
+    # dstack's upstream vLLM on 8x MI300X (Llama 3.1 405B BF16, tp 8, 1-256 prompts at once): at the priors their
+    # time per output token reads within a few per cent (median), at the values fitted on Argonne's runs about 50 %
+    # too slow
+    sys.path.insert(0, str(ROOT / "benchmarks" / "measure"))
+    import dstack_mi300x  # noqa: PLC0415
+
+    base = {"iteration_latency": ITERATION_LATENCY_PRIOR}
+    priors = dstack_mi300x.tpot_errors(base | {"skinny_gemm_rate": UNTUNED_GEMM_PRIOR,
+                                               "kernel_gap": KERNEL_GAP_PRIOR})
+    argonne = dstack_mi300x.tpot_errors(base | {"skinny_gemm_rate": by_name("vLLM ROCm skinny_gemm_rate").value(),
+                                                "kernel_gap": by_name("vLLM ROCm kernel_gap").value()})
+    assert statistics.median(abs(e) for e in priors) < 0.05
+    assert statistics.median(argonne) > 0.3
 
 
 def test_the_kernel_gap_prior_moves_an_mi300x_step_by_the_launch_cost_of_its_kernels():
