@@ -153,9 +153,10 @@ FITTED: tuple[Fitted, ...] = (
            frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py", KERNEL_GAP_PRIOR,
            "s per kernel"),
     Fitted("Grace interpreter_host", "src/meshplan/presets/hardware/gh200.toml interpreter_host (gb200, gb300)",
-           "serving", _interpreter_host, "chosen with the GH200 runs of Argonne's released half in view (Laukemann et "
-           "al. 2024: Grace runs interpreted Python at x86 speed)", frozenset({"argonne_bench"}),
-           "benchmarks/measure/fit_llm_inference_bench.py", 0.0, "x the DGX x86 host (0: python_host)"),
+           "serving", _interpreter_host, "chosen with the GH200 runs of Argonne's released half in view (no published "
+           "benchmark of interpreted CPython on Grace against an x86 core found: gh200.toml)",
+           frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py", 0.0,
+           "x the DGX x86 host (0: python_host)"),
     Fitted("trtllm-pytorch sequence_overhead", "src/meshplan/presets/engines/trtllm-pytorch.toml sequence_overhead",
            "serving", _engine("trtllm-pytorch", "sequence_overhead"),
            "the fit half's TensorRT-LLM PyTorch-backend runs (v1.0)", frozenset({"trtllm_perf"}),
