@@ -34,8 +34,11 @@ def release(record: dict[str, Any]) -> tuple[int, ...] | None:
 # The other MoE recipes of those files leave it off (Qwen3 30B, Qwen3 235B on B200 and on GB200 before the 26.06
 # MXFP8 recipes, DeepSeek-V3's pp 16 / ep 8 B200, its pre-26.06 GB200 layouts and its later H100 one, GPT-OSS V1),
 # except the B300 / GB300 MXFP8 ones, which no run in the data uses.
-# GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
-# releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
+# GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it from 26.04 (@ 0fbfe7d:
+# HybridEP; @ c810129, 26.04.x: the all-to-all dispatcher, PR #3561); the 26.02 V2 (@ 21b02e0) is V1 at GBS 1280. The
+# published GBS (1280 from 26.02; V1 is 512) and the B200 runs' ep (64 at 26.02 as its B200 V2, 8 from 26.02.01 as
+# the 26.04 B200 V2; v0.3.1's is still 64) say the tables ran V2; not yet applied to the 26.04 / 26.04.01 GB200
+# BF16 runs (issue 79: priced so, they read +59 / +66 % where they read +41 / +47 %).
 # the Megatron-Bridge releases from 26.06 on, as the start of a recipe key (``recipe_key``)
 BRIDGE_26_06_ON = r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*"
 MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
