@@ -1,6 +1,6 @@
 """The Megatron-Bridge release recipes a published table does not state (recipes.py): the expert-GEMM launch, EP
-all-to-all overlap (DeepSeek-V3's per layout), TP overlap, FP8 attention and the Grace Blackwell activation offload,
-each as the release's performance scripts set it."""
+all-to-all overlap (DeepSeek-V3's per layout), TP overlap, FP8 attention, the Grace Blackwell activation offload and
+CUDA graphs, each as the release's performance scripts set it."""
 
 from __future__ import annotations
 
@@ -101,3 +101,40 @@ def test_grace_blackwell_megatron_fsdp_recipes_offload_activations(gpu, layers):
     assert case.plan.offload_activations and case.plan.offload_layers == layers and case.plan.zero == 3
     h100 = map_run(record(parallel={"zero_or_fsdp": "Megatron FSDP (64)", "tp": 1, "pp": 1, "vp": None}))
     assert not h100.plan.offload_activations  # the H100 recipes do not offload
+
+
+GPT_OSS_120B = {"name": "GPT-OSS-120B", "arch": "moe", "num_layers": 36, "hidden_size": 2880, "num_heads": 64,
+                "num_kv_heads": 8, "ffn_hidden_size": 2880, "moe_ffn_hidden_size": 2880, "num_experts": 128,
+                "moe_topk": 4, "vocab_size": 201088, "seq_length": 4096}
+
+
+@pytest.mark.parametrize(("group", "gpu", "graphed"), [
+    # GPT_OSS_120B_*_{GB200,B200,H100}_BF16 set no cuda_graph_impl: the library recipe's "none" holds
+    ("megatron_bridge_26.04", "GB200", False),
+    ("megatron_bridge_25.11", "B200", False),
+    ("megatron_bridge_26.02.01", "H100", False),
+    # GPT_OSS_120B_*_GB300_BF16: transformer_engine graphs of attn, moe_router, moe_preprocess
+    ("megatron_bridge_26.02_blackwell_ultra", "GB300", True),
+])
+def test_gpt_oss_recipes_capture_cuda_graphs_as_their_workload_config_says(group, gpu, graphed):
+    h100 = gpu == "H100"  # tp 1 / pp 4 / ep 8 / mbs 1 there; ep 64 / mbs 4 on Blackwell
+    case = map_run(record(group=group, precision="bf16", model=GPT_OSS_120B,
+                          hardware={"gpu": gpu, "num_gpus": 64, "gpus_per_node": 4 if gpu.startswith("GB") else 8},
+                          parallel={"tp": 1, "pp": 4 if h100 else 1, "vp": None, "ep": 8 if h100 else 64,
+                                    "micro_batch_size": 1 if h100 else 4, "global_batch_size": 512}))
+    assert case.stack.cuda_graphs is graphed
+    assert any(("no CUDA graphs" if not graphed else "CUDA graphs of attn") in a for a in case.assumptions)
+
+
+@pytest.mark.parametrize(("group", "gpu", "precision", "graphed"), [
+    ("megatron_bridge_26.04", "H100", "fp8", False),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1: unset
+    ("megatron_bridge_25.09", "H100", "fp8", False),  # qwen3_30b_a3b_llm_pretrain.yaml h100: cuda_graphs: false
+    ("megatron_bridge_26.04", "GB200", "mxfp8", True),  # _GB200_FP8_MX_V1: moe_router, moe_preprocess
+    ("megatron_bridge_26.06", "GB200", "mxfp8", True),  # full_iteration
+])
+def test_qwen3_30b_recipes_capture_cuda_graphs_as_their_workload_config_says(group, gpu, precision, graphed):
+    case = map_run(record(group=group, precision=precision, model=QWEN3_30B,
+                          hardware={"gpu": gpu, "num_gpus": 16, "gpus_per_node": 4 if gpu == "GB200" else 8},
+                          parallel={"tp": 1, "pp": 1, "vp": None, "ep": 8, "micro_batch_size": 1,
+                                    "global_batch_size": 512}))
+    assert case.stack.cuda_graphs is graphed

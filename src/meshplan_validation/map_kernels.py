@@ -1,7 +1,7 @@
 """What a published run's stack did, as the Stack's settings: sequence parallelism and the TP, DP and EP communication
-overlaps, flash attention and its kernel family, element-wise fusion, the expert-GEMM launch and activation offload.
-As the record's framework text names them (patterns.py), else the release's recipe (recipes.py), else its source's
-default (sources.py), each with a note.
+overlaps, flash attention and its kernel family, element-wise fusion, the expert-GEMM launch, activation offload and
+CUDA graphs. As the record's framework text names them (patterns.py), else the release's recipe (recipes.py), else
+its source's default (sources.py), each with a note.
 """
 
 from __future__ import annotations
@@ -60,6 +60,15 @@ def overlap_dp(p: dict[str, Any], src: SourceDefaults, notes: list[str]) -> bool
         notes.append(f"DP communication overlapped (stated: {text!r})")
         return True
     return src.stack.overlap_dp
+
+
+def graphs(record: dict[str, Any], src: SourceDefaults, notes: list[str]) -> bool:
+    """CUDA graphs as the release's recipe captures them (recipes.CUDA_GRAPHS), else the source's stack's."""
+    graphed, note = recipes.cuda_graphs(record)
+    if graphed is None:
+        return src.stack.cuda_graphs
+    notes.append(note)
+    return graphed
 
 
 def recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, notes: list[str]) -> tuple[bool, str, int]:

@@ -13,7 +13,14 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan_validation.layouts import end_stage_layers
-from meshplan_validation.map_kernels import attention_kernel, kernels, overlap_dp, recipe_settings, tensor_parallel
+from meshplan_validation.map_kernels import (
+    attention_kernel,
+    graphs,
+    kernels,
+    overlap_dp,
+    recipe_settings,
+    tensor_parallel,
+)
 from meshplan_validation.map_layout import batches, interleaving, parallel_sizes
 from meshplan_validation.map_training import (
     finetune,
@@ -96,7 +103,8 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     plan = {"sequence_parallel": sp, "finetune": mode, "lora_rank": lora_rank, "lora_targets": lora_targets,
             "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers}
     stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_ep": overlap_ep, "flash_attention": flash,
-             "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm}
+             "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,
+             "cuda_graphs": graphs(record, src, notes)}
     return plan, stack
 
 

@@ -1,6 +1,7 @@
 """The Megatron-Bridge (and NeMo) recipe settings that a release's published table does not state, read from its
 performance scripts, each with the file or pull request it comes from: EP all-to-all overlap, TP overlap left off,
-FP8 attention, activation offload, the expert-GEMM launch, selective recompute modules and multi-token prediction.
+FP8 attention, activation offload, the expert-GEMM launch, CUDA graphs, selective recompute modules and multi-token
+prediction.
 Each table is keyed by a pattern on the record's ``recipe_key``; map_plan.py applies them when it maps a record onto a
 Plan and a Stack (the pipeline layouts of these recipes: layouts.py).
 """
@@ -33,8 +34,11 @@ def release(record: dict[str, Any]) -> tuple[int, ...] | None:
 # The other MoE recipes of those files leave it off (Qwen3 30B, Qwen3 235B on B200 and on GB200 before the 26.06
 # MXFP8 recipes, DeepSeek-V3's pp 16 / ep 8 B200, its pre-26.06 GB200 layouts and its later H100 one, GPT-OSS V1),
 # except the B300 / GB300 MXFP8 ones, which no run in the data uses.
-# GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it, but which
-# releases ran V2 cannot be pinned from the tables (V1 and V2 coexist in one file), so it is not assumed.
+# GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it from 26.04 (@ 0fbfe7d:
+# HybridEP; @ c810129, 26.04.x: the all-to-all dispatcher, PR #3561); the 26.02 V2 (@ 21b02e0) is V1 at GBS 1280. The
+# published GBS (1280 from 26.02; V1 is 512) and the B200 runs' ep (64 at 26.02 as its B200 V2, 8 from 26.02.01 as
+# the 26.04 B200 V2; v0.3.1's is still 64) say the tables ran V2; not yet applied to the 26.04 / 26.04.01 GB200
+# BF16 runs (issue 79: priced so, they read +59 / +66 % where they read +41 / +47 %).
 # the Megatron-Bridge releases from 26.06 on, as the start of a recipe key (``recipe_key``)
 BRIDGE_26_06_ON = r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*"
 MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
@@ -175,6 +179,58 @@ def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
                            "MXFP8 Blackwell MoE recipes: Megatron-Bridge PR #4249 / #4606)")
     return "per_expert", ("expert GEMMs launched per expert by the host after the per-layer tokens-per-expert sync "
                           "(TE GroupedLinear, Megatron-Core dropless token dispatcher)")
+
+
+# ---- Megatron-Bridge recipes: CUDA graphs ------------------------------------------------------------------------
+# Which performance recipes capture CUDA graphs (Stack.cuda_graphs). The perf harness applies a workload config's
+# cuda_graph_impl / cuda_graph_scope only where the config sets them (scripts/performance/utils/utils.py
+# set_workload_base_configs -> helpers.set_cuda_graph_overrides, 25.11 @ 7af9601 to 26.06 @ fcbb603); where it leaves
+# them unset the library recipe's holds: cuda_graph_impl = "none" (src/megatron/bridge/recipes/{gpt_oss,qwen,deepseek}
+# @ 0fbfe7d set it; before them Megatron-Core TransformerConfig's default "none"). The 25.09 scripts set it per GPU
+# (perf_matrix.<gpu>.cuda_graphs in scripts/performance/configs/*/*_llm_pretrain.yaml @ 684a686). (regex on
+# "group model gpu precision", graph scope, source); scope () = no graphs. First match wins; a record no row matches
+# keeps its stack's setting (the megatron-bridge preset: graphed). A scope names what is captured (Megatron-Core
+# cuda_graph_scope: attn, moe_router, moe_preprocess, mamba; full_iteration: the whole step); the stack prices any
+# scope as one graph launch per layer and pass (presets/stacks/megatron-bridge.toml), which no record's step time
+# depends on: priced with no graphs at all, every graphed Megatron-Bridge record reads the same (the eager layer's
+# host time stays below its GPU time).
+_TE_MOE_SCOPE = ("attn", "moe_router", "moe_preprocess")
+CUDA_GRAPHS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (r"megatron_bridge_(25\.1[12]|26\.0[24])\S*\s.*gpt-oss-120b (gb200|b200|h100)\b", (),
+     "gpt_oss workload configs (workload_base_configs.py @ 7af9601, gpt_oss_workload_base_configs.py @ 21b02e0 / "
+     "0fbfe7d): GPT_OSS_120B_*_{GB200,B200,H100}_BF16 (and their FP8 aliases) set no cuda_graph_impl (they recompute "
+     "layernorm and moe_act instead); the library recipe gpt_oss.py: cuda_graph_impl = 'none'"),
+    (r"megatron_bridge\S*\s.*gpt-oss-120b g?b300\b", _TE_MOE_SCOPE,
+     "gpt_oss workload configs @ 7af9601 to fcbb603: GPT_OSS_120B_*_{GB300,B300}_BF16 cuda_graph_impl="
+     "'transformer_engine', cuda_graph_scope=['attn', 'moe_router', 'moe_preprocess']"),
+    (r"megatron_bridge\S*\s.*qwen3-30b-a3b h100\b", (),
+     "qwen3 configs: 25.09 qwen3_30b_a3b_llm_pretrain.yaml h100 cuda_graphs: false; workload_base_configs.py @ "
+     "7af9601 QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG and qwen3_workload_base_configs.py @ 21b02e0 to fcbb603 "
+     "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1: no cuda_graph_impl (qwen3_moe.py: 'none')"),
+    (r"megatron_bridge\S*\s.*qwen3-235b-a22b (h100|b200)\b", (),
+     "qwen3 configs: 25.09 qwen3_235b_a22b_llm_pretrain.yaml h100 / b200 cuda_graphs: false; 7af9601 to fcbb603 "
+     "QWEN3_235B_A22B_*_{H100,B200}_*: no cuda_graph_impl (qwen3_moe.py: 'none')"),
+    (r"megatron_bridge\S*\s.*deepseek-v3 h100\b", (),
+     "deepseek configs: 25.09 deepseek_v3_llm_pretrain.yaml h100 cuda_graphs: false; 7af9601 to fcbb603 "
+     "DEEPSEEK_V3_*_H100_*: no cuda_graph_impl (deepseek_v3.py: 'none')"),
+    (r"megatron_bridge_(25\.\d+|26\.0[24])\S*\s.*deepseek-v3 b200\b", (),
+     "deepseek configs: 25.09 deepseek_v3_llm_pretrain.yaml b200 cuda_graphs: false; 7af9601 to 0fbfe7d "
+     "DEEPSEEK_V3_*_B200_* (V1 and V2): no cuda_graph_impl (26.06's B200_FP8_MX_V2 captures attn, moe_router, "
+     "moe_preprocess)"),
+    (r"megatron_bridge\S*\s.*nemotron-3-super b200 (mxfp8|bf16)", (),
+     "nemotron_3_workload_base_configs.py @ 0fbfe7d / fcbb603: BASE_NEMOTRON_3_SUPER_CONFIG_B200 "
+     "cuda_graph_impl='none' (the NVFP4 recipe captures mamba, attn, moe_router, moe_preprocess)"),
+)
+
+
+def cuda_graphs(record: dict[str, Any]) -> tuple[bool | None, str]:
+    """Whether the release's recipe captures CUDA graphs (``CUDA_GRAPHS``), with its note; None where no row says."""
+    key = recipe_key(record, record.get("precision") or "")
+    for pattern, scope, why in CUDA_GRAPHS:
+        if re.search(pattern, key):
+            what = f"CUDA graphs of {', '.join(scope)}" if scope else "no CUDA graphs: the host launches every kernel"
+            return bool(scope), f"{what} ({why})"
+    return None, ""
 
 
 # ---- Megatron-Bridge recipes: recompute modules, multi-token prediction ----------------------------------------
