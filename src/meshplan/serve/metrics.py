@@ -46,6 +46,7 @@ from meshplan.serve.memory import memory
 from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster
+from meshplan.specs.host_cost import EAGER_OP_HOST
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num, maximum, minimum, where
 
@@ -96,15 +97,16 @@ class Setting:
     def broadcast_time(self, sequences: Num) -> Num:
         """Seconds per iteration of the driver's input broadcast to the other tensor-parallel workers
         (``Engine.tp_broadcast_tensors``): per tensor an NCCL broadcast of a per-sequence int64 over the TP group
-        (collectives/price.py, NCCL's latency over the group's hops) and the receiving worker's host time for it;
-        zero at tp 1."""
+        (collectives/price.py, NCCL's latency over the group's hops) and the receiving worker's host time for it,
+        ``Engine.tp_broadcast_dispatches`` eager dispatches at ``EAGER_OP_HOST`` each; zero at tp 1."""
         n = self.engine.tp_broadcast_tensors
         if not n:
             return 0.0
         tp = self.cols["tp"]
         speed = self.cluster.python_host if self.engine.host_in_python else 1.0
         one = collective_time("broadcast", 8.0 * maximum(sequences, 1.0), tp, 1, self.cluster, self.eff)
-        return n * where(tp > 1, one + self.engine.tp_broadcast_host * speed, 0.0)
+        host = self.engine.tp_broadcast_dispatches * EAGER_OP_HOST * speed
+        return n * where(tp > 1, one + host, 0.0)
 
     def gpu_time(self, decode: Num, prefill: Num, prompts: Num, prefix: Num) -> Num:
         """The GPU's seconds for the step; with two-batch overlap (``Engine.two_batch_overlap``: SGLang's TBO after
