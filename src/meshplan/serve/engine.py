@@ -140,6 +140,11 @@ class Engine:
     # (metrics.Setting.broadcast_time)
     tp_broadcast_tensors: int = 0
     tp_broadcast_dispatches: int = 0
+    # seconds between two looks of a waiting worker at the queue through which the driver sends that input's metadata
+    # (vLLM V0's shared-memory MessageQueue: time.sleep(1e-7) between looks, which the kernel's 50 us timer slack
+    # stretches): the iteration waits for the last of the tp - 1 workers to look, tp_broadcast_poll x (tp - 1) / tp
+    # on average (metrics.Setting.broadcast_time); 0: a worker that wakes on the write
+    tp_broadcast_poll: float = 0.0
     # host seconds per running sequence that the engine spends while the GPU runs the iteration (vLLM V0's
     # asynchronous output processing from v0.6.0: the last iteration's outputs detokenised beside the forward pass,
     # PRs #7049 and #8050): hidden behind the GPU's step, the iteration lasts at least that long (metrics.Setting.time)
