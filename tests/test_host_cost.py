@@ -8,7 +8,9 @@ import pytest
 
 from meshplan.cost.blocks import collective
 from meshplan.cost.records import OpCost
-from meshplan.specs.host_cost import HostCost
+from meshplan.cost.wrappers import DEEPSPEED_FP16, DEEPSPEED_ZERO_FP32
+from meshplan.serve.engine import load_engine
+from meshplan.specs.host_cost import EAGER_OP_HOST, HostCost
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 from meshplan.step.host import host_idle, host_times, per_launch
@@ -24,6 +26,18 @@ def test_a_stack_s_host_record_carries_its_host_fields_and_source():
     assert (host.cuda_graphs, host.blocking_collectives, host.blocking_launches, host.hidden_tp) == (
         stack.cuda_graphs, stack.blocking_collectives, stack.blocking_launches, stack.overlap_tp)
     assert host.source.startswith("megatron-core") and len(host.source) > len("megatron-core")
+
+
+def test_one_eager_op_has_one_price_that_stacks_and_engines_share():
+    """specs/host_cost.py EAGER_OP_HOST (14.5 us, dgxc-benchmarking) is the one price of an eager launching op: a
+    Megatron TP collective's call (megatron-deepspeed collective_host), DeepSpeed's FP16_Optimizer per tensor
+    (14 x 14.5 + 6 x 0.6 = 206.6 us) and ZeRO's fp32 loop (2 x 14.5 + 7 x 0.6 = 33.2 us), and vLLM V0's input broadcast
+    on a receiving worker, 2 dispatches a tensor (2 x 14.5 = 29 us)."""
+    assert round(EAGER_OP_HOST / US, 9) == 14.5
+    assert load_stack("megatron-deepspeed").collective_host == EAGER_OP_HOST
+    assert (round(DEEPSPEED_FP16 / US, 9), round(DEEPSPEED_ZERO_FP32 / US, 9)) == (206.6, 33.2)
+    for name in ("vllm-v0", "vllm-v0.5", "vllm-v0.5-rocm", "vllm-v0.6-rocm"):
+        assert load_engine(name).tp_broadcast_dispatches * EAGER_OP_HOST == pytest.approx(29 * US)
 
 
 def test_a_collective_call_costs_its_stated_price_else_a_kernel_s():

@@ -21,6 +21,7 @@ from meshplan.serve.metrics import Setting
 from meshplan.serve.plan import ServePlan, Workload
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import load_system
+from meshplan.specs.host_cost import EAGER_OP_HOST
 from meshplan.specs.model_load import load_model
 
 FP16 = Quant(weights="fp16", activations="fp16", kv_cache="fp16")
@@ -184,22 +185,54 @@ def test_the_released_half_of_llm_inference_bench_is_read_as_its_engines_ran():
 def test_under_tp_the_driver_broadcasts_its_nine_input_tensors_every_iteration():
     """vLLM V0 (0.5-0.6) at tp > 1: the driver broadcasts the model input's 9 GPU tensors to the other workers each
     iteration (broadcast_tensor_dict; presets/engines/vllm-v0.toml): per tensor an NCCL broadcast over the TP group
-    (4.5 us at tp 2 over NVLink, 5.5 us at tp 4: NCCL's chain, a hop more each further rank) and 30 us of the
-    receiving worker's host time (two eager dispatches at 15 us). tp 2: 9 x (4.5 + 30) = 0.31 ms; tp 4:
-    9 x (5.5 + 30) = 0.32 ms; nothing at tp 1, and nothing for V1, whose workers prepare their own input."""
+    (4.5 us at tp 2 over NVLink, 5.5 us at tp 4: NCCL's chain, a hop more each further rank) and 29 us of the
+    receiving worker's host time (two eager dispatches, torch.empty and the broadcast, at specs/host_cost.py's
+    14.5 us), after the last worker's look at the metadata queue (61 us x (tp - 1) / tp). tp 2: 9 x (4.5 + 29) +
+    30.5 = 0.33 ms; tp 4: 9 x (5.5 + 29) + 45.8 = 0.36 ms; nothing at tp 1, and nothing for V1, whose workers prepare
+    their own input."""
     from meshplan.collectives.price import collective_time  # noqa: PLC0415
 
     v0 = load_engine("vllm-v0")
-    assert (v0.tp_broadcast_tensors, v0.tp_broadcast_host) == (9, pytest.approx(30e-6))
+    assert (v0.tp_broadcast_tensors, v0.tp_broadcast_dispatches, EAGER_OP_HOST) == (9, 2, pytest.approx(14.5e-6))
     assert load_engine("vllm-v0.5").tp_broadcast_tensors == 9 and load_engine("vllm").tp_broadcast_tensors == 0
     seen = []
     for tp in (1, 2, 4):
         s = setting("vllm-v0", "h100", tp=tp)
         nccl = float(collective_time("broadcast", 8.0 * 16, tp, 1, s.cluster, s.eff))
-        expected = 0.0 if tp == 1 else 9 * (nccl + 30e-6)
+        expected = 0.0 if tp == 1 else 9 * (nccl + 2 * 14.5e-6) + 61e-6 * (tp - 1) / tp
         assert float(s.broadcast_time(16.0)) == pytest.approx(expected)
-        bare = replace(s, engine=v0.with_(tp_broadcast_tensors=0))
+        bare = replace(s, engine=v0.with_(tp_broadcast_tensors=0, tp_broadcast_poll=0.0))
         assert float(s.time(16.0)) == pytest.approx(float(bare.time(16.0)) + expected)
         seen.append(expected)
-    assert seen[0] == 0.0 and 0.30e-3 < seen[1] < seen[2] < 0.33e-3
+    assert seen[0] == 0.0 and 0.32e-3 < seen[1] < seen[2] < 0.36e-3
     assert float(setting("vllm", "h100", tp=4).broadcast_time(16.0)) == 0.0
+
+
+def test_the_iteration_waits_for_the_last_worker_to_look_at_the_input_queue():
+    """vLLM V0's TP workers look at the driver's shared-memory input queue every 61 us (time.sleep(1e-7) stretched by
+    Linux's 50 us timer slack: data/measured/2026-11-29-shm-poll-sleep.json), each at its own phase: the last of
+    k = tp - 1 looks comes k / (k + 1) of an interval after the write. 61 x 1/2 = 30.5 us at tp 2, 61 x 3/4 = 45.75 us
+    at tp 4, 61 x 7/8 = 53.375 us at tp 8; nothing at tp 1."""
+    v0 = load_engine("vllm-v0")
+    assert v0.tp_broadcast_poll == load_engine("vllm-v0.5").tp_broadcast_poll == pytest.approx(61e-6)
+    assert load_engine("vllm").tp_broadcast_poll == 0.0
+    only_poll = v0.with_(tp_broadcast_tensors=0)
+    for tp, us in ((1, 0.0), (2, 30.5), (4, 45.75), (8, 53.375)):
+        s = replace(setting("vllm-v0", "h100", tp=tp), engine=only_poll)
+        assert float(s.broadcast_time(16.0)) == pytest.approx(us * 1e-6)
+
+
+@pytest.mark.parametrize("system", ["h100", "gh200", "mi300x"])
+@pytest.mark.parametrize("batch", [1, 16, 64])
+def test_more_tensor_parallel_workers_never_wait_less_for_the_last_look(system, batch):
+    """The wait for the last worker's look grows with the workers (k / (k + 1) rises with k), and a longer interval
+    between looks never makes an iteration cheaper."""
+    waits, steps = [], []
+    for tp in (1, 2, 4, 8):
+        s = setting("vllm-v0", system, tp=tp, batch=batch)
+        bare = replace(s, engine=s.engine.with_(tp_broadcast_poll=0.0))
+        waits.append(float(s.broadcast_time(float(batch))) - float(bare.broadcast_time(float(batch))))
+        slower = replace(s, engine=s.engine.with_(tp_broadcast_poll=2 * s.engine.tp_broadcast_poll))
+        steps.append((float(bare.time(float(batch))), float(s.time(float(batch))), float(slower.time(float(batch)))))
+    assert waits[0] == 0.0 and all(a <= b for a, b in zip(waits, waits[1:], strict=False))
+    assert all(b <= m <= f for b, m, f in steps)

@@ -250,7 +250,8 @@ RANGES: dict[str, Range] = {
     "eager_layer_overhead": Range(0, 0.1, "s", "host time to issue one layer's kernels eagerly: ~0.1-1 ms"),
     "decode_layer_kernels": Range(0, 1000, "", "kernels one decode layer launches (a profile's count): ~8-60"),
     "tp_broadcast_tensors": Range(0, 1000, "", "tensors the driver broadcasts to the TP workers per iteration: ~10"),
-    "tp_broadcast_host": Range(0, 0.01, "s", "a receiving worker's host time per broadcast tensor: microseconds"),
+    "tp_broadcast_dispatches": Range(0, 100, "", "eager dispatches a receiving worker makes per broadcast tensor: ~2"),
+    "tp_broadcast_poll": Range(0, 0.01, "s", "a waiting worker's interval between looks at the input queue: ~60 us"),
     "int8_weight_stream": Range(0.05, 1, "", "a weight-only int8 GEMM's streaming rate over the 16-bit one's: 0.5-1"),
     "int4_weight_stream": Range(0.05, 1, "", "a weight-only int4 GEMM's streaming rate over the 16-bit one's: 0.5-1"),
     "slo": Range(1e-6, 3600, "s", "a TTFT or TPOT target: a microsecond is below one kernel launch; no request is "

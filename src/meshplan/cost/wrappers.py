@@ -17,8 +17,8 @@ step/host.step_host). ``Stack.optimizer_wrapper``:
 
 The per-tensor costs are the dispatcher calls each wrapper makes per tensor, counted in DeepSpeed's own code on CPU
 (data/measured/2026-11-26-optimizer-host-ops.md §4; benchmarks/measure/optimizer_host_ops.py re-counts the first two), a
-kernel-launching call at 14.5 us and a view at 0.6 us on a DGX H100 host (the middle of dgxc-benchmarking's
-11.3-17.7 us per eager op), plus ~1 us per Python pass:
+kernel-launching call at 14.5 us (specs/host_cost.py ``EAGER_OP_HOST``, its source there) and a view at 0.6 us on a DGX
+H100 host, plus ~1 us per Python pass:
 - ZeRO optimizer: 15 launching calls a tensor of its partition (the inf / nan check of runtime/utils.py: amax, amin,
   isfinite's 4 ops twice, logical and / not; the accumulated flag; the gradient norm's cast and vector_norm) + 7 views
   + ~5 passes: 15 x 14.5 + 7 x 0.6 + 5 ~ 220 us, over its shard at stages 1-2 (``params_in_partition``); stage3.py
@@ -37,13 +37,15 @@ from __future__ import annotations
 
 import copy
 
+from meshplan.specs.host_cost import EAGER_OP_HOST
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 
+VIEW_HOST = 0.6e-6  # a view or detach op: no launch
 DEEPSPEED_ZERO = 220e-6
 DEEPSPEED_BF16 = 30e-6
-DEEPSPEED_FP16 = 206.6e-6
-DEEPSPEED_ZERO_FP32 = 33.2e-6
+DEEPSPEED_FP16 = 14 * EAGER_OP_HOST + 6 * VIEW_HOST  # 206.6 us
+DEEPSPEED_ZERO_FP32 = 2 * EAGER_OP_HOST + 7 * VIEW_HOST  # 33.2 us
 # wrapper -> (host seconds per tensor, walks its own shard at ZeRO 1-2)
 DEEPSPEED_WRAPPERS = {"zero": (DEEPSPEED_ZERO, True), "zero-fp32": (DEEPSPEED_ZERO_FP32, True),
                       "bf16": (DEEPSPEED_BF16, False), "fp16": (DEEPSPEED_FP16, False), "none": (0.0, False)}

@@ -133,12 +133,18 @@ class Engine:
     # tensors the driver worker broadcasts to the other tensor-parallel workers every iteration (vLLM V0's
     # broadcast_tensor_dict of the model input, vllm/distributed/parallel_state.py and worker/worker_base.py
     # _get_driver_input_and_broadcast, v0.5-0.6): each an NCCL broadcast over the TP group, serial on its stream, and on
-    # each receiving worker ``tp_broadcast_host`` seconds of host time for it (the tensor's allocation and the
-    # broadcast's launch, at the host's Python speed where the loop is Python) before that worker issues its forward
-    # pass, which the first all-reduce waits on (vllm-project/vllm#5792); 0: none (SPMD workers that prepare their own
-    # input: vLLM V1, SGLang, TensorRT-LLM) and nothing at tp 1 (metrics.Setting.broadcast_time)
+    # each receiving worker ``tp_broadcast_dispatches`` eager dispatches for it (the tensor's allocation and the
+    # broadcast's launch), each at specs/host_cost.py EAGER_OP_HOST and the host's Python speed where the loop is
+    # Python, before that worker issues its forward pass, which the first all-reduce waits on (vllm-project/vllm#5792);
+    # 0: none (SPMD workers that prepare their own input: vLLM V1, SGLang, TensorRT-LLM) and nothing at tp 1
+    # (metrics.Setting.broadcast_time)
     tp_broadcast_tensors: int = 0
-    tp_broadcast_host: float = 0.0
+    tp_broadcast_dispatches: int = 0
+    # seconds between two looks of a waiting worker at the queue through which the driver sends that input's metadata
+    # (vLLM V0's shared-memory MessageQueue: time.sleep(1e-7) between looks, which the kernel's 50 us timer slack
+    # stretches): the iteration waits for the last of the tp - 1 workers to look, tp_broadcast_poll x (tp - 1) / tp
+    # on average (metrics.Setting.broadcast_time); 0: a worker that wakes on the write
+    tp_broadcast_poll: float = 0.0
     # host seconds per running sequence that the engine spends while the GPU runs the iteration (vLLM V0's
     # asynchronous output processing from v0.6.0: the last iteration's outputs detokenised beside the forward pass,
     # PRs #7049 and #8050): hidden behind the GPU's step, the iteration lasts at least that long (metrics.Setting.time)

@@ -46,6 +46,7 @@ from meshplan.serve.memory import memory
 from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster
+from meshplan.specs.host_cost import EAGER_OP_HOST
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num, maximum, minimum, where
 
@@ -96,15 +97,20 @@ class Setting:
     def broadcast_time(self, sequences: Num) -> Num:
         """Seconds per iteration of the driver's input broadcast to the other tensor-parallel workers
         (``Engine.tp_broadcast_tensors``): per tensor an NCCL broadcast of a per-sequence int64 over the TP group
-        (collectives/price.py, NCCL's latency over the group's hops) and the receiving worker's host time for it;
-        zero at tp 1."""
-        n = self.engine.tp_broadcast_tensors
-        if not n:
+        (collectives/price.py, NCCL's latency over the group's hops) and the receiving worker's host time for it,
+        ``Engine.tp_broadcast_dispatches`` eager dispatches at ``EAGER_OP_HOST`` each; before them, the wait for the
+        last of the tp - 1 workers to look at the metadata queue: each looks every ``tp_broadcast_poll`` seconds at a
+        phase of its own, uniform, and the latest of k such looks comes k / (k + 1) of an interval after the write on
+        average; zero at tp 1."""
+        n, poll = self.engine.tp_broadcast_tensors, self.engine.tp_broadcast_poll
+        if not n and not poll:
             return 0.0
         tp = self.cols["tp"]
         speed = self.cluster.python_host if self.engine.host_in_python else 1.0
         one = collective_time("broadcast", 8.0 * maximum(sequences, 1.0), tp, 1, self.cluster, self.eff)
-        return n * where(tp > 1, one + self.engine.tp_broadcast_host * speed, 0.0)
+        host = self.engine.tp_broadcast_dispatches * EAGER_OP_HOST * speed
+        wake = poll * (tp - 1) / tp  # the kernel's timer, not the host's Python: unscaled
+        return where(tp > 1, n * (one + host) + wake, 0.0)
 
     def gpu_time(self, decode: Num, prefill: Num, prompts: Num, prefix: Num) -> Num:
         """The GPU's seconds for the step; with two-batch overlap (``Engine.two_batch_overlap``: SGLang's TBO after

@@ -16,6 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# One eager PyTorch op that launches a kernel, on an x86 DGX H100 host: the Python call, the dispatcher and the launch,
+# 14.5 us, the middle of the 11.3-17.7 us per eager op that NVIDIA's dgxc-benchmarking measures
+# (microbenchmarks/cpu_overhead, "Kernel launch test"). The one price of a host dispatch that the stacks' and engines'
+# counts of such ops share: DeepSpeed's optimizer wrappers per tensor (cost/wrappers.py), a Megatron TP collective's
+# call (presets/stacks/megatron-deepspeed.toml collective_host), vLLM V0's input broadcast per tensor on each receiving
+# worker (serve/engine.py tp_broadcast_dispatches).
+EAGER_OP_HOST = 14.5e-6
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HostCost:
