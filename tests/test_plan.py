@@ -94,3 +94,27 @@ def test_the_combined_1f1b_schedule_has_megatron_cores_requirements(changes, nee
     assert not check(model, cluster, plan, stack)
     reasons = check(model, cluster, _replace(plan, **changes), stack)
     assert any(f"overlap_ep (Megatron-Core's combined 1F1B) needs {needs}" in r for r in reasons)
+
+
+def test_revised_is_replace():
+    """specs/plan.revised (Plan.with_, the search's decoding) builds the plan dataclasses.replace builds, field for
+    field, for a Plan and a PlanBatch; a name that is not a field is refused as replace refuses it."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from meshplan.search.batch import PlanBatch
+    from meshplan.specs.plan import revised
+
+    plan = Plan(dp=4, tp=8, pp=2, micro_batch=2, placement=("tp", "cp", "dp", "pp"), tags=("x",))
+    for changes in ({}, {"tp": 4}, {"zero": 3, "recompute": "full", "recompute_layers": 2}, {"etp": 0, "tp": 2},
+                    {"summa_panels": 0, "tp2": 2}, {"schedule": None, "vpp": 2},
+                    {"placement": ("tp", "dp", "pp", "cp")}):
+        assert revised(plan, changes).__dict__ == replace(plan, **changes).__dict__
+        assert plan.with_(**changes) == replace(plan, **changes)
+    batch = PlanBatch.of([plan, Plan(dp=8, tp=4, pp=2, micro_batch=2, placement=plan.placement)])
+    got, want = revised(batch, {"zero": 3}), replace(batch, zero=3)
+    assert all(np.array_equal(getattr(got, k), getattr(want, k)) for k in want.__dict__ if k != "strides")
+    assert got.plan(1) == want.plan(1) == replace(batch.plan(1), zero=3)
+    with pytest.raises(TypeError):
+        revised(plan, {"not_a_field": 1})

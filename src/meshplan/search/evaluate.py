@@ -35,7 +35,7 @@ from meshplan.specs.bands import ranking_band
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import Plan, revised
 from meshplan.specs.refusals import Refusal
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_over
@@ -307,12 +307,12 @@ def _decode(batch: PlanBatch | _Rows, grid: tuple[tuple, ...], shape: tuple[int,
                "offload_layers": plan.offload_layers if grid[3][a] else 0}
     partial = {k: 0 if v >= per_stage else v for k, v in partial.items()}
     modules = plan.recompute_modules if grid[0][r] == "selective" else _PLAIN_MODULES
-    plan = replace(plan, recompute=grid[0][r], zero=grid[1][z], offload_optimizer=grid[2][o],
-                   offload_activations=grid[3][a], recompute_modules=modules, **partial)
+    plan = revised(plan, {"recompute": grid[0][r], "zero": grid[1][z], "offload_optimizer": grid[2][o],
+                          "offload_activations": grid[3][a], "recompute_modules": modules, **partial})
     if panels is None:
         return plan
     assert stack is not None  # the panel count of a setting depends on its wrapper's work (keyed._units_of)
-    return replace(plan, summa_panels=int(panels[r][work_of(plan, stack)][row]))
+    return revised(plan, {"summa_panels": int(panels[r][work_of(plan, stack)][row])})
 
 
 def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray,

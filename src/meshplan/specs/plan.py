@@ -22,8 +22,8 @@ expert rank order: etp innermost, then ep.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
 
 from meshplan.pipeline.names import ALL, ASYNC, SPLIT, TABLED
 from meshplan.pipeline.registry import default_schedule
@@ -225,7 +225,7 @@ class Plan:
         raise ValueError(axis)
 
     def with_(self, **changes: Any) -> Plan:
-        return replace(self, **changes)
+        return revised(self, changes)
 
     def describe(self) -> str:
         layout = TENSOR_LAYOUTS.get(self.tensor_layout)
@@ -271,3 +271,28 @@ class Plan:
         if shown != [a for a in DENSE_AXES if getattr(self, a) > 1]:
             parts.append("placement=" + ",".join(shown))
         return " ".join(parts)
+
+
+_T = TypeVar("_T")
+_INIT_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def revised(obj: _T, changes: dict[str, Any]) -> _T:
+    """``dataclasses.replace(obj, **changes)`` for a Plan or a search.PlanBatch, about 4x faster (the search makes
+    thousands): its fields copied, ``changes`` set and ``__post_init__`` run on them, as ``replace``'s ``__init__``
+    does (every field of both takes part in ``__init__``, neither keeps anything beside its fields, and neither
+    ``__post_init__`` reads more than the fields). A name that is not a field goes to ``replace``, which refuses it."""
+    cls = type(obj)
+    names = _INIT_FIELDS.get(cls)
+    if names is None:
+        names = _INIT_FIELDS[cls] = frozenset(f.name for f in fields(cls) if f.init)  # type: ignore[arg-type]
+    if not changes.keys() <= names or len(names) != len(obj.__dict__):
+        return replace(obj, **changes)  # type: ignore[type-var]
+    new = object.__new__(cls)
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    post = getattr(new, "__post_init__", None)
+    if post is not None:
+        post()
+    return new
+

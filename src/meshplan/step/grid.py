@@ -6,14 +6,14 @@ step/memory_grid.py the memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from meshplan.cost.params import StageParams, middle_params, stage_params
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
 
 
@@ -47,7 +47,7 @@ def own_settings(plan: Plan) -> OwnSettings:
 
 def with_settings(plan: Plan, **settings: Any) -> Plan:
     """``plan`` with these categorical settings (itself if it has them already)."""
-    return plan if all(getattr(plan, k) == v for k, v in settings.items()) else replace(plan, **settings)
+    return plan if all(getattr(plan, k) == v for k, v in settings.items()) else revised(plan, settings)
 
 
 def middle_may_bind(model: ModelSpec, stack: Stack, plan: Plan) -> bool:

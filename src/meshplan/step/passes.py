@@ -43,6 +43,7 @@ slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import cast
 
 import numpy as np
@@ -128,17 +129,27 @@ class PassTimes:
                          self.hidden_b, ZERO, self.traffic_f, self.traffic_b)
 
     def scaled(self, k: Num) -> PassTimes:
-        return PassTimes(*(v if v is ZERO else v * k for v in (getattr(self, f) for f in PassTimes.__slots__)))
+        return PassTimes(*[v if v is ZERO else v * k for v in _fields_of(self)])
 
     def plus(self, other: PassTimes) -> PassTimes:
-        return PassTimes(*(a if b is ZERO else b if a is ZERO else a + b
-                           for a, b in ((getattr(self, f), getattr(other, f)) for f in PassTimes.__slots__)))
+        return PassTimes(*[a if b is ZERO else b if a is ZERO else a + b
+                           for a, b in zip(_fields_of(self), _fields_of(other), strict=True)])
+
+    def with_(self, **changes: Num) -> PassTimes:
+        """``dataclasses.replace(self, **changes)``, without its walk over the fields' records."""
+        values = dict(zip(PassTimes.__slots__, _fields_of(self), strict=True))
+        values.update(changes)
+        return PassTimes(**values)
 
     def passes(self) -> Passes:
         """The forward and backward pass: T, K and H of channels.py."""
         t_f = self.fwd + self.fwd_comm
         return Passes(t_f=t_f, t_b=self.total - t_f, k_f=self.fwd, k_b=self.bwd + self.recompute,
                       h_f=self.hidden_f, h_b=self.hidden_b, c_f=self.traffic_f, c_b=self.traffic_b)
+
+
+# every field of a PassTimes in order, read at C speed (scaled and plus run thousands of times a search)
+_fields_of = attrgetter(*PassTimes.__slots__)
 
 
 def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, recompute: str,

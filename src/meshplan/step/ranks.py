@@ -14,7 +14,7 @@ With ranks alike beyond the ends this is ``assemble``'s step exactly (tests/test
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from meshplan.collectives.contention import any_shared
@@ -44,7 +44,7 @@ from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
 from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, optimizer_time, step_channels
@@ -73,7 +73,7 @@ def rank_view(plan: Plan, rank: int) -> Plan:
         changes |= {"recompute": mode, "recompute_layers": layers}
     if plan.stage_offload:
         changes |= {"offload_activations": plan.stage_offload[rank] > 0, "offload_layers": plan.stage_offload[rank]}
-    return replace(plan, **changes) if changes else plan
+    return revised(plan, changes) if changes else plan
 
 
 def priced_apart(model: ModelSpec, plan: Plan) -> bool:
@@ -129,7 +129,7 @@ def rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     zero = partitioned_zero(plan, stack)  # BF16_Optimizer's partitions without ZeRO (cost/wrappers.py)
     tied = embedding_sync(model, cluster, plan, eff)[0] * (first or last)  # the ends' embedding all-reduce
-    opt = optimizer_time(cluster, replace(plan, zero=zero), params, eff) + optimizer_loops(
+    opt = optimizer_time(cluster, revised(plan, {"zero": zero}), params, eff) + optimizer_loops(
         tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host,
         all_reduce=collectives.all_reduce)
     return RankShared(params, traffic, zero, tied, opt, iteration_host(stack, cluster.python_host),
@@ -159,10 +159,10 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     opt = float(updates * fixed.optimizer + fixed.iteration)
     weights, grads, optimizer = model_states(params, view, stack, last)
     memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), fixed.buffers)
-    host = model_states(params, replace(view, offload_optimizer=False), stack, last)[2] if plan.offload_optimizer \
+    host = model_states(params, revised(view, {"offload_optimizer": False}), stack, last)[2] if plan.offload_optimizer \
         else 0.0  # the optimizer's states held in host memory, where they are offloaded
     if view.offload_activations:  # the offloaded layers' share of what the rank would otherwise keep
-        kept = activation_bytes(model, replace(view, offload_activations=False), u.layer_saved,
+        kept = activation_bytes(model, revised(view, {"offload_activations": False}), u.layer_saved,
                                 layer_input_bytes(model, view), last, rank)
         host = host + kept * offloaded_layers(model, view, last, rank) / layers_on_rank(model, plan, rank)
     return RankCost(times, float(plan.grad_accum * times.total + dp + moved + opt), dp, moved, opt, memory,

@@ -13,8 +13,6 @@ and optimizer step; PipeDream-2BW after every m (Narayanan et al. 2021 §3.1), o
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from meshplan.cost.params import any_uneven, layers_on_first, layers_on_last, layers_on_stage
 from meshplan.pipeline.forms import RankTimes
 from meshplan.pipeline.registry import schedule_of
@@ -89,8 +87,8 @@ def with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTimes
     if stack.overlap_pp:
         hid_f = sends * where(interleaved, minimum(send_f, t.t_f / v), 0.0)
         hid_b = sends * where(interleaved, minimum(send_b, t.t_b / v), 0.0)
-    return rank.plus(replace(added, fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b,
-                             traffic_f=sends * send_f, traffic_b=sends * send_b))
+    return rank.plus(added.with_(fwd_comm=sends * paid_f, hidden_f=hid_f, hidden_b=hid_b, traffic_f=sends * send_f,
+                                 traffic_b=sends * send_b))
 
 
 def cadence(plan: Plan) -> tuple[Num, Num]:
@@ -131,4 +129,4 @@ def ep_overlapped(rank: PassTimes, slowdown: Num) -> PassTimes:
     combine move the same bytes forward and backward)."""
     ep = hide(rank.ep, rank.fwd + rank.bwd, slowdown)
     saved = rank.ep - ep
-    return replace(rank, ep=ep, fwd_comm=rank.fwd_comm - saved / 2)
+    return rank.with_(ep=ep, fwd_comm=rank.fwd_comm - saved / 2)
