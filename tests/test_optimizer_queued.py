@@ -1,7 +1,10 @@
 """The optimizer step's per-tensor loops in the order they run (Stack.tensor_host_queued, step/host.optimizer_loops,
 step/host.queued_reduction): the part before the step's first synchronisation hides under the gradient all-reduce
-queued ahead of it, the rest adds. vTrain's Megatron-DeepSpeed stack (sources.VTRAIN) counts it so: Megatron's fp16
-wrapper casts each fp16 main_grad before its found-inf .item(). GPT-2 on 8 DGX A100 GPUs (python_host 1.34)."""
+queued ahead of it, the rest adds. Megatron-DeepSpeed's own fp16 step (sources.MDS_FP16_TENSOR, MDS_FP16_QUEUED) counts
+it so: Megatron's fp16 wrapper casts each fp16 main_grad before its found-inf .item(). vTrain's released times hold
+none of these loops (sources.VTRAIN's scope: benchmarks/measure/small_work_scope.py), so the stack here is vTrain's
+with Megatron's counted loops put back, as a run timed end to end would pay them. GPT-2 on 8 DGX A100 GPUs
+(python_host 1.34)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from meshplan_validation.sources import MDS_FP16_QUEUED, MDS_FP16_TENSOR, VTRAIN
 
 MODEL, CLUSTER = load_model("gpt2"), load_system("a100").cluster(8)
 HOST = 1.34  # the DGX A100 host against the DGX H100 one the constants refer to
-STACK = VTRAIN.stack
+STACK = VTRAIN.stack.with_(tensor_host=MDS_FP16_TENSOR, tensor_host_queued=MDS_FP16_QUEUED)
 PLAN = Plan(dp=8, micro_batch=1, global_batch=8, precision="fp16", recompute="full", zero=0)
 
 
@@ -33,7 +36,7 @@ def test_the_megatron_deepspeed_count_in_the_order_it_runs():
     # after it: the copy-back's copy_ (the overflow_buf test is False), clip's detach, 5 .data reads, 11 passes
     assert pytest.approx(14.5e-6 + 0.6e-6 + 5 * 0.2e-6 + 11 * 0.1e-6) == MDS_FP16_TENSOR - MDS_FP16_QUEUED
     assert pytest.approx(32.2e-6) == MDS_FP16_TENSOR
-    assert (STACK.tensor_host, STACK.tensor_host_queued) == (MDS_FP16_TENSOR, MDS_FP16_QUEUED)
+    assert (VTRAIN.stack.tensor_host, VTRAIN.stack.tensor_host_queued) == (0.0, 0.0)  # not in vTrain's scope
 
 
 def test_the_cast_loop_hides_under_the_queued_all_reduce_up_to_its_time():
