@@ -54,6 +54,8 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.autoshard.trace_cache import cache_dir, code_digest, write_whole
+
 
 @dataclass(frozen=True, kw_only=True)
 class Relaxed:
@@ -202,15 +204,15 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray, names: Nam
         _warm(h, highs, key, None if names is None else names.cols, order)
     if highs.run() == h.HighsStatus.kError or highs.getModelStatus() != h.HighsModelStatus.kOptimal:
         return None
-    basis = highs.getBasis() if bases is not None or path is not None else None
-    if path is not None and (kept is None or highs.getInfo().simplex_iteration_count):
-        _write_solved(basis, path)
     x = np.array(highs.getSolution().col_value)
+    states = _states(highs, x, len(lhs), len(lhs) - int(eq.sum()))
+    if path is not None and (kept is None or highs.getInfo().simplex_iteration_count):
+        write_whole(path, np.concatenate(states).tobytes())
     scope = _NAMED.get()
     if bases is not None:
-        bases[key] = basis
+        bases[key] = highs.getBasis()
         if scope is not None and names is not None and order is not None:
-            scope[1].append(_kept(highs, x, names.cols, order, len(lhs) - int(eq.sum())))
+            scope[1].append(_kept(*states, names.cols, order))
     return Relaxed(x=x, fun=float(highs.getInfo().objective_function_value))
 
 
@@ -234,8 +236,6 @@ SOLVED_BY = ("autoshard/highs.py", "autoshard/ilp.py", "autoshard/reduce.py", "a
 
 
 def _solved_dir() -> Path | None:
-    from meshplan.autoshard.trace_cache import cache_dir
-
     folder = cache_dir()
     return None if folder is None else folder / "bases"
 
@@ -246,8 +246,6 @@ def _solved_path(folder: Path, constraints: bytes, costs: np.ndarray) -> Path:
     version."""
     global _VERSION
     if _VERSION is None:
-        from meshplan.autoshard.trace_cache import code_digest
-
         core = _bindings()
         _VERSION = code_digest(SOLVED_BY) + str(tuple(getattr(core, f"HIGHS_VERSION_{p}", 0)
                                                       for p in ("MAJOR", "MINOR", "PATCH"))).encode()
@@ -258,7 +256,8 @@ _VERSION: bytes | None = None
 
 
 def _read_solved(h: Any, path: Path | None, cols: int, rows: int) -> Any:
-    """The basis kept at ``path`` (``_write_solved``), or None (none kept, or not one of this program's size)."""
+    """The basis kept at ``path`` (its columns' then its rows' states, a byte each: ``_states``), or None (none kept,
+    or not one of this program's size)."""
     try:
         states = np.fromfile(path, dtype=np.int8) if path is not None and path.is_file() else None
     except OSError:
@@ -273,23 +272,21 @@ def _read_solved(h: Any, path: Path | None, cols: int, rows: int) -> Any:
     return basis
 
 
-def _write_solved(basis: Any, path: Path) -> None:
-    """Keep an optimal basis: its columns' then its rows' states, a byte each (trace_cache.write_whole)."""
-    from meshplan.autoshard.trace_cache import write_whole
-
-    states = np.fromiter((int(v) for v in (*basis.col_status, *basis.row_status)), dtype=np.int8)
-    write_whole(path, states.tobytes())
-
-
-def _kept(highs: Any, x: np.ndarray, cols: np.ndarray, rows: np.ndarray, inequalities: int) -> tuple:
-    """The optimal basis by name, sorted: 0 at the lower bound, 1 basic, 2 at the upper bound (a column at 1, an
-    inequality row at its limit)."""
+def _states(highs: Any, x: np.ndarray, rows: int, inequalities: int) -> tuple[np.ndarray, np.ndarray]:
+    """The optimal basis' states in HiGHS' order, HighsBasisStatus' values: 0 at the lower bound, 1 basic, 2 at the
+    upper bound (a column at 1, an inequality row at its limit; an equality row's either bound is its value). Read
+    from the basic variables' indices rather than the basis' list of statuses (a Python object each)."""
     basic = np.asarray(highs.getBasicVariables()[1], dtype=np.int64)
     col_state = np.where(x > 0.5, 2, 0).astype(np.int8)
     col_state[basic[basic >= 0]] = 1
-    row_state = np.zeros(len(rows), dtype=np.int8)
+    row_state = np.zeros(rows, dtype=np.int8)
     row_state[:inequalities] = 2
     row_state[-1 - basic[basic < 0]] = 1
+    return col_state, row_state
+
+
+def _kept(col_state: np.ndarray, row_state: np.ndarray, cols: np.ndarray, rows: np.ndarray) -> tuple:
+    """The optimal basis by name (``_states``), sorted."""
     c, r = np.argsort(cols, kind="stable"), np.argsort(rows, kind="stable")  # names are unique: any sort's order; a
     # stable one (timsort) runs through the names' long ascending runs in a third of quicksort's time
     return cols[c], col_state[c], rows[r], row_state[r]
