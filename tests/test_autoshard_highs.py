@@ -255,3 +255,56 @@ def test_a_pinned_plan_starts_from_the_plans_first_round(traced, monkeypatch):
     cold = plan(problem, limit, allowed=pinned)
     assert seeded.choice == cold.choice and seeded.price == cold.price and seeded.rounds == cold.rounds
     assert seeded.choice != found.choice
+
+
+def test_a_program_solved_before_starts_at_its_optimum(traced, tmp_path, monkeypatch):
+    """A plan's programs' optimal bases kept on disk (highs._solved_path, MESHPLAN_CACHE): planned again, each round's
+    program starts at its own optimal basis and HiGHS ends there without an iteration, at the same vertex (the same
+    objectives, every round's, and the same plan); a record of another size, or none, is a cold start as before;
+    ``MESHPLAN_CACHE=off`` keeps nothing."""
+    blocks = find_blocks(traced, layers=4)
+    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(16)),
+                            DEFAULT)
+    limit = 0.6 * plan(problem, 1e15).memory.peak
+    cold = plan(problem, limit)  # the cache is off under tests (conftest.py)
+    assert cold.rounds > 2
+    seen: dict[str, list] = {"objective": [], "iterations": []}
+    solve_ilp, bindings = ilp.solve, highs._bindings()
+    made = bindings._Highs
+
+    class Counted:  # HiGHS' own object, its iterations read after each run
+        def __init__(self):
+            self.inner = made()
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def run(self):
+            status = self.inner.run()
+            seen["iterations"].append(self.inner.getInfo().simplex_iteration_count)
+            return status
+
+    def solved(*a, **k):
+        sol = solve_ilp(*a, **k)
+        seen["objective"].append(sol.objective)
+        return sol
+
+    monkeypatch.setattr("meshplan.autoshard.solve.solve_ilp", solved)
+    monkeypatch.setattr(bindings, "_Highs", Counted)
+    monkeypatch.setenv("MESHPLAN_CACHE", str(tmp_path))
+    runs = []
+    for _ in range(2):
+        found = plan(problem, limit)
+        runs.append((found, list(seen["objective"]), list(seen["iterations"])))
+        for v in seen.values():
+            v.clear()
+    (first, first_objectives, first_iterations), (again, objectives, iterations) = runs
+    kept = sorted((tmp_path / "bases").glob("*.basis"))
+    assert len(kept) == cold.rounds and sum(first_iterations) > 0 and iterations == [0] * cold.rounds
+    assert objectives == first_objectives  # to the bit: the same vertices
+    for found in (first, again):
+        assert found.choice == cold.choice and found.price == cold.price and found.rounds == cold.rounds
+    kept[0].write_bytes(b"\x01\x00")  # not this program's size: a cold start, and the record written over
+    assert plan(problem, limit).choice == cold.choice and kept[0].stat().st_size > 2
+    monkeypatch.setenv("MESHPLAN_CACHE", "off")
+    assert highs._solved_dir() is None

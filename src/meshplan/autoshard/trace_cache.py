@@ -12,7 +12,7 @@ key (the old entry is not read again); a record that cannot be read is traced an
 Where: ``$MESHPLAN_CACHE`` (a folder; ``off`` keeps nothing), else ``$XDG_CACHE_HOME/meshplan``, else
 ``~/.cache/meshplan``; the traces in its ``traces/`` folder, one file per key (``pickle``, written to a temporary
 file and renamed, so concurrent planners never read half a record). A folder that cannot be written only means the
-next run traces again.
+next run traces again. The integer programs' optimal bases are kept in its ``bases/`` folder (highs.py).
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ def cache_dir() -> Path | None:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "meshplan"
 
 
-def _code_digest() -> bytes:
+def code_digest(patterns: Sequence[str] | None = None) -> bytes:
+    """A digest of the source of meshplan's files that match ``patterns`` (``TRACED_BY`` where not given): each
+    file's path and bytes."""
     root = Path(meshplan.__file__).parent
     h = hashlib.blake2b(digest_size=16)
-    for pattern in TRACED_BY:
+    for pattern in patterns or TRACED_BY:
         for path in sorted(root.glob(pattern)):
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return h.digest()
@@ -79,7 +81,7 @@ def preset_key(spec: Any, layers: int, inputs: Sequence[tuple[tuple[int, ...], s
     h = hashlib.blake2b(digest_size=20)
     for part in (str(RECORD_VERSION), repr(spec), str(layers), repr(tuple(inputs)), str(param_dtype), _torch_version()):
         h.update(part.encode() + b"\0")
-    h.update(_code_digest())
+    h.update(code_digest())
     return h.hexdigest()
 
 
@@ -109,13 +111,23 @@ def save_trace(key: str, trace: Any) -> None:
     if path is None:
         return
     try:
+        data = pickle.dumps(trace, protocol=pickle.HIGHEST_PROTOCOL)
+    except pickle.PicklingError:
+        return
+    write_whole(path, data)
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """``data`` written to a temporary file beside ``path`` and renamed to it (a reader sees the old file or the whole
+    new one); a folder that cannot be written keeps nothing. highs.py keeps its bases with it."""
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".part")
     except OSError:
         return
     try:
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(trace, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.write(data)
         os.replace(temp, path)
-    except (OSError, pickle.PicklingError):
+    except OSError:
         Path(temp).unlink(missing_ok=True)
