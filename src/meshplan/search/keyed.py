@@ -19,7 +19,7 @@ import numpy as np
 from meshplan.collectives.comm import Layout, block_members
 from meshplan.collectives.groups import expert_layout, send_stride
 from meshplan.search.batch import CATEGORICAL, PlanBatch
-from meshplan.search.key_store import Panels, store_for
+from meshplan.search.key_store import Panels, distinct, store_for
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -251,17 +251,3 @@ def _scatter(full: Units, rows: np.ndarray, part: Units, n: int) -> Units:
         return out
 
     return Units(*(put(getattr(full, f), getattr(part, f)) for f in Units.__slots__))
-
-
-def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For key columns (fields × rows of non-negative integers): the first row of each distinct key and each
-    row's key index. The columns are packed into one integer (mixed radix) for a fast 1-D unique; the code is
-    renumbered densely whenever the next column would overflow int64."""
-    packed = np.zeros(keys.shape[1], dtype=np.int64)
-    for column in keys:
-        radix = int(column.max()) + 1
-        if int(packed.max()) >= 2**62 // radix:
-            packed = np.unique(packed, return_inverse=True)[1].reshape(-1)
-        packed = packed * radix + column
-    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
