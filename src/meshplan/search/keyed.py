@@ -87,16 +87,19 @@ def _compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack:
     element-wise arithmetic on fewer elements (DeepSeek-V3's search: 93 of its 99 compute ops, 476 of 15,823 shapes;
     the expert GEMMs, whose inputs also read ep and etp, on every row)."""
     first, inverse = distinct(np.stack([np.asarray(getattr(shaped, k), dtype=np.int64) for k in _OP_KEYS]))
-    few = {k: [_on_rows(op, first, inverse) for op in v] for k, v in ops.items()}
+    seen: dict[int, np.ndarray | None] = {}  # per array (ops share some): at ``first``, None where it varies there
+    few = {k: [_on_rows(op, first, inverse, seen) for op in v] for k, v in ops.items()}
     priced = {k: [op if op is not None else whole for op, whole in zip(v, ops[k], strict=True)] for k, v in few.items()}
     times = compute_times(model, cluster, shaped, stack, eff, priced)
     return {k: [_spread(t, inverse) if op is not None else t for op, t in zip(few[k], v, strict=True)]
             for k, v in times.items()}
 
 
-def _on_rows(op: OpCost, first: np.ndarray, inverse: np.ndarray) -> OpCost | None:
+def _on_rows(op: OpCost, first: np.ndarray, inverse: np.ndarray, seen: dict[int, np.ndarray | None]
+             ) -> OpCost | None:
     """``op`` at the rows ``first`` where each of its per-row fields holds, bit for bit, its value at ``first`` on
-    every row ``inverse`` maps there; None where one does not (or the op is a collective, or has no per-row field)."""
+    every row ``inverse`` maps there; None where one does not (or the op is a collective, or has no per-row field).
+    ``seen``: the arrays met so far (by id: the ops hold them), at ``first`` or None."""
     if op.kind == "collective" or len(first) == len(inverse):
         return None
     rows = {}
@@ -104,14 +107,23 @@ def _on_rows(op: OpCost, first: np.ndarray, inverse: np.ndarray) -> OpCost | Non
         value = getattr(op, f.name)
         if not isinstance(value, np.ndarray) or not value.ndim:
             continue
-        if value.shape != inverse.shape or value.dtype.kind not in "biuf":
-            return None
-        few = value[first]
-        bits = f"u{value.dtype.itemsize}"
-        if not np.array_equal(few[inverse].view(bits), np.ascontiguousarray(value).view(bits)):
+        if id(value) not in seen:
+            seen[id(value)] = _at_first(value, first, inverse)
+        few = seen[id(value)]
+        if few is None:
             return None
         rows[f.name] = few
     return replace(op, **rows) if rows else None
+
+
+def _at_first(value: np.ndarray, first: np.ndarray, inverse: np.ndarray) -> np.ndarray | None:
+    """``value`` (one number per row) at the rows ``first``, where every row ``inverse`` maps to one of them holds its
+    number bit for bit (-0.0 is not 0.0); else None."""
+    if value.shape != inverse.shape or value.dtype.kind not in "biuf":
+        return None
+    few = value[first]
+    bits = f"u{value.dtype.itemsize}"
+    return few if bool((few[inverse].view(bits) == np.ascontiguousarray(value).view(bits)).all()) else None
 
 
 def _spread(t: Num | None, inverse: np.ndarray) -> Num | None:
