@@ -102,7 +102,7 @@ def _on_rows(op: OpCost, first: np.ndarray, inverse: np.ndarray, seen: dict[int,
     ``seen``: the arrays met so far (by id: the ops hold them), at ``first`` or None."""
     if op.kind == "collective" or len(first) == len(inverse):
         return None
-    rows = {}
+    rows: dict[str, Any] = {}
     for f in fields(op):
         value = getattr(op, f.name)
         if not isinstance(value, np.ndarray) or not value.ndim:
