@@ -36,7 +36,7 @@ def test_forked_parts_merge_in_the_jobs_order(monkeypatch):
     space = Space(global_batch=64)  # offload on: Megatron-Core's refusals, found in several jobs
     forked = search(model, cluster, space, top_k=3, workers=2)
     evaluated = workers._evaluated
-    monkeypatch.setattr(workers, "_evaluated", lambda searches, tasks, _: evaluated(searches, tasks, 1))
+    monkeypatch.setattr(workers, "_evaluated", lambda searches, tasks, _: evaluated(searches, tasks, None))
     here = search(model, cluster, space, top_k=3, workers=2)  # the two workers' four jobs, in this process
     assert sum(1 for reason in forked.rejected if "refuses" in reason) >= 2
     _same(forked, here)

@@ -99,6 +99,20 @@ def _pricing_key(cluster: Cluster) -> tuple[Any, ...]:
     return (*rest, tuple(inner), tuple((f.name, getattr(outer, f.name)) for f in fields(outer) if f.name != "size"))
 
 
+def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For key columns (fields × rows of non-negative integers): the first row of each distinct key and each
+    row's key index. The columns are packed into one integer (mixed radix) for a fast 1-D unique; the code is
+    renumbered densely whenever the next column would overflow int64."""
+    packed = np.zeros(keys.shape[1], dtype=np.int64)
+    for column in keys:
+        radix = int(column.max()) + 1
+        if int(packed.max()) >= 2**62 // radix:
+            packed = np.unique(packed, return_inverse=True)[1].reshape(-1)
+        packed = packed * radix + column
+    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
 class KeyStore:
     """Priced unit keys: a key is known by its shape (an index into the shapes met so far), its SUMMA panel count
     and its tier splits (an index into the split tuples met so far), packed into one integer; the codes seen so
@@ -109,7 +123,7 @@ class KeyStore:
     def __init__(self, panel_radix: int, recomputes: tuple[str, ...], works: tuple[str, ...]) -> None:
         self._panel_radix = panel_radix  # panels: at most the hidden size (SUMMA's divide it; 1D's = tp)
         self._split_radix = 2**62 // (self.SHAPES * panel_radix)
-        self._shapes: dict[tuple[int, ...], int] = {}
+        self._shapes = np.zeros((0, 0), dtype=np.int64)  # the known shapes (a column each), by index
         self._splits: dict[tuple[int, ...], int] = {}
         self._codes = np.zeros(0, dtype=np.int64)  # sorted key codes
         self._slot = np.zeros(0, dtype=np.int64)  # where each code's units are stored
@@ -123,13 +137,27 @@ class KeyStore:
 
     def shape_ids(self, shapes: np.ndarray) -> np.ndarray:
         """The store's index of each shape (``shapes``: SHAPE_KEYS × shapes), new ones numbered on in their order
-        (``add_shapes`` then stores their kernel times in that order)."""
-        return np.array([self._number(self._shapes, tuple(map(int, s)), self.SHAPES) for s in shapes.T],
-                        dtype=np.int64)
+        (``add_shapes`` then stores their kernel times in that order). One sort of the known shapes and these
+        (``distinct``), the known ones first and each stored once, in its index's place: a distinct shape whose
+        first column is a known one is that one (its index); the others are new, numbered in the order of their
+        first column."""
+        known, shapes = self._shapes.shape[1], shapes.astype(np.int64)
+        if not shapes.shape[1]:
+            return np.zeros(0, dtype=np.int64)
+        first, inverse = distinct(np.concatenate([self._shapes, shapes], axis=1) if known else shapes)
+        fresh = np.flatnonzero(first >= known)
+        fresh = fresh[np.argsort(first[fresh], kind="stable")]  # the new shapes in the order they first come
+        if known + len(fresh) > self.SHAPES:
+            raise RuntimeError("more distinct shapes or tier splits than the key code can hold")
+        ids = first.copy()
+        ids[fresh] = known + np.arange(len(fresh))
+        new = shapes[:, first[fresh] - known]
+        self._shapes = np.concatenate([self._shapes, new], axis=1) if known else new
+        return ids[inverse[known:]]
 
     def add_shapes(self, compute: dict[str, list[Num | None]], shapes: dict[str, Units]) -> None:
         """Store the compute-op times and lean kernel units of the shapes numbered since the last call."""
-        n = len(self._shapes) - self.shaped
+        n = self._shapes.shape[1] - self.shaped
         slots = self.shaped + np.arange(n)
         self.shapes = {rc: _stored(self.shapes[rc], slots, u) for rc, u in shapes.items()} if self.shaped else shapes
         self.compute = {k: [_joined(old, t, self.shaped, n) for old, t in

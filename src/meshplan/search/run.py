@@ -126,10 +126,9 @@ def searches(model: ModelSpec, cluster: Cluster, spaces: list[Space], top_k: int
     prepared = [_prepare(model, cluster, space, workers, explore) for space in spaces]
     alone = 1 if all(p.combos == prepared[0].combos for p in prepared) else len(spaces)  # searches of own tasks
     prepared = [replace(p, shares=_shares(p, alone)) for p in prepared]
-    parts = run_searches([(p.shares, p.combos, (model, cluster, p.space, top_k, eff, p.start_from))
-                          for p in prepared], max(p.workers for p in prepared), progress)
-    return [_finish(model, cluster, p, results, top_k, eff, explore) for p, results in zip(prepared, parts,
-                                                                                           strict=True)]
+    return run_searches([(p.shares, p.combos, (model, cluster, p.space, top_k, eff, p.start_from))
+                         for p in prepared], max(p.workers for p in prepared),
+                        lambda s, parts: _finish(model, cluster, prepared[s], parts, top_k, eff, explore), progress)
 
 
 def _shares(prepared: _Prepared, searches: int) -> list[Job]:

@@ -6,13 +6,19 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from meshplan.search.combos import Combo
 from meshplan.search.evaluate import Part, Start, evaluate
 from meshplan.search.explore import Explored
 from meshplan.search.space import Space
+
+if TYPE_CHECKING:
+    from multiprocessing.pool import Pool
+
+T = TypeVar("T")
 
 # Plans before the settings grid (size combinations at about 8 placements each): below this one process is faster
 # than forking two workers on a two-core machine. The work goes with the size combinations and unit keys (memory, the
@@ -63,25 +69,34 @@ def jobs(combos: list[Combo], space: Space, parts: int) -> list[Job]:
 
 
 def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int,
-                 progress: Callable[[int, int], None] | None = None) -> list[list[Part]]:
+                 finish: Callable[[int, list[Part]], T], progress: Callable[[int, int], None] | None = None
+                 ) -> list[T]:
     """Evaluate every job of one or more searches (each: its jobs, combinations and evaluate's arguments after the
     combinations: model, cluster, space, top_k, eff, and an ``Explored`` each job starts afresh from, or None) in
     this process (``workers`` = 1) or in one pool of forked ones (search/variants.py's expert-GEMM searches share
-    it: a pool each would fork twice); ``progress(done, total)`` counts finished jobs. Each search's parts come in
-    its jobs' order, whichever process finished first, so that what a search keeps (the first example of a
-    refusal, the order of equal plans) does not depend on the processes' timing. Searches with the same jobs
-    (variants.py's, whose combinations the expert GEMMs do not change) are twins: a job of every one of them is
-    one task, which computes the memory of a group once for all where it can (search/memory_pass.py)."""
+    it: a pool each would fork twice), and return ``finish(s, parts)`` of each search ``s``; ``progress(done,
+    total)`` counts finished jobs. Each search's parts come in its jobs' order, whichever process finished first, so
+    that what a search keeps (the first example of a refusal, the order of equal plans) does not depend on the
+    processes' timing. Searches with the same jobs (variants.py's, whose combinations the expert GEMMs do not
+    change) are twins: a job of every one of them is one task, which computes the memory of a group once for all
+    where it can (search/memory_pass.py). In a pool, the searches after the first are finished by the workers
+    while this process finishes the first (run._finish's ranking and refinement: a third of DeepSeek-V3's CPU
+    seconds, its two searches' at once on two cores)."""
     tasks = _tasks(searches)
     parts: list[list[Part | None]] = [[None] * len(shares) for shares, _, _ in searches]
     total, done = sum(len(shares) for shares, _, _ in searches), 0
-    for (ss, j), found in _evaluated(searches, tasks, workers):
-        for s, part in zip(ss, found, strict=True):
-            parts[s][j] = part
-        done += len(ss)
-        if progress:
-            progress(done, total)
-    return [[p for p in ps if p is not None] for ps in parts]
+    with _pool(searches, workers, finish) as pool:
+        for (ss, j), found in _evaluated(searches, tasks, pool):
+            for s, part in zip(ss, found, strict=True):
+                parts[s][j] = part
+            done += len(ss)
+            if progress:
+                progress(done, total)
+        found_parts = [[p for p in ps if p is not None] for ps in parts]
+        if pool is None:
+            return [finish(s, ps) for s, ps in enumerate(found_parts)]
+        later = [pool.apply_async(_finish_shared, (s, ps)) for s, ps in enumerate(found_parts) if s]
+        return [finish(0, found_parts[0]), *(result.get() for result in later)]
 
 
 def _tasks(searches: list[tuple[list[Job], list[Combo], tuple]]) -> list[tuple[tuple[int, ...], int]]:
@@ -95,26 +110,37 @@ def _tasks(searches: list[tuple[list[Job], list[Combo], tuple]]) -> list[tuple[t
                   key=lambda t: -searches[t[0][0]][0][t[1]].weight)
 
 
-def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list[tuple[tuple[int, ...], int]],
-               workers: int) -> Iterator[tuple[tuple[tuple[int, ...], int], list[Part]]]:
-    """Each task and its searches' parts, in this process or, as they finish, in a pool of forked ones."""
+@contextmanager
+def _pool(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int, finish: Callable[[int, list[Part]], Any]
+          ) -> Iterator[Pool | None]:
+    """A pool of ``workers`` forked processes, which inherit the searches and ``finish`` (``_SHARED``); None for one
+    worker (this process)."""
     if workers == 1:
-        for task in tasks:
-            yield task, _evaluate_task(searches, task)
+        yield None
         return
     import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
 
-    _SHARED.update(searches=searches)
+    _SHARED.update(searches=searches, finish=finish)
     try:
         with multiprocessing.get_context("fork").Pool(workers, initializer=ignore_interrupts) as pool:
-            yield from pool.imap_unordered(_evaluate_shared, tasks)
+            yield pool
             pool.close()  # every task answered: the workers take their sentinels and exit (``with`` terminates
             pool.join()  # them, which is for a pool left early: an error, Ctrl-C)
     finally:
         _SHARED.clear()
 
 
-_SHARED: dict[str, Any] = {}  # the candidates, inherited by forked workers instead of pickled
+def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list[tuple[tuple[int, ...], int]],
+               pool: Pool | None) -> Iterator[tuple[tuple[tuple[int, ...], int], list[Part]]]:
+    """Each task and its searches' parts, in this process (no ``pool``) or, as they finish, in the pool's."""
+    if pool is None:
+        for task in tasks:
+            yield task, _evaluate_task(searches, task)
+        return
+    yield from pool.imap_unordered(_evaluate_shared, tasks)
+
+
+_SHARED: dict[str, Any] = {}  # the candidates and the finish, inherited by forked workers instead of pickled
 
 
 def ignore_interrupts() -> None:
@@ -140,6 +166,10 @@ def _evaluate(job: Job, combos: list[Combo], args: tuple, memo: dict) -> Part:
     fresh = None if explored is None else Explored(explored.rate, explored.seed, explored.fits_only)
     return evaluate(job.mode, [combos[i] for i in job.combos], model, cluster, space, top_k, eff,
                     Start(explore=fresh, memo=memo))
+
+
+def _finish_shared(s: int, parts: list[Part]) -> Any:
+    return _SHARED["finish"](s, parts)
 
 
 def _evaluate_shared(task: tuple[tuple[int, ...], int]) -> tuple[tuple[tuple[int, ...], int], list[Part]]:
