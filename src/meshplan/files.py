@@ -201,6 +201,21 @@ def writable(path: str | Path, field: str) -> None:
         raise SpecError(f"{field}={str(path)!r}: directory {str(parent)!r} does not exist")
     if not os.access(target if target.exists() else parent, os.W_OK):
         raise SpecError(f"{field}={str(path)!r}: permission denied")
+    _open_once(target, str(path), field)
+
+
+def _open_once(target: Path, path: str, field: str) -> None:
+    """Open the file for writing as the write will: ``os.access`` answers yes to root for /proc, whose directories
+    take no new file, so the failure would come after the work. A new file is created and removed again, an existing
+    one opened without truncating it (O_NONBLOCK: a FIFO without a reader fails at once, ENXIO)."""
+    existed = target.exists()
+    flags = os.O_WRONLY | os.O_NONBLOCK | (0 if existed else os.O_CREAT | os.O_EXCL)
+    try:
+        os.close(os.open(target, flags, 0o666))
+    except OSError as exc:
+        raise SpecError(f"{field}={path!r}: cannot write: {_os_reason(exc)}") from None
+    if not existed:
+        target.unlink(missing_ok=True)
 
 
 def writable_dir(path: str | Path, field: str) -> None:
