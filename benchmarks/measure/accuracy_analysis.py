@@ -371,9 +371,10 @@ def explain(r: RunResult, rec: dict[str, Any], records: list[dict[str, Any]],
                        "sliding_window), and the eager kernels Megatron-Core's per-expert MLP runs for the experts' "
                        "biases and the clamped GLU (mlp_moe.grouped_mlp_eager: the BF16 runs' path; the MXFP8 runs of "
                        "26.06 on use Transformer Engine's fused grouped MLP). Not found: candidates are cuDNN's sink "
-                       "kernels at head dimension 64 running well below the rate meshplan gives plain attention, "
-                       "and the host's time in a run without CUDA graphs (the BF16 recipes recompute modules, which "
-                       "their graph scopes do not allow)")
+                       "kernels at head dimension 64 running well below the rate meshplan gives plain attention. Ruled "
+                       "out: the host's time of the recipes that capture no CUDA graphs (the GB200, B200 and H100 BF16 "
+                       "ones, meshplan_validation/recipes.py CUDA_GRAPHS), priced and under the GPU's; the gap is "
+                       "about as large on x86 hosts as on Grace")
     unstated = [name for name, value in (("FFN size", m.get("ffn_hidden_size")),
                                          ("micro-batch size", p.get("micro_batch_size"))) if value is None]
     if unstated:
