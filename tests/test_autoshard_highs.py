@@ -178,6 +178,24 @@ def test_the_bindings_load_without_scipy_optimize():
     assert out.stdout.strip() == "ok"
 
 
+def _counted(made, iterations: list):
+    """A stand-in for HiGHS' own object that appends its simplex iterations to ``iterations`` after each run."""
+
+    class Counted:
+        def __init__(self):
+            self.inner = made()
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def run(self):
+            status = self.inner.run()
+            iterations.append(self.inner.getInfo().simplex_iteration_count)
+            return status
+
+    return Counted
+
+
 @pytest.mark.parametrize("gpus", [16, 64])
 def test_rounds_carried_by_name_reach_the_cold_optimum(traced, gpus, monkeypatch):
     """The 4-layer Llama under a memory limit (the Lagrangian's rounds, whose programs keep different strategies):
@@ -191,17 +209,7 @@ def test_rounds_carried_by_name_reach_the_cold_optimum(traced, gpus, monkeypatch
     solve_ilp, carried, bindings = ilp.solve, highs._carried, highs._bindings()
     made = bindings._Highs
 
-    class Counted:  # HiGHS' own object, its iterations read after each run
-        def __init__(self):
-            self.inner = made()
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def run(self):
-            status = self.inner.run()
-            seen["iterations"].append(self.inner.getInfo().simplex_iteration_count)
-            return status
+    Counted = _counted(made, seen["iterations"])
 
     monkeypatch.setattr("meshplan.autoshard.solve.solve_ilp",
                         lambda *a, **k: seen["objective"].append(solve_ilp(*a, **k)) or seen["objective"][-1])
@@ -272,17 +280,7 @@ def test_a_program_solved_before_starts_at_its_optimum(traced, tmp_path, monkeyp
     solve_ilp, bindings = ilp.solve, highs._bindings()
     made = bindings._Highs
 
-    class Counted:  # HiGHS' own object, its iterations read after each run
-        def __init__(self):
-            self.inner = made()
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def run(self):
-            status = self.inner.run()
-            seen["iterations"].append(self.inner.getInfo().simplex_iteration_count)
-            return status
+    Counted = _counted(made, seen["iterations"])
 
     def solved(*a, **k):
         sol = solve_ilp(*a, **k)
