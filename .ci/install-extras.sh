@@ -50,4 +50,8 @@ echo "install-extras: meshplan and the dev extra into .venv (first run: about 1 
 # start (the CLI, the benchmark scripts, each gloo rank) would otherwise compile meshplan's sources again (~0.7 s of
 # CPU each); Python still recompiles any file edited since.
 .venv/bin/python -m compileall -q src benchmarks tests >/dev/null
+# and, for the same reason, the code of the methods dataclasses writes (meshplan/cli/codecache.py: kept beside the
+# bytecode, never written where PYTHONDONTWRITEBYTECODE is set): one plan, with bytecode writing on for it alone
+PYTHONDONTWRITEBYTECODE= .venv/bin/meshplan plan --model llama3-70b --system h100 --gpus 1024 --global-batch 512 \
+  >/dev/null
 echo "install-extras: done" >&2
