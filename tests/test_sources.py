@@ -167,7 +167,10 @@ def test_vtrain_runs_price_the_released_scope():
     assert (vtrain.zero, vtrain.grad_bytes, vtrain.stack.optimizer_wrapper) == (0, 2, "stated")
     assert (vtrain.stack.tensor_host, vtrain.stack.tensor_host_queued) == (0.0, 0.0)
     assert pytest.approx(32.2e-6) == MDS_FP16_TENSOR
-    # the module code and its host costs are the preset's
-    for field in ("host_dispatch", "collective_host", "fusion", "flash_attention", "overlap_dp"):
+    # the module code and its host cost per kernel are the preset's; the TP all-reduces are the graph's CommNodes,
+    # after the layer's traced kernels, with no host call (source_vtrain.py)
+    for field in ("host_dispatch", "fusion", "flash_attention", "overlap_dp"):
         assert getattr(vtrain.stack, field) == getattr(MEGATRON_DEEPSPEED.stack, field)
+    assert (vtrain.stack.collective_host, vtrain.stack.blocking_collectives) == (0.0, True)
+    assert (vtrain.timed_recompute, vtrain.vocab_floor, vtrain.stack.vocab_multiple) == (False, True, 1)
     assert wrapped(vtrain.stack, Plan(tp=2, precision="fp16")).tensor_host == 0.0

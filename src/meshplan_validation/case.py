@@ -25,6 +25,7 @@ from meshplan_validation.recipes import mtp_layers
 from meshplan_validation.record_fields import with_unread
 from meshplan_validation.records import clean_record
 from meshplan_validation.skip import Skip
+from meshplan_validation.sources import source_defaults
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,9 @@ def _map_run(record: dict[str, Any], hybrid: bool) -> Case:
     cluster, hw_notes = _reading("hardware", map_cluster, hardware)
     plan, stack, plan_notes = _reading("parallel", map_plan, record, model, cluster)
     notes += hw_notes + implied + plan_notes
+    if source_defaults(record).vocab_floor and plan.tp > 1:  # the source's model: V // tp rows a rank
+        model = replace(model, vocab_size=model.vocab_size // plan.tp * plan.tp)
+        notes.append(f"vocabulary {model.vocab_size}: the source's model holds vocab_size // tp rows a rank")
     if stack.attention_kernel == "fa2" and stack.flash_attention:
         notes.append(f"attention kernel: {stack.attention_kernel} class (the source's stack)")
     if record.get("_unread"):

@@ -106,6 +106,8 @@ def recompute(record: dict[str, Any], p: dict[str, Any], model: ModelSpec, pp: i
     raw = "" if raw is None else str(raw).lower()
     text = RECOMPUTE_REMARKS.sub("", raw).strip()
     layers = -(-model.num_layers // pp)
+    if not src.timed_recompute:
+        return "none", 0, core, f"recompute as stated, but {src.name}'s times hold none of it (sources.py)"
     if "(layer)" in text:
         half = max(1, layers // 2)
         return "full", half, core, (f"torchtitan selective AC (layer) as full recompute of every other layer "

@@ -12,6 +12,7 @@ from typing import Any
 
 from meshplan.cost.wrappers import DEEPSPEED_FP16
 from meshplan.specs.stack import Stack, load_stack
+from meshplan_validation.source_vtrain import VTRAIN_STACK, VTRAIN_WHY
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,11 @@ class SourceDefaults:
     # DeepSpeed's engine in fp16 reduces the fp16 gradients themselves: communication_data_type is the model's dtype
     # unless the config names one (deepspeed 0.19.8 runtime/engine.py:1718-1730): 2 gradient bytes for an fp16 run
     fp16_grads: bool = False
+    # whether the source's times hold the recompute pass the record states: False where they are composed without it
+    # (vTrain's execution graph, VTRAIN_RECOMPUTE below); the Plan is then priced without recompute
+    timed_recompute: bool = True
+    # the model holds vocab_size // tp vocabulary rows a rank, unpadded (vTrain's ShardedGptModel), not V / tp
+    vocab_floor: bool = False
 
 
 # PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
@@ -180,31 +186,9 @@ MDS_CPU_MASK_1024 = 1.14e-3
 # 32.2 us in all (Megatron-LM 6aad2116's same path, MEGATRON_LM_TENSOR, was priced at 5 .data reads and 14 passes)
 MDS_FP16_QUEUED = 14.5e-6 + 0.2e-6 + 3 * 0.1e-6
 MDS_FP16_TENSOR = MDS_FP16_QUEUED + 14.5e-6 + 0.6e-6 + 5 * 0.2e-6 + 11 * 0.1e-6
-# What vTrain's released times hold once a step (their scope, which the VTRAIN defaults price): not Megatron's step as
-# counted above. The released single-node file is composed by vTrain's execution graph (src/predictor.py
-# create_layer_graph / predict at f8dda847), not timed end to end (benchmarks/measure/small_work_scope.py checks it on
-# the released half, data/measured/2026-11-29-vtrain-release-scope.md): every plan's times are exactly linear in the
-# micro-batch count, one slope per (model, tp, pp, micro-batch) shared by every dp, and each dp > 1 time is its dp-1
-# twin plus compute_comm_time of the rank's fp16 parameter bytes (param_size_by_rank) from trace/a100's nccl-tests
-# table, to 1 us in all 72 groups. The once-a-step nodes of that graph are that exposed all-reduce (use_gradient_bucket
-# false in every validation config) and the WU nodes: apex FusedAdam's kernels as CUPTI traced them (src/trainer.py,
-# src/model/fused_adam.py: one multi_tensor_adam per layer group, no fp16 wrapper, no unscale, norm or copies), with
-# no host loop per parameter tensor. The released dp-1 part agrees: 0.89 ms a step at tp 8 (12 layers, h1024, ~150
-# tensors a rank) is about the update's memory traffic alone, where Megatron's loops above would cost ~6 ms
-VTRAIN_TENSOR = 0.0
-VTRAIN = SourceDefaults(
-    "vTrain (Megatron-DeepSpeed, Megatron's optimizer)", r"^vtrain",
-    load_stack("megatron-deepspeed").with_(name="megatron-deepspeed-megatron-optimizer", optimizer_wrapper="stated",
-                                           tensor_host=VTRAIN_TENSOR,
-                                           tensor_sharded=True,
-                                           microbatch_host=MDS_CPU_MASK_1024),
-    False, 0, 2, "full",
-    "vTrain's Megatron-DeepSpeed runs: Megatron's own training loop (no --deepspeed: vTrain models PyTorch DDP's "
-    "gradient buckets and apex FusedAdam, never DeepSpeed's engine), fp16 gradients all-reduced after the backward "
-    "pass, no ZeRO; the module code and host costs of the megatron-deepspeed preset, and the causal mask its "
-    "September 2023 code built on the CPU for every micro-batch. Once a step the released times hold what vTrain's "
-    "execution graph composes them of (src/predictor.py): the exposed gradient all-reduce and apex FusedAdam's "
-    "kernels, no per-tensor host loop of Megatron's fp16 optimizer")
+# What vTrain's released times hold (their scope, not Megatron's step as counted above): source_vtrain.py
+VTRAIN = SourceDefaults("vTrain (Megatron-DeepSpeed, Megatron's optimizer)", r"^vtrain", VTRAIN_STACK,
+                        False, 0, 2, "full", VTRAIN_WHY, timed_recompute=False, vocab_floor=True)
 
 
 SOURCES: tuple[SourceDefaults, ...] = (

@@ -1,0 +1,50 @@
+"""What vTrain's released single-node times hold (sources.VTRAIN): the scope of vTrain's own execution graph, not a
+Megatron-DeepSpeed step timed end to end.
+
+The released file is composed by vTrain's predictor (VIA-Research/vTrain f8dda847, src/predictor.py create_layer_graph
+and predict; Bang et al., MICRO 2024, arXiv 2312.12391), over kernel traces of vTrain's own one-layer model
+(src/model/gpt_model.py, gpt_modeling.py) taken by its CUPTI profiler on one GPU (src/trainer.py, profiler/cupti.cpp).
+What the release shows of that, on the released half (benchmarks/measure/small_work_scope.py,
+benchmarks/measure/small_work_graph.py; data/measured/2026-11-29-vtrain-release-scope.md and
+2026-11-29-vtrain-graph-scope.md):
+
+- Once a step: the exposed data-parallel all-reduce of vTrain's nccl-tests table and apex FusedAdam's traced kernels,
+  no host loop per parameter tensor (tensor_host 0; Megatron's own loops are sources.MDS_FP16_TENSOR).
+- No recompute. create_layer_graph adds a recompute forward only on ranks before the last ("Last rank worker doesn't
+  perform recomputation"), so at pp 1 none runs; and those recompute nodes sit on their rank's stream outside the
+  micro-batch's dependency chain, so they fill the wait for the gradient and never lengthen the step while the last
+  rank is the slowest. The release agrees: one layer's time per micro-batch is the same at pp 1, 2 and 4, and the
+  pipeline's fill holds each earlier layer once at that same time (to 1e-6 ms in every group); where the GPU
+  dominates (tp 1, hidden 2048, micro-batch 2 -> 4) a sample costs 2.01 ms a layer, 0.75 x meshplan's GPU price of a
+  forward, recompute and backward (2.66 ms): three passes' work, not four.
+- Each transformer layer's two forward and two backward TP all-reduces are CommNodes on the rank's stream after the
+  layer's traced kernels (_add_tp_communication): they add to the layer's time, whatever the host did
+  (blocking_collectives), and no collective call is in the trace (collective_host 0). None for the embedding, the
+  logits or the loss.
+- The model is vTrain's own: the vocabulary unpadded and split as vocab_size // tp rows a rank (ShardedGptEmbeddings,
+  ShardedGptLogit: 25,128 at tp 2, so its logit GEMMs are aligned there and odd, 50,257, only at tp 1), and its
+  causal mask built on the GPU in ShardedGptModel.forward, outside the traced modules (no CPU mask:
+  sources.MDS_CPU_MASK_1024 is Megatron-DeepSpeed's, not this trace's).
+"""
+
+from __future__ import annotations
+
+from meshplan.specs.stack import load_stack
+
+VTRAIN_TENSOR = 0.0  # WU nodes: apex FusedAdam's kernels, no per-tensor host loop
+VTRAIN_MICROBATCH = 0.0  # the causal mask is GPU work outside the traced modules
+VTRAIN_COLLECTIVE_HOST = 0.0  # the traces hold no collective call: the TP all-reduces are the graph's CommNodes
+VTRAIN_VOCAB = 1  # no vocabulary padding: vocab_size // tp rows a rank (SourceDefaults.vocab_floor)
+
+VTRAIN_STACK = load_stack("megatron-deepspeed").with_(
+    name="megatron-deepspeed-megatron-optimizer", optimizer_wrapper="stated", tensor_host=VTRAIN_TENSOR,
+    tensor_sharded=True, microbatch_host=VTRAIN_MICROBATCH, collective_host=VTRAIN_COLLECTIVE_HOST,
+    blocking_collectives=True, vocab_multiple=VTRAIN_VOCAB)
+
+VTRAIN_WHY = (
+    "vTrain's released single-node times are its own execution graph's (src/predictor.py), not a timed "
+    "Megatron-DeepSpeed step: per micro-batch its one-layer model's traced kernels (the module code and host costs of "
+    "the megatron-deepspeed preset, vocabulary unpadded, vocab_size // tp rows a rank) with each layer's four TP "
+    "all-reduces after its kernels, no recompute (none on the last pipeline rank, whose time sets the step; the "
+    "others' hides in their wait for the gradient); once a step the exposed fp16 gradient all-reduce and apex "
+    "FusedAdam's kernels, no per-tensor host loop and no CPU causal mask")
