@@ -26,6 +26,7 @@ from meshplan.search.stage_dp import (
     per_rank_table,
     stage_dp,
     uniform_settings,
+    written_out,
 )
 from meshplan.search.stage_lines import priced_ranks, rank_lines
 from meshplan.specs.check import check
@@ -49,6 +50,17 @@ def test_stage_layers_of_the_even_split_is_the_uniform_plan():
     assert apart.step_time == pytest.approx(even.step_time, rel=1e-12)
     assert apart.peak_memory == pytest.approx(even.peak_memory, rel=1e-12)
     assert len(apart.stage_memory) == 8
+
+
+def test_the_even_split_written_out_is_not_priced_again():
+    # stage_dp skips the proposal that is the plan itself, 10 layers a rank under its own setting (priced as it is,
+    # above), and no other
+    even = UNIFORM.with_(stage_layers=(10,) * 8, recompute_layers=0)
+    assert written_out(L70, even, UNIFORM)
+    assert not written_out(L70, UNIFORM.with_(stage_layers=(9,) + (10,) * 6 + (11,)), UNIFORM)
+    assert not written_out(L70, even.with_(recompute="selective"), UNIFORM)
+    assert not written_out(L70, even.with_(stage_recompute=("full",) * 8), UNIFORM)
+    assert not written_out(L70, even, UNIFORM.with_(stage_layers=(10,) * 8))  # a split of its own: priced
 
 
 def test_a_rank_with_more_layers_is_slower_and_heavier():

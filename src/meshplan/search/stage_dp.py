@@ -30,6 +30,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
+from meshplan.cost.params import layers_on_rank
 from meshplan.estimate import Estimate
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import schedule_of
@@ -322,10 +323,22 @@ def stage_dp(model: ModelSpec, clusters: Sequence[Cluster], best: P, plan: Plan,
                 stack.supports.problems(candidate, model, stack):
             continue
         tried += 1
+        if written_out(model, candidate, plan):  # ``plan`` itself: no faster than ``best``
+            continue
         est = price(candidate)
         if est.fits and _within(est, clusters, headroom, limit) and est.step_time < chosen.step_time:
             chosen = est
     return chosen
+
+
+def written_out(model: ModelSpec, candidate: Plan, plan: Plan) -> bool:
+    """Whether ``candidate`` is ``plan`` with its own layers per rank written out (``with_split`` of the split it
+    has, under the setting it runs: the DP's first proposal, 16 of the 72 a strong-scaling sweep of llama3-70b over 8
+    GPU counts prices), which prices as ``plan`` does (tests/test_stage_dp.py: rank by rank as by its end ranks)."""
+    if plan.stage_layers or candidate.pp != plan.pp or any(
+            layers_on_rank(model, candidate, r) != layers_on_rank(model, plan, r) for r in range(plan.pp)):
+        return False
+    return candidate.with_(stage_layers=()) == plan
 
 
 def _within(est: Priced, clusters: Sequence[Cluster], headroom: float, limit: float) -> bool:
