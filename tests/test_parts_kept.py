@@ -16,7 +16,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
-from meshplan.step.units import _kept_parts, _timed, timed_parts  # noqa: PLC2701 (the module's own)
+from meshplan.step.units import _kept_parts, _timed, timed_parts, units_for_recomputes  # noqa: PLC2701 (its own)
 
 CASES = [("llama3-70b", "h100", 256, 1024, "megatron-core"), ("mixtral-8x7b", "h100", 64, 256, "any"),
          ("llama3-8b", "a100", 16, 256, "deepspeed")]
@@ -32,6 +32,7 @@ def _variants(plan, layers: int, rng: random.Random):
     yield plan.with_(recompute=rng.choice(("none", "selective", "full")), recompute_layers=rng.randint(0, 2))
     yield plan.with_(offload_activations=True, offload_layers=rng.randint(0, 3))
     yield plan.with_(first_stage_layers=1, last_stage_layers=2, stage_offload=(1,) * pp)
+    yield plan.with_(offload_optimizer=not plan.offload_optimizer, zero=max(1, plan.zero))  # no op reads it
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -46,7 +47,12 @@ def test_kept_parts_are_each_plans_own(case):
             own = work_of(plan, stack)
             works = (own,) if own else ()
             kept = timed_parts(model, cluster, plan, stack, DEFAULT, works=works)
-            assert kept == _timed(model, cluster, plan, stack, DEFAULT, None, works)  # computed afresh
+            fresh = _timed(model, cluster, plan, stack, DEFAULT, None, works)
+            assert kept == fresh  # computed afresh
+            # and the units of kept parts, kept by their key (step/units._kept_units), are the plan's own
+            modes = ("none", "selective", "full")
+            assert units_for_recomputes(model, plan, stack, kept, modes) == units_for_recomputes(
+                model, plan, stack, fresh, modes)
 
 
 def test_a_caller_changing_its_parts_does_not_change_the_next():

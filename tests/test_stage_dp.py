@@ -26,8 +26,9 @@ from meshplan.search.stage_dp import (
     per_rank_table,
     stage_dp,
     uniform_settings,
+    written_out,
 )
-from meshplan.search.stage_lines import priced_ranks, rank_lines
+from meshplan.search.stage_lines import ends_step, priced_ranks, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
@@ -49,6 +50,27 @@ def test_stage_layers_of_the_even_split_is_the_uniform_plan():
     assert apart.step_time == pytest.approx(even.step_time, rel=1e-12)
     assert apart.peak_memory == pytest.approx(even.peak_memory, rel=1e-12)
     assert len(apart.stage_memory) == 8
+
+
+def test_the_even_split_written_out_is_not_priced_again():
+    # stage_dp skips the proposal that is the plan itself, 10 layers a rank under its own setting (priced as it is,
+    # above), and no other
+    even = UNIFORM.with_(stage_layers=(10,) * 8, recompute_layers=0)
+    assert written_out(L70, even, UNIFORM)
+    assert not written_out(L70, UNIFORM.with_(stage_layers=(9,) + (10,) * 6 + (11,)), UNIFORM)
+    assert not written_out(L70, even.with_(recompute="selective"), UNIFORM)
+    assert not written_out(L70, even.with_(stage_recompute=("full",) * 8), UNIFORM)
+    assert not written_out(L70, even, UNIFORM.with_(stage_layers=(10,) * 8))  # a split of its own: priced
+
+
+def test_the_end_ranks_floor_the_step_as_the_estimate_prices_them():
+    # refine_ranked skips a proposal whose end ranks alone take the refined plan's step: their steps are the
+    # estimate's own (the same parts, units and price_rank), and the step adds the bubble to the busiest rank's
+    for split in ((10,) * 8, (8, 10, 10, 10, 10, 10, 10, 12), (12, 10, 10, 10, 10, 10, 10, 8)):
+        plan = UNIFORM.with_(stage_layers=split, stage_recompute=("selective",) + ("full",) * 7)
+        est = estimate(L70, H100_32, plan, ANY)
+        assert ends_step(L70, H100_32, plan, ANY, DEFAULT) == max(est.stage_steps[0], est.stage_steps[-1])
+        assert max(est.stage_steps) <= est.step_time
 
 
 def test_a_rank_with_more_layers_is_slower_and_heavier():

@@ -26,7 +26,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.step.ranks import RankCost, RankShared, price_rank, shared_rank
+from meshplan.step.ranks import RankCost, RankShared, price_rank, shared_rank, stage_modes
 from meshplan.step.units import Units, timed_parts, units_for_recomputes
 
 # the settings whose lines are priced: (stage_recompute entry, offload every layer); "full" beside "none" gives the
@@ -142,3 +142,12 @@ def rank_lines(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack:
         lo, hi = max(k for k in known if k < r), min(k for k in known if k > r)
         out.append({s: _between(known[lo][s], known[hi][s], (r - lo) / (hi - lo)) for s in settings})
     return out
+
+
+def ends_step(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency) -> float:
+    """The larger of ``plan``'s end ranks' steps beside the bubble, priced as ``estimate`` prices a plan's ranks apart
+    (the same parts, units and ``price_rank``): a floor of its step, the busiest rank's plus the bubble (>= 0)."""
+    own = work_of(plan, stack)
+    parts = timed_parts(model, cluster, plan, stack, eff, works=(own,) if own else ())
+    units = units_for_recomputes(model, plan, stack, parts, (*stage_modes(plan), plan.recompute), eff)
+    return max(price_rank(model, cluster, plan, stack, units, eff, r).step for r in (0, plan.pp - 1))

@@ -7,6 +7,7 @@ step/memory_grid.py the memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -63,5 +64,13 @@ def middle_may_bind(model: ModelSpec, stack: Stack, plan: Plan) -> bool:
 
 
 def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
-    """The parameters of the first, the last and a middle pipeline rank (cost/params.py)."""
+    """The parameters of the first, the last and a middle pipeline rank (cost/params.py); one plan's kept, since an
+    estimate reads them twice (its step, step/assemble.compose, and its memory, step/memory_grid.compose_memory)."""
+    return _plan_params(model, plan) if type(plan) is Plan else _params(model, plan)
+
+
+def _params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
     return stage_params(model, plan, True), stage_params(model, plan, False), middle_params(model, plan)
+
+
+_plan_params = lru_cache(maxsize=64)(_params)

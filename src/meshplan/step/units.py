@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ class Parts:
     python_host: float = 1.0
     wrapper_ops: dict[str, dict[str, list[OpCost]]] = field(default_factory=dict)
     wrapper_times: dict[str, dict[str, list[Num]]] = field(default_factory=dict)
+    kept: tuple[object, ...] | None = field(default=None, compare=False)  # the kept parts' key (``timed_parts``)
 
     def with_work(self, work: str) -> Parts:
         """These parts with ``work``'s records at the end of their groups ("": as they are)."""
@@ -93,15 +95,18 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
     """Ops of each group and their times (``compute``: the non-collective ops' times, computed elsewhere), and the
     records of each kind of wrapper work in ``works`` (default: every kind some setting of the plan runs,
     cost/wrapper_work.possible_work). One plan's, with its works named, are kept (``_kept_parts``) for every plan
-    that differs from it only in the layers and the recompute or offload setting of its ranks (``_PER_RANK``): the
-    search's refinements price a plan and then such variants of it (search/refine.py, search/stage_dp.py); and, on
-    a cluster of another size, in its dp where its groups split over the tiers alike (``_Read``: the plans of a
+    that differs from it only in the layers and the recompute or offload setting of its ranks (``_PER_RANK``) or in
+    its optimizer's offload (``_UNREAD``): the search's refinements price a plan and then such variants of it
+    (search/refine.py, search/stage_dp.py), and the --mtbf search keeps plans in pairs differing in the offload; and,
+    on a cluster of another size, in its dp where its groups split over the tiers alike (``_Read``: the plans of a
     strong-scaling sweep's GPU counts)."""
     if compute is None and works is not None and type(plan) is Plan:
-        kept = _kept_parts(model, _read(model, cluster, plan, stack, works), stack, eff, works)
+        read = _read(model, cluster, plan, stack, works)
+        kept = _kept_parts(model, read, stack, eff, works)
         return Parts({k: list(v) for k, v in kept.ops.items()}, {k: list(v) for k, v in kept.times.items()},
                      kept.python_host, {w: {k: list(v) for k, v in g.items()} for w, g in kept.wrapper_ops.items()},
-                     {w: {k: list(v) for k, v in g.items()} for w, g in kept.wrapper_times.items()})
+                     {w: {k: list(v) for k, v in g.items()} for w, g in kept.wrapper_times.items()},
+                     (model, read, stack, eff, works))
     return _timed(model, cluster, plan, stack, eff, compute, works)
 
 
@@ -111,6 +116,10 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
 _PER_RANK: dict[str, object] = {
     "stage_layers": (), "first_stage_layers": 0, "last_stage_layers": 0, "stage_recompute": (), "stage_offload": (),
     "recompute": "none", "recompute_layers": 0, "offload_activations": False, "offload_layers": 0}
+# and what no op record nor time reads beside them: the optimizer's offload (only which wrapper work a setting runs
+# reads it, cost/wrappers.deepspeed_wrapper, and the works are named apart): the --mtbf search's 50 kept plans come in
+# pairs differing in it alone (38 timings -> 26, llama3-70b on 1,024 H100)
+_UNREAD: dict[str, object] = _PER_RANK | {"offload_optimizer": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +136,9 @@ class _Read:
 
 
 def _read(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, works: tuple[str, ...]) -> _Read:
-    """``plan`` on ``cluster`` as ``_kept_parts`` keeps it: without its ranks' settings (``_PER_RANK``) and its dp."""
-    base = plan.with_(**_PER_RANK, dp=1)
+    """``plan`` on ``cluster`` as ``_kept_parts`` keeps it: without its ranks' settings and its optimizer's offload
+    (``_UNREAD``) and its dp."""
+    base = plan.with_(**_UNREAD, dp=1)
     splits = tuple((axis, group, tuple(split_group(cluster, group, axis_layout(plan, axis))))
                    for axis, group in _groups(model, base, stack, works, cluster.python_host))
     return _Read((_cluster_read(cluster), base, splits), cluster, plan)
@@ -156,7 +166,7 @@ def _cluster_read(cluster: Cluster) -> tuple[object, ...]:
 
 @lru_cache(maxsize=256)
 def _kept_parts(model: ModelSpec, read: _Read, stack: Stack, eff: Efficiency, works: tuple[str, ...]) -> Parts:
-    return _timed(model, read.cluster, read.plan.with_(**_PER_RANK), stack, eff, None, works)
+    return _timed(model, read.cluster, read.plan.with_(**_UNREAD), stack, eff, None, works)
 
 
 def _timed(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency,
@@ -259,15 +269,22 @@ class Units:
         return Saved(pick(self.layer_saved), pick(self.embed_saved), pick(self.head_saved), pick(self.layer_working))
 
     def take(self, index: Any) -> Units:
-        """Select elements (NumPy fancy indexing) of every array field."""
-        def pick(v: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
-            if isinstance(v, PassTimes):
-                return PassTimes(*(pick(getattr(v, f)) for f in PassTimes.__slots__))
-            if isinstance(v, dict):
-                return {w: u.take(index) for w, u in v.items()}
+        """Select elements (NumPy fancy indexing) of every array field (the search's, 10^4 fields a sweep: a
+        PassTimes' fields read at once)."""
+        def pick(v: Any) -> Any:  # a Num field
             return v[index] if isinstance(v, np.ndarray) and v.shape else v
 
-        return Units(*(pick(getattr(self, f)) for f in Units.__slots__))
+        def each(v: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
+            if isinstance(v, PassTimes):
+                return PassTimes(*[pick(x) for x in _pass_fields(v)])
+            if isinstance(v, dict):
+                return {w: u.take(index) for w, u in v.items()}
+            return pick(v)
+
+        return Units(*[each(v) for v in _unit_fields(self)])
+
+
+_pass_fields, _unit_fields = attrgetter(*PassTimes.__slots__), attrgetter(*Units.__slots__)  # every field, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,12 +310,36 @@ def units_for_recomputes(model: ModelSpec, plan: Plan, stack: Stack, parts: Part
     how they are summed (and which saved activations are kept), so the modes share one ``timed_parts`` and
     everything but the layer's recompute sum and saved bytes. The host pays the stack's costs at its own speed
     (``on_host``). Each carries its twin under each kind of wrapper work of ``parts`` (``Units.wrapped``)."""
+    if parts.kept is not None:  # parts kept for such plans (timed_parts): so are their units
+        return _kept_units(model, plan, stack, parts, recomputes, eff)
     hosted = on_host(stack, parts.python_host)
     units = _units_for(model, plan, hosted, parts, recomputes, eff)
     if not parts.wrapper_ops:
         return units
     twins = {w: _units_for(model, plan, hosted, parts.with_work(w), recomputes, eff) for w in parts.wrapper_ops}
     return {rc: replace(u, wrapped={w: t[rc] for w, t in twins.items()}) for rc, u in units.items()}
+
+
+# the units of kept parts (``Parts.kept``) by (key, stack, efficiency, recompute mode): no unit reads what the parts'
+# key leaves out of the plan (a rank's layers and setting, the optimizer's offload, dp: ``_units_for`` reads the
+# recompute modules and what sets the op shapes; tests/test_parts_kept.py), so the variants of a plan that the
+# refinements price (search/stage_dp.py: 9 a GPU count) and the --mtbf search's plans of one shape share them
+_UNITS: dict[tuple[object, ...], Units] = {}
+_UNITS_KEPT = 1024
+
+
+def _kept_units(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomputes: tuple[str, ...],
+                eff: Efficiency) -> dict[str, Units]:
+    """``units_for_recomputes`` of kept parts, each mode's units computed once (``_UNITS``): the modes not yet known
+    computed together, as ``units_for_recomputes`` computes them (each mode's from the shared plain layer and ends)."""
+    key = (parts.kept, model, stack, eff)
+    missing = tuple(dict.fromkeys(rc for rc in recomputes if (key, rc) not in _UNITS))
+    if missing:
+        if len(_UNITS) >= _UNITS_KEPT:
+            _UNITS.clear()
+        fresh = units_for_recomputes(model, plan, stack, replace(parts, kept=None), missing, eff)
+        _UNITS.update({(key, rc): u for rc, u in fresh.items()})
+    return {rc: _UNITS[(key, rc)] for rc in recomputes}
 
 
 def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomputes: tuple[str, ...],
