@@ -13,6 +13,7 @@ ones (metrics._chunked); an iteration's several prompts are priced at their chun
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -44,6 +45,40 @@ class _AtContext(Setting):
 # tokens between the points of the prompt-only axis (Prices.alone): every count, since a GEMM's price steps with its
 # tiles (a 992-token prefill of Llama 3 8B on an A100 takes 71.0 ms, 1,000 tokens 72.2 ms, 1,008 tokens 72.3 ms)
 ALONE_STEP = 1
+# that axis is priced a block of points at a time, as the simulation reads them (a run reads a few prompt lengths:
+# most of the budget's thousands of points are never read); after LONE_CALLS blocks, every other one at once
+LONE_BLOCK, LONE_CALLS = 512, 3
+
+
+class Lone:
+    """The prompt-only axis's prices (``axis``: every ALONE_STEP tokens to the budget), each point's value
+    ``price(points)`` gives, priced when first read (``LONE_BLOCK``). A point's value does not depend on the others
+    priced beside it (Setting.time is element-wise), so the values are those of the whole axis priced at once."""
+
+    def __init__(self, axis: list[float], price: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.axis, self.price = axis, price
+        self.values: list[float] = [0.0] * len(axis)
+        self.blocks: set[int] = set()
+        self.calls = 0
+
+    def __call__(self, x: float) -> float:
+        """The price at ``x`` tokens, linear between the axis's points (prices._where)."""
+        q, w = _where(self.axis, x)
+        if q // LONE_BLOCK not in self.blocks or (q + 1) // LONE_BLOCK not in self.blocks:
+            self._fill({q // LONE_BLOCK, (q + 1) // LONE_BLOCK})
+        v = self.values
+        return v[q] + w * (v[q + 1] - v[q])
+
+    def _fill(self, wanted: set[int]) -> None:
+        count = -(-len(self.axis) // LONE_BLOCK)
+        self.calls += 1
+        todo = sorted((set(range(count)) if self.calls > LONE_CALLS else wanted) - self.blocks)
+        if not todo:
+            return
+        at = np.concatenate([np.arange(b * LONE_BLOCK, min((b + 1) * LONE_BLOCK, len(self.axis))) for b in todo])
+        for i, v in zip(at.tolist(), self.price(np.asarray(self.axis)[at]).tolist(), strict=True):
+            self.values[i] = v
+        self.blocks.update(todo)
 
 
 def _axis(top: float, dense: int, step: float) -> list[float]:
@@ -58,7 +93,7 @@ class Prices:
     """Seconds of one iteration at (decoding sequences, prompt tokens, mean context) of the whole instance."""
 
     def __init__(self, d: list[float], p: list[float], c: list[float], table: np.ndarray, lanes: int,
-                 prefixed: np.ndarray | None = None, alone: tuple[list[float], list[float]] | None = None) -> None:
+                 prefixed: np.ndarray | None = None, alone: Lone | None = None) -> None:
         self.d, self.p, self.c, self.lanes = d, p, c, lanes
         # an iteration of prompt tokens alone, on a dense axis (every ALONE_STEP tokens): a lone request's prefill
         # exactly as serve prices it (the low-rate limit), where the grid's prompt axis is √2-spaced
@@ -67,30 +102,62 @@ class Prices:
         # seconds a chunk's attention to its prompt's cached prefix adds, over (prompt tokens, prefix) on (p, c)
         self.prefixed = None if prefixed is None else prefixed.tolist()
         self._knots: dict[float, list[float]] = {}
+        self._d_last, self._p_last, self._c_last = len(d) - 2, len(p) - 2, len(c) - 2
+        self._at_points = [_where(c, x) for x in c]  # each context point's segment and weight (``knots``)
 
     def knots(self, decode: float) -> tuple[list[float], list[float]]:
         """A pure decode iteration's price at ``decode`` sequences as a function of the context: its values at the
         context axis's points, linear between them and past the ends (what ``__call__`` reads), so that a run of
         decode iterations sums in closed form (stretch.py)."""
-        if decode not in self._knots:
-            self._knots[decode] = [self(decode, 0.0, c) for c in self.c]
-        return self.c, self._knots[decode]
+        values = self._knots.get(decode)
+        if values is None:
+            values = self._knots[decode] = (self._decode_only(decode) if decode
+                                             else [self(decode, 0.0, c) for c in self.c])
+        return self.c, values
+
+    def _decode_only(self, decode: float) -> list[float]:
+        """``[self(decode, 0.0, c) for c in self.c]`` with ``_where`` of prefill 0 and of each context point read
+        once: the same arithmetic, term by term (at the axis's own points g = 0, and 1 at the last, clamped)."""
+        i, a = _where(self.d, decode / self.lanes)
+        j, b = _where(self.p, 0.0)
+        lo_rows, hi_rows = self.table[i], self.table[i + 1]
+        out = []
+        for k, g in self._at_points:
+            lo = _bilinear(lo_rows, j, k, b, g)
+            hi = _bilinear(hi_rows, j, k, b, g)
+            out.append(lo + a * (hi - lo) + 0.0)
+        return out
 
     def __call__(self, decode: float, prefill: float, context: float, prefix: float = 0.0) -> float:
-        """The interpolated price (module docstring); past the grid's ends, the nearest points extrapolated."""
+        """The interpolated price (module docstring); past the grid's ends, the nearest points extrapolated
+        (``_where`` and ``_bilinear`` written out: the simulation's hottest call)."""
+        lanes = self.lanes
         if not decode and prefix <= 0 and self.alone is not None:
-            q, w = _where(self.alone[0], prefill / self.lanes)
-            values = self.alone[1]
-            return values[q] + w * (values[q + 1] - values[q])
-        i, a = _where(self.d, decode / self.lanes)
-        j, b = _where(self.p, prefill / self.lanes)
-        k, g = _where(self.c, context)
-        t = self.table
-        lo = _bilinear(t[i], j, k, b, g)
-        hi = _bilinear(t[i + 1], j, k, b, g)
+            return self.alone(prefill / lanes)
+        d, p, c = self.d, self.p, self.c
+        x = decode / lanes
+        i = bisect_right(d, x) - 1
+        i = 0 if i < 0 else (self._d_last if i > self._d_last else i)
+        a = (x - d[i]) / (d[i + 1] - d[i])
+        y = prefill / lanes
+        j = bisect_right(p, y) - 1
+        j = 0 if j < 0 else (self._p_last if j > self._p_last else j)
+        b = (y - p[j]) / (p[j + 1] - p[j])
+        k = bisect_right(c, context) - 1
+        k = 0 if k < 0 else (self._c_last if k > self._c_last else k)
+        g = (context - c[k]) / (c[k + 1] - c[k])
+        t0, t1 = self.table[i], self.table[i + 1]
+        r0, r1 = t0[j], t0[j + 1]
+        lo0 = r0[k] + g * (r0[k + 1] - r0[k])
+        hi0 = r1[k] + g * (r1[k + 1] - r1[k])
+        lo = lo0 + b * (hi0 - lo0)
+        r0, r1 = t1[j], t1[j + 1]
+        lo1 = r0[k] + g * (r0[k + 1] - r0[k])
+        hi1 = r1[k] + g * (r1[k + 1] - r1[k])
+        hi = lo1 + b * (hi1 - lo1)
         extra = 0.0
         if prefix > 0 and prefill > 0 and self.prefixed is not None:
-            q, h = _where(self.c, prefix)
+            q, h = _where(c, prefix)
             extra = max(0.0, _bilinear(self.prefixed, j, q, b, h))
         return lo + a * (hi - lo) + extra
 
@@ -138,19 +205,24 @@ def _prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine,
     cols = plan_columns(plan.with_(replicas=1, prefill_replicas=0))
     setting = _AtContext(model, cluster, cols, plan.quant, engine, Workload(input_len=1, output_len=1), eff,
                          context=cc)
+    alone = replace(setting, context=0.0)
     with np.errstate(all="ignore"):
         t = setting.time(dd, pp, pp if sampled else np.minimum(pp, 1.0), 0.0)
-        # a chunk after ``prefix`` cached tokens of its prompt, less the same chunk with none (no decodes)
+        # a chunk of p tokens after a prefix q of its prompt on (p, c), less the same chunk with none: the q = c[0] = 0
+        # column (each point's value is the one it has alone)
         p2, q2 = np.asarray(p).reshape(-1, 1), np.asarray(c).reshape(1, -1)
-        one = np.minimum(p2, 1.0)
-        alone = replace(setting, context=0.0)
-        after = alone.time(0.0, p2, one, q2) - alone.time(0.0, p2, one, 0.0)
-        dense = np.unique(np.append(np.arange(0.0, engine.max_batched_tokens, ALONE_STEP), p[-1]))
-        lone = alone.time(0.0, dense, dense if sampled else np.minimum(dense, 1.0), 0.0)
-    prefixed = np.broadcast_to(np.asarray(after, dtype=float), (len(p), len(c)))
-    lone = np.broadcast_to(np.asarray(lone, dtype=float), dense.shape)
+        chunk = np.broadcast_to(alone.time(0.0, p2, np.minimum(p2, 1.0), q2), (len(p), len(c)))
+        after = chunk - chunk[:, :1]
+    top = float(engine.max_batched_tokens)
+
+    def lone(points: np.ndarray) -> np.ndarray:  # prompt tokens alone (Lone)
+        with np.errstate(all="ignore"):
+            value = alone.time(0.0, points, points if sampled else np.minimum(points, 1.0), 0.0)
+        return np.broadcast_to(np.asarray(value, dtype=float), points.shape)
+
     return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), (len(d), len(p), len(c))), lanes,
-                  np.nan_to_num(prefixed), ([float(v) for v in dense], [float(v) for v in lone]))
+                  np.nan_to_num(np.asarray(after, dtype=float)),
+                  Lone(np.append(np.arange(0.0, top, ALONE_STEP), top).tolist(), lone))
 
 
 _memo = lru_cache(maxsize=16)(_prices)  # a few instances at a time (each holds an axis of every prompt length)

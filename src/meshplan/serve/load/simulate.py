@@ -103,10 +103,12 @@ class _Instance(KVState):
         # the chunks' mean prefix: the tokens of their prompts already cached (earlier chunks, prefix-cache hits)
         prefix = sum(take * entry[2] for entry, take in chunks) / tokens if tokens else 0.0
         dt = self.price(nd, tokens, held / self.nd if self.nd else 0.0, prefix)
-        self.longest = max(self.longest, dt)
-        self.rows.append((self.now, dt, self.used() / self.s.kv_tokens, self.running, len(self.waiting)))
+        if dt > self.longest:
+            self.longest = dt
+        used = self.used()  # the same before and after the clock moves
+        self.rows.append((self.now, dt, used / self.kv, self.running, len(self.waiting)))
         self.now += dt
-        self.peak = max(self.peak, (self.used() + nd * self.s.step_tokens + tokens) / self.s.kv_tokens)
+        self.peak = max(self.peak, (used + nd * self.step_tokens + tokens) / self.kv)
         if nd:
             self.decoded(dt)
             self.finish_decodes(1)
@@ -144,7 +146,8 @@ class _Instance(KVState):
         held = self.decode_tokens()
         count, elapsed, first_dt, second, last = stretch(self.price.knots(self.nd), held / self.nd, s.step_tokens,
                                                          max(most, 1), max(until, 1e-15))
-        self.rows.append((self.now, elapsed, self.used() / s.kv_tokens, self.running, len(self.waiting)))
+        used = self.used()  # decoded() below moves no token count
+        self.rows.append((self.now, elapsed, used / s.kv_tokens, self.running, len(self.waiting)))
         self.longest = max(self.longest, first_dt, last)
         start = self.now
         self.now = start + first_dt
@@ -153,7 +156,7 @@ class _Instance(KVState):
         self.last_decode = self.now
         if count > 1:
             self.gaps.append((second, last, count - 1, float(self.nd)))
-        self.peak = max(self.peak, (self.used() + self.nd * s.step_tokens * count) / s.kv_tokens)
+        self.peak = max(self.peak, (used + self.nd * s.step_tokens * count) / s.kv_tokens)
         if s.policy.admission == "new_token_ratio":
             self.ratio = max(self.ratio - (count - 1) * s.policy.new_token_ratio_decay, s.policy.min_new_token_ratio)
         self.finish_decodes(count)
