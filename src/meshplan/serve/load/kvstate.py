@@ -177,28 +177,30 @@ class KVState:
         s = self.s
         if not self.waiting or self.running >= s.max_seqs or tokens >= budget:  # nothing to admit (most steps)
             return tokens
-        p = s.policy
-        limit = p.max_prefill_tokens or budget
-        while self.waiting and self.running < s.max_seqs and tokens < budget:
-            r = self.waiting[0]
-            prompt = self.inp[r] + self.gen[r]
-            cached = s.cached(prompt) if self.gen[r] == 0 else 0
-            if s.last_token_decoded and not self.gen[r]:
+        p, waiting, inp, out, gen = s.policy, self.waiting, self.inp, self.out, self.gen
+        limit, chunked, max_seqs = p.max_prefill_tokens or budget, p.chunked, s.max_seqs
+        while waiting and self.running < max_seqs and tokens < budget:
+            r = waiting[0]
+            made = gen[r]
+            prompt = inp[r] + made
+            cached = s.cached(prompt) if made == 0 else 0
+            if s.last_token_decoded and not made:
                 prompt -= 1  # the context step leaves the last prompt token to the next decode
             fresh = prompt - cached
-            if self.inp[r] + self.out[r] + s.block_size > s.kv_tokens or (not p.chunked and fresh > s.budget):
-                self.waiting.popleft()
+            whole = inp[r] + out[r]
+            if whole + self.block > self.kv or (not chunked and fresh > s.budget):
+                waiting.popleft()
                 self.refused += 1
                 self.release(r)
                 continue
             take = min(fresh, budget - tokens)
-            if (not p.chunked and take < fresh) or (tokens and tokens + take > limit):
+            if (not chunked and take < fresh) or (tokens and tokens + take > limit):
                 break
             if not self._fits(r, cached, take, fresh):
                 break
-            self.waiting.popleft()
+            waiting.popleft()
             self.state[r], self.running = 1, self.running + 1
-            self.committed += self.inp[r] + self.out[r]
+            self.committed += whole
             self.order.append(r)
             entry = [r, fresh, cached]
             self.prefilling.append(entry)

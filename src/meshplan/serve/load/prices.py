@@ -45,20 +45,27 @@ class _AtContext(Setting):
 # tokens between the points of the prompt-only axis (Prices.alone): every count, since a GEMM's price steps with its
 # tiles (a 992-token prefill of Llama 3 8B on an A100 takes 71.0 ms, 1,000 tokens 72.2 ms, 1,008 tokens 72.3 ms)
 ALONE_STEP = 1
-# that axis is priced a block of points at a time, as the simulation reads them (a run reads a few prompt lengths:
-# most of the budget's thousands of points are never read); after LONE_CALLS blocks, every other one at once
-LONE_BLOCK, LONE_CALLS = 512, 3
+# that axis is priced as the simulation reads it: the block of points first read (a run of one prompt length reads
+# one: most of the budget's thousands of points are never read), and at the next miss every other block at once.
+# A call of Setting.time costs about 4.5 ms of CPU whatever its size, all 8,193 points of vLLM's budget about 12 ms
+# (Llama 3 70B on H100s, tp 2 pp 2): a second block alone would cost nearly what the rest does
+LONE_BLOCK, LONE_CALLS = 512, 1
 
 
 class Lone:
-    """The prompt-only axis's prices (``axis``: every ALONE_STEP tokens to the budget), each point's value
-    ``price(points)`` gives, priced when first read (``LONE_BLOCK``). A point's value does not depend on the others
-    priced beside it (Setting.time is element-wise), so the values are those of the whole axis priced at once."""
+    """The prompt-only axis's prices (``axis``: every ALONE_STEP tokens to the budget), priced when first read, a
+    block of ``LONE_BLOCK`` points at a time (after LONE_CALLS blocks, every other at once), with the prefix grid
+    (Prices.prefixed) in the first call: ``price(points, grid)`` gives the points' values and, with ``grid``, that
+    grid (each call of Setting.time has a fixed cost of a few milliseconds, the size of a few thousand points' work).
+    A point's value does not depend on the others priced beside it (Setting.time is element-wise), so the values
+    are those of the whole axis priced at once."""
 
-    def __init__(self, axis: list[float], price: Callable[[np.ndarray], np.ndarray]) -> None:
-        self.axis, self.price = axis, price
+    def __init__(self, axis: list[float], price: Callable[[np.ndarray, bool], tuple[np.ndarray, list | None]]
+                 ) -> None:
+        self.axis, self.points, self.price = axis, np.asarray(axis), price
         self.values: list[float] = [0.0] * len(axis)
         self.blocks: set[int] = set()
+        self.grid: list | None = None
         self.calls = 0
 
     def __call__(self, x: float) -> float:
@@ -69,16 +76,27 @@ class Lone:
         v = self.values
         return v[q] + w * (v[q + 1] - v[q])
 
+    def prefixed(self) -> list:
+        """The prefix grid (priced now if no block has been)."""
+        if self.grid is None:
+            self._fill(set())
+        return self.grid  # type: ignore[return-value]  # _fill set it
+
     def _fill(self, wanted: set[int]) -> None:
         count = -(-len(self.axis) // LONE_BLOCK)
         self.calls += 1
         todo = sorted((set(range(count)) if self.calls > LONE_CALLS else wanted) - self.blocks)
-        if not todo:
+        if not todo and self.grid is not None:
             return
-        at = np.concatenate([np.arange(b * LONE_BLOCK, min((b + 1) * LONE_BLOCK, len(self.axis))) for b in todo])
-        for i, v in zip(at.tolist(), self.price(np.asarray(self.axis)[at]).tolist(), strict=True):
+        at = np.arange(0)
+        if todo:
+            at = np.concatenate([np.arange(b * LONE_BLOCK, min((b + 1) * LONE_BLOCK, len(self.axis))) for b in todo])
+        values, grid = self.price(self.points[at], self.grid is None)
+        for i, v in zip(at.tolist(), values.tolist(), strict=True):
             self.values[i] = v
         self.blocks.update(todo)
+        if grid is not None:
+            self.grid = grid
 
 
 def _axis(top: float, dense: int, step: float) -> list[float]:
@@ -100,7 +118,7 @@ class Prices:
         self.alone = alone
         self.table = table.tolist()  # nested lists: faster to index from Python than an array
         # seconds a chunk's attention to its prompt's cached prefix adds, over (prompt tokens, prefix) on (p, c)
-        self.prefixed = None if prefixed is None else prefixed.tolist()
+        self.prefixed = None if prefixed is None else prefixed.tolist()  # else alone's, when first read
         self._knots: dict[float, list[float]] = {}
         self._d_last, self._p_last, self._c_last = len(d) - 2, len(p) - 2, len(c) - 2
         self._at_points = [_where(c, x) for x in c]  # each context point's segment and weight (``knots``)
@@ -156,9 +174,12 @@ class Prices:
         hi1 = r1[k] + g * (r1[k + 1] - r1[k])
         hi = lo1 + b * (hi1 - lo1)
         extra = 0.0
-        if prefix > 0 and prefill > 0 and self.prefixed is not None:
-            q, h = _where(c, prefix)
-            extra = max(0.0, _bilinear(self.prefixed, j, q, b, h))
+        if prefix > 0 and prefill > 0:
+            if self.prefixed is None and self.alone is not None:
+                self.prefixed = self.alone.prefixed()
+            if self.prefixed is not None:
+                q, h = _where(c, prefix)
+                extra = max(0.0, _bilinear(self.prefixed, j, q, b, h))
         return lo + a * (hi - lo) + extra
 
 
@@ -208,21 +229,26 @@ def _prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine,
     alone = replace(setting, context=0.0)
     with np.errstate(all="ignore"):
         t = setting.time(dd, pp, pp if sampled else np.minimum(pp, 1.0), 0.0)
-        # a chunk of p tokens after a prefix q of its prompt on (p, c), less the same chunk with none: the q = c[0] = 0
-        # column (each point's value is the one it has alone)
-        p2, q2 = np.asarray(p).reshape(-1, 1), np.asarray(c).reshape(1, -1)
-        chunk = np.broadcast_to(alone.time(0.0, p2, np.minimum(p2, 1.0), q2), (len(p), len(c)))
-        after = chunk - chunk[:, :1]
-    top = float(engine.max_batched_tokens)
+    # a chunk of p tokens after a prefix q of its prompt on (p, c), less the same chunk with none: the q = c[0] = 0
+    # column (each point's value is the one it has alone)
+    grid_p = np.broadcast_to(np.asarray(p).reshape(-1, 1), (len(p), len(c))).ravel()
+    grid_q = np.broadcast_to(np.asarray(c), (len(p), len(c))).ravel()
 
-    def lone(points: np.ndarray) -> np.ndarray:  # prompt tokens alone (Lone)
+    def lone(points: np.ndarray, grid: bool) -> tuple[np.ndarray, list | None]:
+        """Prompt tokens alone at ``points`` and, with ``grid``, the prefix grid, in one call (Lone)."""
+        tokens, rows, prefix = points, points if sampled else np.minimum(points, 1.0), np.zeros(len(points))
+        if grid:
+            tokens, rows = np.concatenate((tokens, grid_p)), np.concatenate((rows, np.minimum(grid_p, 1.0)))
+            prefix = np.concatenate((prefix, grid_q))
         with np.errstate(all="ignore"):
-            value = alone.time(0.0, points, points if sampled else np.minimum(points, 1.0), 0.0)
-        return np.broadcast_to(np.asarray(value, dtype=float), points.shape)
+            value = np.broadcast_to(np.asarray(alone.time(0.0, tokens, rows, prefix), dtype=float), tokens.shape)
+            chunk = value[len(points):].reshape(len(p), len(c)) if grid else None
+            after = None if chunk is None else np.nan_to_num(chunk - chunk[:, :1]).tolist()
+        return value[:len(points)], after
 
+    top = float(engine.max_batched_tokens)
     return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), (len(d), len(p), len(c))), lanes,
-                  np.nan_to_num(np.asarray(after, dtype=float)),
-                  Lone(np.append(np.arange(0.0, top, ALONE_STEP), top).tolist(), lone))
+                  alone=Lone(np.append(np.arange(0.0, top, ALONE_STEP), top).tolist(), lone))
 
 
 _memo = lru_cache(maxsize=16)(_prices)  # a few instances at a time (each holds an axis of every prompt length)

@@ -122,17 +122,18 @@ class _Instance(KVState):
     def decoded(self, dt: float) -> None:
         """The gaps of the decode iteration that just ended: the sequences that decoded in the last one waited since
         its end, those that joined since their last token; TurboMind's newcomers get their first token."""
-        s = self.s
-        new = len(self.joined) + len(self.pending_first)
+        s, now, joined, pending = self.s, self.now, self.joined, self.pending_first
+        new = len(joined) + len(pending)
         if self.nd > new and self.last_decode == self.last_decode:  # not NaN
-            self.gaps.append((self.now - self.last_decode, 0.0, 1, float(self.nd - new)))
-        for t in self.joined:
-            self.gaps.append((self.now - t, 0.0, 1, 1.0))
-        for r in self.pending_first:
-            self.first[r] = self.now
-        self.joined.clear()
-        self.pending_first.clear()
-        self.last_decode = self.now
+            self.gaps.append((now - self.last_decode, 0.0, 1, float(self.nd - new)))
+        if joined:
+            self.gaps.extend([(now - t, 0.0, 1, 1.0) for t in joined])
+            joined.clear()
+        if pending:
+            for r in pending:
+                self.first[r] = now
+            pending.clear()
+        self.last_decode = now
         if s.policy.admission == "new_token_ratio":
             self.ratio = max(self.ratio - s.policy.new_token_ratio_decay, s.policy.min_new_token_ratio)
 
@@ -163,9 +164,9 @@ class _Instance(KVState):
 
     def finish_decodes(self, count: int) -> None:
         """``count`` decode iterations ran: those whose last token they made leave; the iteration count moves on."""
-        last = self.it + count - 1
-        while self.heap and self.heap[0][0] <= last:
-            _, r, version = heapq.heappop(self.heap)
+        last, heap = self.it + count - 1, self.heap
+        while heap and heap[0][0] <= last:
+            _, r, version = heapq.heappop(heap)
             if version != self.version[r] or self.state[r] != 2:
                 continue
             self.leave_decoding(r)
@@ -178,28 +179,29 @@ class _Instance(KVState):
     def prefilled(self, entry: list[int]) -> None:
         """A prompt fully prefilled: its next token sampled (TurboMind: by the next decode step); it decodes from the
         next iteration, or leaves."""
-        r = entry[0]
+        r, now, gen = entry[0], self.now, self.gen
         self.prefilling.remove(entry)
         self.held_prefill -= entry[2]
-        if self.s.last_token_decoded and not self.gen[r]:
+        if self.s.last_token_decoded and not gen[r]:
             self.pending_first.append(r)
         else:
-            self.gen[r] += 1
+            gen[r] += 1
             if math.isnan(self.first[r]):
-                self.first[r] = self.now
+                self.first[r] = now
             elif self.last_token[r] == self.last_token[r]:  # a recomputed sequence's token after its wait
-                self.gaps.append((self.now - self.last_token[r], 0.0, 1, 1.0))
-            self.joined.append(self.now)
-        if self.gen[r] >= self.out[r]:
+                self.gaps.append((now - self.last_token[r], 0.0, 1, 1.0))
+            self.joined.append(now)
+        out = self.out[r]
+        if gen[r] >= out:
             self.running -= 1
-            self.committed -= self.inp[r] + self.out[r]
-            self.done[r] = self.now
+            self.committed -= self.inp[r] + out
+            self.done[r] = now
             self.release(r)
-            if self.joined and self.joined[-1] == self.now:
+            if self.joined and self.joined[-1] == now:
                 self.joined.pop()
             return
         self.start_decoding(r)
-        steps = math.ceil((self.out[r] - self.gen[r]) / self.s.step_tokens - 1e-9)
+        steps = math.ceil((out - gen[r]) / self.step_tokens - 1e-9)
         heapq.heappush(self.heap, (self.it + steps - 1, r, self.version[r]))
 
 

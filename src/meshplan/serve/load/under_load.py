@@ -84,7 +84,7 @@ def load_shapes(model: ModelSpec, cluster: Cluster, space: ServeSpace, count: in
     one instance's steady output tokens/s, by tokens/s per GPU as the search's arrays priced them (its weighed
     table: no configuration re-estimated one by one); of shapes that differ in their batch limit alone, the best
     one's, and of a shape's replica counts the best per GPU."""
-    steady = search(model, cluster, replace(space, disaggregate=False, ttft_slo=0.0, tpot_slo=0.0), top_k=1,
+    steady = search(model, cluster, replace(space, disaggregate=False, ttft_slo=0.0, tpot_slo=0.0), top_k=0,
                     keep=True)
     table = steady.weighed
     if table is None or not len(table):
