@@ -107,3 +107,23 @@ def test_a_loads_percentiles_are_numpys_bit_for_bit():
         for x in ([1.0, np.inf], [np.inf, np.inf, 2.0], [-np.inf, 0.0, 1.0]):
             ours, numpys = percentile(np.array(x), 99), float(np.percentile(x, 99))  # inf - inf: NaN (of either sign)
             assert ours == numpys or (np.isnan(ours) and np.isnan(numpys))
+
+
+@pytest.mark.parametrize("name, system, shapes", [
+    ("llama3-70b", "h100", [(2, 2, 1, 1, 384, "bf16"), (1, 4, 1, 1, 384, "bf16"), (4, 1, 1, 1, 1024, "fp8"),
+                            (2, 8, 1, 1, 1024, "bf16"), (4, 2, 1, 1, 512, "fp8")]),
+    ("mixtral-8x7b", "h100", [(2, 1, 1, 2, 128, "bf16"), (1, 1, 2, 2, 256, "bf16"), (4, 2, 1, 4, 64, "bf16")])])
+def test_grids_priced_together_are_each_priced_alone_bit_for_bit(name, system, shapes):
+    from meshplan.serve.load import prices as module
+    from meshplan.serve.precision import parse_quant
+
+    model, cluster = load_model(name), load_system(system).cluster(16)
+    plans = [ServePlan(tp=tp, pp=pp, dpa=dpa, ep=ep, batch=b, quant=parse_quant(q)) for tp, pp, dpa, ep, b, q in shapes]
+    module._MEMO.clear()
+    module.prime(model, cluster, plans, ENGINE, 1500)
+    for plan in plans:
+        together = prices(model, cluster, plan.with_(replicas=3), ENGINE, 1500)  # replicas apart: the same grid
+        alone = module._prices(model, cluster, plan, ENGINE, 1500, SERVE_DEFAULT, False)
+        assert (together.d, together.p, together.c, together.lanes) == (alone.d, alone.p, alone.c, alone.lanes)
+        assert np.asarray(together.table).tobytes() == np.asarray(alone.table).tobytes(), plan.describe()
+        assert together(0.0, 777.0, 0.0) == alone(0.0, 777.0, 0.0)

@@ -13,9 +13,9 @@ ones (metrics._chunked); an iteration's several prompts are priced at their chun
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
 from meshplan.serve.metrics import Setting
-from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.plan import PlanColumns, ServePlan, Workload
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num
@@ -203,32 +203,90 @@ def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, 
     engine's budget, contexts up to ``longest`` tokens; ``sampled``: every prompt row is sampled (the LM head over
     each: speculative decoding's verified tokens, speculation.py), not one per chunk. A simulation of another draw
     of the same instance's requests (seeds, rates) reads the same grid: memoised on the frozen specs, the grid being a
-    pure function of them (a Prices only adds to its own memo of knots); specs that do not hash are priced anew."""
-    args = (model, cluster, plan, engine, longest, eff, sampled)
+    pure function of them (a Prices only adds to its own memo of knots), and of one instance's (its replica counts
+    apart); specs that do not hash are priced anew."""
+    args = (model, cluster, plan.with_(replicas=1, prefill_replicas=0), engine, longest, eff, sampled)
     try:
         hash(args)
     except TypeError:
         return _prices(*args)
-    return _memo(*args)
+    if args not in _MEMO:
+        _keep(args, _prices(*args))
+    _MEMO.move_to_end(args)
+    return _MEMO[args]
+
+
+def prime(model: ModelSpec, cluster: Cluster, plans: list[ServePlan], engine: Engine, longest: int,
+          eff: ServeEfficiency = SERVE_DEFAULT) -> None:
+    """The grids of several instances (``prices``, not sampled) priced in one call of Setting.time per quantisation
+    scheme, the plans' columns as arrays (serve's metrics take a plan or an array of them alike, element by element;
+    a call's fixed cost, a few milliseconds, is paid once, not once per plan) and their sequence axes padded to the
+    longest with its last point (each plan's table is its own axis's rows), then kept for ``prices`` to return."""
+    try:
+        one = [p.with_(replicas=1, prefill_replicas=0) for p in plans]
+        todo = [p for p in dict.fromkeys(one) if (model, cluster, p, engine, longest, eff, False) not in _MEMO]
+    except TypeError:  # specs that do not hash are priced one by one
+        return
+    for quant in dict.fromkeys(p.quant for p in todo):
+        group = [p for p in todo if p.quant == quant][:MEMO_SIZE]
+        if len(group) < 2:
+            continue
+        axes = [_axes(p, engine, longest) for p in group]
+        p, c = axes[0][1], axes[0][2]
+        top = max(len(d) for d, _, _ in axes)
+        dd = np.array([d + [d[-1]] * (top - len(d)) for d, _, _ in axes]).reshape(-1, top, 1, 1)
+        pp, cc = np.asarray(p).reshape(1, 1, -1, 1), np.asarray(c).reshape(1, 1, 1, -1)
+        each = [_columns(x) for x in group]
+        cols = {k: np.array([v[k] for v in each]).reshape(-1, 1, 1, 1) for k in each[0]}
+        setting = _AtContext(model, cluster, cols, quant, engine, Workload(input_len=1, output_len=1), eff, context=cc)
+        with np.errstate(all="ignore"):
+            t = np.broadcast_to(np.asarray(setting.time(dd, pp, np.minimum(pp, 1.0), 0.0), dtype=float),
+                                (len(group), top, len(p), len(c)))
+        for i, (plan, (d, _, _)) in enumerate(zip(group, axes, strict=True)):
+            _keep((model, cluster, plan, engine, longest, eff, False),
+                  _finish(model, cluster, plan, engine, eff, False, (d, p, c), t[i, :len(d)]))
+
+
+def _keep(args: tuple, grid: Prices) -> None:
+    _MEMO[args] = grid
+    if len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+
+
+def _columns(plan: ServePlan) -> PlanColumns:
+    return plan_columns(plan.with_(replicas=1, prefill_replicas=0))
+
+
+def _axes(plan: ServePlan, engine: Engine, longest: int) -> tuple[list[float], list[float], list[float]]:
+    """The grid's axes: decoding sequences per lane, prompt tokens per lane, context."""
+    d = _axis(max(plan.batch / (plan.pp * plan.dpa), 1.0), 32, 1.15)
+    p = [0.0] + [float(round(v)) for v in 2.0 ** (np.arange(8, 80) / 2) if v < engine.max_batched_tokens] + \
+        [float(engine.max_batched_tokens)]
+    c = [0.0] + [float(v) for v in 2.0 ** np.arange(4, 40) if v < longest] + [float(max(longest, 1))]
+    return d, p, c
 
 
 def _prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
             eff: ServeEfficiency, sampled: bool) -> Prices:
-    lanes = plan.pp * plan.dpa
-    d = _axis(max(plan.batch / lanes, 1.0), 32, 1.15)
-    p = [0.0] + [float(round(v)) for v in 2.0 ** (np.arange(8, 80) / 2) if v < engine.max_batched_tokens] + \
-        [float(engine.max_batched_tokens)]
-    c = [0.0] + [float(v) for v in 2.0 ** np.arange(4, 40) if v < longest] + [float(max(longest, 1))]
+    d, p, c = _axes(plan, engine, longest)
     # the axes apart (NumPy broadcasts them): an op that does not read the context (the GEMMs, the collectives) is
     # priced once per (sequences, prompt tokens), not once per grid point; each point's value is the same
     dd, pp, cc = (np.asarray(axis).reshape(shape) for axis, shape in
                   ((d, (-1, 1, 1)), (p, (1, -1, 1)), (c, (1, 1, -1))))
-    cols = plan_columns(plan.with_(replicas=1, prefill_replicas=0))
-    setting = _AtContext(model, cluster, cols, plan.quant, engine, Workload(input_len=1, output_len=1), eff,
+    setting = _AtContext(model, cluster, _columns(plan), plan.quant, engine, Workload(input_len=1, output_len=1), eff,
                          context=cc)
-    alone = replace(setting, context=0.0)
     with np.errstate(all="ignore"):
         t = setting.time(dd, pp, pp if sampled else np.minimum(pp, 1.0), 0.0)
+    table = np.broadcast_to(np.asarray(t, dtype=float), (len(d), len(p), len(c)))
+    return _finish(model, cluster, plan, engine, eff, sampled, (d, p, c), table)
+
+
+def _finish(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, eff: ServeEfficiency,
+            sampled: bool, axes: tuple[list[float], list[float], list[float]], table: np.ndarray) -> Prices:
+    """The Prices of ``table`` on ``axes``, with its prompt-only axis and prefix grid priced when first read (Lone)."""
+    d, p, c = axes
+    alone = _AtContext(model, cluster, _columns(plan), plan.quant, engine, Workload(input_len=1, output_len=1), eff,
+                       context=0.0)
     # a chunk of p tokens after a prefix q of its prompt on (p, c), less the same chunk with none: the q = c[0] = 0
     # column (each point's value is the one it has alone)
     grid_p = np.broadcast_to(np.asarray(p).reshape(-1, 1), (len(p), len(c))).ravel()
@@ -247,8 +305,10 @@ def _prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine,
         return value[:len(points)], after
 
     top = float(engine.max_batched_tokens)
-    return Prices(d, p, c, np.broadcast_to(np.asarray(t, dtype=float), (len(d), len(p), len(c))), lanes,
+    return Prices(d, p, c, table, plan.pp * plan.dpa,
                   alone=Lone(np.append(np.arange(0.0, top, ALONE_STEP), top).tolist(), lone))
 
 
-_memo = lru_cache(maxsize=16)(_prices)  # a few instances at a time (each holds an axis of every prompt length)
+# a few instances at a time (each holds an axis of every prompt length), the most recently read kept
+_MEMO: OrderedDict[tuple, Prices] = OrderedDict()
+MEMO_SIZE = 16
