@@ -120,10 +120,16 @@ def test_grids_priced_together_are_each_priced_alone_bit_for_bit(name, system, s
     model, cluster = load_model(name), load_system(system).cluster(16)
     plans = [ServePlan(tp=tp, pp=pp, dpa=dpa, ep=ep, batch=b, quant=parse_quant(q)) for tp, pp, dpa, ep, b, q in shapes]
     module._MEMO.clear()
-    module.prime(model, cluster, plans, ENGINE, 1500)
+    module.prime(model, cluster, plans, ENGINE, 1500, 1000.0)  # and each one's block of a 1,000-token prefill
     for plan in plans:
         together = prices(model, cluster, plan.with_(replicas=3), ENGINE, 1500)  # replicas apart: the same grid
         alone = module._prices(model, cluster, plan, ENGINE, 1500, SERVE_DEFAULT, False)
         assert (together.d, together.p, together.c, together.lanes) == (alone.d, alone.p, alone.c, alone.lanes)
         assert np.asarray(together.table).tobytes() == np.asarray(alone.table).tobytes(), plan.describe()
+        primed = sorted(together.alone.blocks)
+        assert primed == together.alone.blocks_at(1000.0 / plan.pp / plan.dpa) and together.alone.calls == 0
+        alone.alone._fill(set(primed))
+        span = together.alone.span(primed)
+        assert np.array(together.alone.values)[span].tobytes() == np.array(alone.alone.values)[span].tobytes()
+        assert np.array(together.alone.grid).tobytes() == np.array(alone.alone.grid).tobytes()
         assert together(0.0, 777.0, 0.0) == alone(0.0, 777.0, 0.0)

@@ -82,15 +82,31 @@ class Lone:
             self._fill(set())
         return self.grid  # type: ignore[return-value]  # _fill set it
 
+    def blocks_at(self, x: float) -> list[int]:
+        """The blocks a read at ``x`` tokens needs."""
+        q = _where(self.axis, x)[0]
+        return sorted({q // LONE_BLOCK, (q + 1) // LONE_BLOCK})
+
+    def span(self, blocks: list[int]) -> np.ndarray:
+        """The axis's indices of ``blocks``."""
+        if not blocks:
+            return np.arange(0)
+        return np.concatenate([np.arange(b * LONE_BLOCK, min((b + 1) * LONE_BLOCK, len(self.axis))) for b in blocks])
+
+    def preset(self, blocks: list[int], values: np.ndarray, grid: list) -> None:
+        """``blocks``' values and the prefix grid, priced elsewhere (prices.prime): no call of this one's."""
+        for i, v in zip(self.span(blocks).tolist(), values.tolist(), strict=True):
+            self.values[i] = v
+        self.blocks.update(blocks)
+        self.grid = grid
+
     def _fill(self, wanted: set[int]) -> None:
         count = -(-len(self.axis) // LONE_BLOCK)
         self.calls += 1
         todo = sorted((set(range(count)) if self.calls > LONE_CALLS else wanted) - self.blocks)
         if not todo and self.grid is not None:
             return
-        at = np.arange(0)
-        if todo:
-            at = np.concatenate([np.arange(b * LONE_BLOCK, min((b + 1) * LONE_BLOCK, len(self.axis))) for b in todo])
+        at = self.span(todo)
         values, grid = self.price(self.points[at], self.grid is None)
         for i, v in zip(at.tolist(), values.tolist(), strict=True):
             self.values[i] = v
@@ -217,11 +233,13 @@ def prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, 
 
 
 def prime(model: ModelSpec, cluster: Cluster, plans: list[ServePlan], engine: Engine, longest: int,
-          eff: ServeEfficiency = SERVE_DEFAULT) -> None:
+          prompt: float = 0.0, eff: ServeEfficiency = SERVE_DEFAULT) -> None:
     """The grids of several instances (``prices``, not sampled) priced in one call of Setting.time per quantisation
     scheme, the plans' columns as arrays (serve's metrics take a plan or an array of them alike, element by element;
     a call's fixed cost, a few milliseconds, is paid once, not once per plan) and their sequence axes padded to the
-    longest with its last point (each plan's table is its own axis's rows), then kept for ``prices`` to return."""
+    longest with its last point (each plan's table is its own axis's rows), then kept for ``prices`` to return; in a
+    second call, each one's prefix grid and the prompt-only block of a ``prompt``-token prefill (the first a run
+    reads, where its requests start with such a prompt: Lone)."""
     try:
         one = [p.with_(replicas=1, prefill_replicas=0) for p in plans]
         todo = [p for p in dict.fromkeys(one) if (model, cluster, p, engine, longest, eff, False) not in _MEMO]
@@ -242,9 +260,38 @@ def prime(model: ModelSpec, cluster: Cluster, plans: list[ServePlan], engine: En
         with np.errstate(all="ignore"):
             t = np.broadcast_to(np.asarray(setting.time(dd, pp, np.minimum(pp, 1.0), 0.0), dtype=float),
                                 (len(group), top, len(p), len(c)))
-        for i, (plan, (d, _, _)) in enumerate(zip(group, axes, strict=True)):
-            _keep((model, cluster, plan, engine, longest, eff, False),
-                  _finish(model, cluster, plan, engine, eff, False, (d, p, c), t[i, :len(d)]))
+        grids = [_finish(model, cluster, plan, engine, eff, False, (d, p, c), t[i, :len(d)])
+                 for i, (plan, (d, _, _)) in enumerate(zip(group, axes, strict=True))]
+        _prime_lone(model, cluster, [g.alone for g in grids], (cols, quant, engine, eff), (p, c),
+                    [prompt / plan.pp / plan.dpa for plan in group])
+        for plan, grid in zip(group, grids, strict=True):
+            _keep((model, cluster, plan, engine, longest, eff, False), grid)
+
+
+def _prime_lone(model: ModelSpec, cluster: Cluster, lones: list, how: tuple, axes: tuple, at: list[float]) -> None:
+    """``prime``'s second call: each Lone's blocks for a read at ``at`` tokens, and its prefix grid (on the (p, c)
+    axes ``axes``), the instances' columns as arrays (``how``: columns, quantisation, engine, efficiency)."""
+    cols, quant, engine, eff = how
+    p, c = axes
+    blocks = [lone.blocks_at(x) for lone, x in zip(lones, at, strict=True)]
+    spans = [lone.span(b) for lone, b in zip(lones, blocks, strict=True)]
+    top = max(len(s) for s in spans)
+    dense = np.array([lone.points[np.concatenate((s, np.full(top - len(s), s[-1])))]  # padded with its last
+                      for lone, s in zip(lones, spans, strict=True)])
+    grid_p = np.broadcast_to(np.asarray(p).reshape(-1, 1), (len(p), len(c))).ravel()
+    grid_q = np.broadcast_to(np.asarray(c), (len(p), len(c))).ravel()
+    shape = (len(lones), top + len(grid_p))
+    tokens = np.concatenate((dense, np.broadcast_to(grid_p, (len(lones), len(grid_p)))), axis=1)
+    rows = np.concatenate((np.minimum(dense, 1.0), np.broadcast_to(np.minimum(grid_p, 1.0), (len(lones), len(grid_p)))),
+                          axis=1)
+    prefix = np.concatenate((np.zeros(dense.shape), np.broadcast_to(grid_q, (len(lones), len(grid_q)))), axis=1)
+    setting = _AtContext(model, cluster, {k: v.reshape(-1, 1) for k, v in cols.items()}, quant, engine,
+                         Workload(input_len=1, output_len=1), eff, context=0.0)
+    with np.errstate(all="ignore"):
+        value = np.broadcast_to(np.asarray(setting.time(0.0, tokens, rows, prefix), dtype=float), shape)
+        for i, (lone, b, s) in enumerate(zip(lones, blocks, spans, strict=True)):
+            chunk = value[i, top:].reshape(len(p), len(c))
+            lone.preset(b, value[i, :len(s)], np.nan_to_num(chunk - chunk[:, :1]).tolist())
 
 
 def _keep(args: tuple, grid: Prices) -> None:

@@ -236,7 +236,8 @@ def _primed(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Request
     or the simulation."""
     shapes = load_shapes(model, cluster, space, count)
     if len(reqs):
-        prime(model, cluster, [one for one, _ in shapes], space.engine, int((reqs.input_len + reqs.output_len).max()))
+        prime(model, cluster, [one for one, _ in shapes], space.engine, int((reqs.input_len + reqs.output_len).max()),
+              float(reqs.input_len[0]))
     return shapes
 
 
