@@ -254,15 +254,14 @@ def prime(model: ModelSpec, cluster: Cluster, plans: list[ServePlan], engine: En
         top = max(len(d) for d, _, _ in axes)
         dd = np.array([d + [d[-1]] * (top - len(d)) for d, _, _ in axes]).reshape(-1, top, 1, 1)
         pp, cc = np.asarray(p).reshape(1, 1, -1, 1), np.asarray(c).reshape(1, 1, 1, -1)
-        each = [_columns(x) for x in group]
-        cols = {k: np.array([v[k] for v in each]).reshape(-1, 1, 1, 1) for k in each[0]}
+        cols = _stacked(group, (-1, 1, 1, 1))
         setting = _AtContext(model, cluster, cols, quant, engine, Workload(input_len=1, output_len=1), eff, context=cc)
         with np.errstate(all="ignore"):
             t = np.broadcast_to(np.asarray(setting.time(dd, pp, np.minimum(pp, 1.0), 0.0), dtype=float),
                                 (len(group), top, len(p), len(c)))
         grids = [_finish(model, cluster, plan, engine, eff, False, (d, p, c), t[i, :len(d)])
                  for i, (plan, (d, _, _)) in enumerate(zip(group, axes, strict=True))]
-        _prime_lone(model, cluster, [g.alone for g in grids], (cols, quant, engine, eff), (p, c),
+        _prime_lone(model, cluster, [g.alone for g in grids], (_stacked(group, (-1, 1)), quant, engine, eff), (p, c),
                     [prompt / plan.pp / plan.dpa for plan in group])
         for plan, grid in zip(group, grids, strict=True):
             _keep((model, cluster, plan, engine, longest, eff, False), grid)
@@ -285,8 +284,7 @@ def _prime_lone(model: ModelSpec, cluster: Cluster, lones: list, how: tuple, axe
     rows = np.concatenate((np.minimum(dense, 1.0), np.broadcast_to(np.minimum(grid_p, 1.0), (len(lones), len(grid_p)))),
                           axis=1)
     prefix = np.concatenate((np.zeros(dense.shape), np.broadcast_to(grid_q, (len(lones), len(grid_q)))), axis=1)
-    setting = _AtContext(model, cluster, {k: v.reshape(-1, 1) for k, v in cols.items()}, quant, engine,
-                         Workload(input_len=1, output_len=1), eff, context=0.0)
+    setting = _AtContext(model, cluster, cols, quant, engine, Workload(input_len=1, output_len=1), eff, context=0.0)
     with np.errstate(all="ignore"):
         value = np.broadcast_to(np.asarray(setting.time(0.0, tokens, rows, prefix), dtype=float), shape)
         for i, (lone, b, s) in enumerate(zip(lones, blocks, spans, strict=True)):
@@ -302,6 +300,17 @@ def _keep(args: tuple, grid: Prices) -> None:
 
 def _columns(plan: ServePlan) -> PlanColumns:
     return plan_columns(plan.with_(replicas=1, prefill_replicas=0))
+
+
+def _stacked(plans: list[ServePlan], shape: tuple[int, ...]) -> PlanColumns:
+    """One instance's columns of each of ``plans``, as arrays of ``shape``."""
+    each = [_columns(p) for p in plans]
+
+    def column(key: str) -> np.ndarray:
+        return np.array([c[key] for c in each]).reshape(shape)  # type: ignore[literal-required]
+
+    return PlanColumns(tp=column("tp"), pp=column("pp"), dpa=column("dpa"), ep=column("ep"), batch=column("batch"),
+                       replicas=column("replicas"), prefill_replicas=column("prefill_replicas"))
 
 
 def _axes(plan: ServePlan, engine: Engine, longest: int) -> tuple[list[float], list[float], list[float]]:
