@@ -105,7 +105,7 @@ class _Instance(KVState):
         dt = self.price(nd, tokens, held / self.nd if self.nd else 0.0, prefix)
         if dt > self.longest:
             self.longest = dt
-        used = self.used()  # the same before and after the clock moves
+        used = held + self.held_prefill + self.running * self.block / 2  # self.used(), before and after the clock
         self.rows.append((self.now, dt, used / self.kv, self.running, len(self.waiting)))
         self.now += dt
         self.peak = max(self.peak, (used + nd * self.step_tokens + tokens) / self.kv)
@@ -140,14 +140,14 @@ class _Instance(KVState):
     def decode_run(self) -> None:
         """Pure decode iterations until the next finish, arrival or full cache (stretch.py)."""
         s = self.s
+        held = self.decode_tokens()
+        used = held + self.held_prefill + self.running * self.block / 2  # self.used(); decoded() below moves none
         most = self.heap[0][0] - self.it + 1 if self.heap else 1
         if s.policy.admission != "reserve":
-            most = min(most, max(int((s.kv_tokens - self.used()) // (self.nd * s.step_tokens)), 1))
+            most = min(most, max(int((s.kv_tokens - used) // (self.nd * s.step_tokens)), 1))
         until = self.arr[self.next] - self.now if not self.closed and self.next < len(self.arr) else math.inf
-        held = self.decode_tokens()
         count, elapsed, first_dt, second, last = stretch(self.price.knots(self.nd), held / self.nd, s.step_tokens,
                                                          max(most, 1), max(until, 1e-15))
-        used = self.used()  # decoded() below moves no token count
         self.rows.append((self.now, elapsed, used / s.kv_tokens, self.running, len(self.waiting)))
         self.longest = max(self.longest, first_dt, last)
         start = self.now
