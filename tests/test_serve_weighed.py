@@ -81,6 +81,16 @@ def test_keeping_the_rows_changes_nothing_else(kept):
     assert (plain.rejected, plain.evaluated) == (result.rejected, result.evaluated)
 
 
+def test_the_table_alone_is_the_same_table(kept):
+    """top_k=0 (the load search's shortlist reads the table alone): no plan re-estimated, the same rows bit for bit."""
+    model, cluster, space, result = kept
+    alone = search(model, cluster, space, top_k=0, keep=True)
+    assert alone.plans == () and alone.weighed is not None and alone.weighed.reasons == result.weighed.reasons
+    assert set(alone.weighed.columns) == set(result.weighed.columns)
+    for key, column in result.weighed.columns.items():
+        assert np.asarray(alone.weighed.columns[key]).tobytes() == np.asarray(column).tobytes(), key
+
+
 def test_every_op_of_the_decode_step_has_a_kind(kept):
     _, _, _, result = kept
     for e in result.plans:

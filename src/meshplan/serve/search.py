@@ -126,8 +126,9 @@ def deployments(keys: dict[str, np.ndarray], num_gpus: int, disaggregate: bool) 
 
 def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 10,
            eff: ServeEfficiency = SERVE_DEFAULT, keep: bool = False) -> ServeSearchResult:
-    """Every configuration of ``space``; the ``top_k`` feasible ones re-estimated (module docstring). ``keep``:
-    every configuration's figures too (``weighed``, for the report)."""
+    """Every configuration of ``space``; the ``top_k`` feasible ones re-estimated (module docstring; 0: none, no
+    plan listed, for a caller that reads the ``weighed`` table alone). ``keep``: every configuration's figures too
+    (``weighed``, for the report)."""
     start = time.perf_counter()
     check.servable(model)
     keys = shapes(model, cluster, space)
@@ -156,7 +157,7 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
         pool.append((qi, ok, score, tiebreak, index, replicas, prefill))
     ranked.sort(key=lambda r: (-r[0], r[1]))
     band = serving_ranking_band(search_regime(model, cluster, space)) if space.prefer_simple else 0.0
-    rows = ranked[: 2 * top_k + 2] + _simple_rows(pool, keys, band, space, top_k)
+    rows = ranked[: 2 * top_k + 2] + _simple_rows(pool, keys, band, space, top_k) if top_k > 0 else []
     plans = [_estimate(model, cluster, space, keys, r, workload, eff) for r in dict.fromkeys(rows)]
     plans = _ordered([e for e in plans if e.fits and _meets(e, space)], space, band)
     fastest = min(plans, key=lambda e: _rank(e, space)) if plans else None

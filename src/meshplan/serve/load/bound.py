@@ -23,6 +23,7 @@ import numpy as np
 from meshplan.serve.engine import Engine
 from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.run import load_instance
+from meshplan.serve.load.summary import percentile
 from meshplan.serve.plan import ServePlan
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -38,14 +39,14 @@ def idle_latency(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Reque
         cache[key] = load_instance(model, cluster, one, engine, longest, targets.choices)
     sched, price = cache[key]
     first: dict[int, float] = {}
-    for prompt in np.unique(reqs.input_len):
+    for prompt in sorted(set(reqs.input_len.tolist())):  # (np.unique would import numpy.ma: start-up)
         p = int(prompt) - (1 if sched.last_token_decoded else 0)
         fresh = max(p - sched.cached(p), 0)
         chunks = max(math.ceil(fresh / sched.budget), 1)
         t = chunks * price(0, min(fresh, sched.budget), 0.0)
         first[int(prompt)] = t + (price(1, 0, float(prompt)) if sched.last_token_decoded else 0.0)
     ttft = np.array([first[int(p)] for p in reqs.input_len])
-    step = {int(c): price(1, 0, float(c)) for c in np.unique(reqs.input_len + 1)}
+    step = {int(c): price(1, 0, float(c)) for c in sorted(set((reqs.input_len + 1).tolist()))}
     tpot = np.array([step[int(c)] for c in reqs.input_len + 1]) / sched.step_tokens
     return ttft, tpot[reqs.output_len > 1]
 
@@ -64,6 +65,6 @@ def idle_bound(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Request
         return True
     ttft, tpot = idle_latency(model, cluster, one, reqs, engine, targets, cache)
     p = targets.percentile
-    if targets.ttft and len(ttft) and float(np.percentile(ttft, p)) > targets.ttft:
+    if targets.ttft and len(ttft) and percentile(ttft, p) > targets.ttft:
         return False
-    return not (targets.tpot and len(tpot) and float(np.percentile(tpot, p)) > targets.tpot)
+    return not (targets.tpot and len(tpot) and percentile(tpot, p) > targets.tpot)

@@ -37,7 +37,7 @@ def transfer_times(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: 
     cols = plan_columns(plan.with_(replicas=1, prefill_replicas=0))
     seconds = {int(n): float(kv_transfer(Setting(model, cluster, cols, plan.quant, engine,
                                                  Workload(input_len=int(n), output_len=1), SERVE_DEFAULT)))
-               for n in np.unique(input_len)}
+               for n in sorted(set(input_len.tolist()))}  # (np.unique would import numpy.ma: start-up)
     return np.array([seconds[int(n)] for n in input_len])
 
 

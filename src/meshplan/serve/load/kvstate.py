@@ -20,6 +20,8 @@ class KVState:
 
     def __init__(self, reqs: Requests, sched: Scheduler) -> None:
         self.s = sched
+        # the scheduler's sizes the loop reads at every step, as plain attributes (a frozen record's are slower)
+        self.step_tokens, self.block, self.kv = sched.step_tokens, sched.block_size, sched.kv_tokens
         self.arr = [float(v) for v in reqs.arrival]
         self.inp, self.out = [int(v) for v in reqs.input_len], [int(v) for v in reqs.output_len]
         n = len(self.inp)
@@ -41,14 +43,17 @@ class KVState:
 
     def decode_tokens(self) -> float:
         """KV tokens the decoding sequences hold now."""
-        return self.sum_base + self.s.step_tokens * (self.nd * self.it - self.sum_k0)
+        return self.sum_base + self.step_tokens * (self.nd * self.it - self.sum_k0)
 
     def used(self) -> float:
         """KV tokens held now (module docstring), with half a page of rounding per running sequence."""
-        return self.decode_tokens() + self.held_prefill + self.running * self.s.block_size / 2
+        return (self.sum_base + self.step_tokens * (self.nd * self.it - self.sum_k0) + self.held_prefill
+                + self.running * self.block / 2)
 
     def arrive(self) -> None:
         n = len(self.inp)
+        if not self.closed and (self.next >= n or self.arr[self.next] > self.now):  # nothing new (most steps)
+            return
         if self.closed:
             while self.next < n and self.next < self.closed:
                 self.arr[self.next] = 0.0
@@ -87,7 +92,7 @@ class KVState:
     def make_room(self) -> bool:
         """Preempt (or retract) until the decodes' next tokens fit; whether any was."""
         s = self.s
-        if s.policy.preempt == "none" or not self.nd or self.used() + self.nd * s.step_tokens <= s.kv_tokens:
+        if not self.nd or s.policy.preempt == "none" or self.used() + self.nd * self.step_tokens <= self.kv:
             return False
         if s.policy.preempt == "retract":
             self.retract()
@@ -137,9 +142,12 @@ class KVState:
 
     def continued(self, budget: int) -> tuple[list, int]:
         """The chunks of the prompts being prefilled, oldest first, in the budget and the free KV."""
-        chunks, tokens = [], 0
+        chunks: list = []
+        tokens = 0
+        if not self.prefilling:
+            return chunks, tokens
         reserve = self.s.policy.admission == "reserve"
-        free = budget if reserve else self.s.kv_tokens - self.used() - self.nd * self.s.step_tokens
+        free = budget if reserve else self.kv - self.used() - self.nd * self.step_tokens
         for entry in self.prefilling:
             take = min(entry[1], budget - tokens, int(free))
             if take <= 0:
@@ -166,28 +174,33 @@ class KVState:
     def admit(self, tokens: int, budget: int, chunks: list) -> int:
         """New requests first come first served while the budget, max_seqs and the cache allow, each with its first
         chunk in ``chunks``; the iteration's prompt tokens after them."""
-        s, p = self.s, self.s.policy
-        limit = p.max_prefill_tokens or budget
-        while self.waiting and self.running < s.max_seqs and tokens < budget:
-            r = self.waiting[0]
-            prompt = self.inp[r] + self.gen[r]
-            cached = s.cached(prompt) if self.gen[r] == 0 else 0
-            if s.last_token_decoded and not self.gen[r]:
+        s = self.s
+        if not self.waiting or self.running >= s.max_seqs or tokens >= budget:  # nothing to admit (most steps)
+            return tokens
+        p, waiting, inp, out, gen = s.policy, self.waiting, self.inp, self.out, self.gen
+        limit, chunked, max_seqs = p.max_prefill_tokens or budget, p.chunked, s.max_seqs
+        while waiting and self.running < max_seqs and tokens < budget:
+            r = waiting[0]
+            made = gen[r]
+            prompt = inp[r] + made
+            cached = s.cached(prompt) if made == 0 else 0
+            if s.last_token_decoded and not made:
                 prompt -= 1  # the context step leaves the last prompt token to the next decode
             fresh = prompt - cached
-            if self.inp[r] + self.out[r] + s.block_size > s.kv_tokens or (not p.chunked and fresh > s.budget):
-                self.waiting.popleft()
+            whole = inp[r] + out[r]
+            if whole + self.block > self.kv or (not chunked and fresh > s.budget):
+                waiting.popleft()
                 self.refused += 1
                 self.release(r)
                 continue
             take = min(fresh, budget - tokens)
-            if (not p.chunked and take < fresh) or (tokens and tokens + take > limit):
+            if (not chunked and take < fresh) or (tokens and tokens + take > limit):
                 break
             if not self._fits(r, cached, take, fresh):
                 break
-            self.waiting.popleft()
+            waiting.popleft()
             self.state[r], self.running = 1, self.running + 1
-            self.committed += self.inp[r] + self.out[r]
+            self.committed += whole
             self.order.append(r)
             entry = [r, fresh, cached]
             self.prefilling.append(entry)

@@ -103,10 +103,12 @@ class _Instance(KVState):
         # the chunks' mean prefix: the tokens of their prompts already cached (earlier chunks, prefix-cache hits)
         prefix = sum(take * entry[2] for entry, take in chunks) / tokens if tokens else 0.0
         dt = self.price(nd, tokens, held / self.nd if self.nd else 0.0, prefix)
-        self.longest = max(self.longest, dt)
-        self.rows.append((self.now, dt, self.used() / self.s.kv_tokens, self.running, len(self.waiting)))
+        if dt > self.longest:
+            self.longest = dt
+        used = held + self.held_prefill + self.running * self.block / 2  # self.used(), before and after the clock
+        self.rows.append((self.now, dt, used / self.kv, self.running, len(self.waiting)))
         self.now += dt
-        self.peak = max(self.peak, (self.used() + nd * self.s.step_tokens + tokens) / self.s.kv_tokens)
+        self.peak = max(self.peak, (used + nd * self.step_tokens + tokens) / self.kv)
         if nd:
             self.decoded(dt)
             self.finish_decodes(1)
@@ -120,31 +122,33 @@ class _Instance(KVState):
     def decoded(self, dt: float) -> None:
         """The gaps of the decode iteration that just ended: the sequences that decoded in the last one waited since
         its end, those that joined since their last token; TurboMind's newcomers get their first token."""
-        s = self.s
-        new = len(self.joined) + len(self.pending_first)
+        s, now, joined, pending = self.s, self.now, self.joined, self.pending_first
+        new = len(joined) + len(pending)
         if self.nd > new and self.last_decode == self.last_decode:  # not NaN
-            self.gaps.append((self.now - self.last_decode, 0.0, 1, float(self.nd - new)))
-        for t in self.joined:
-            self.gaps.append((self.now - t, 0.0, 1, 1.0))
-        for r in self.pending_first:
-            self.first[r] = self.now
-        self.joined.clear()
-        self.pending_first.clear()
-        self.last_decode = self.now
+            self.gaps.append((now - self.last_decode, 0.0, 1, float(self.nd - new)))
+        if joined:
+            self.gaps.extend([(now - t, 0.0, 1, 1.0) for t in joined])
+            joined.clear()
+        if pending:
+            for r in pending:
+                self.first[r] = now
+            pending.clear()
+        self.last_decode = now
         if s.policy.admission == "new_token_ratio":
             self.ratio = max(self.ratio - s.policy.new_token_ratio_decay, s.policy.min_new_token_ratio)
 
     def decode_run(self) -> None:
         """Pure decode iterations until the next finish, arrival or full cache (stretch.py)."""
         s = self.s
+        held = self.decode_tokens()
+        used = held + self.held_prefill + self.running * self.block / 2  # self.used(); decoded() below moves none
         most = self.heap[0][0] - self.it + 1 if self.heap else 1
         if s.policy.admission != "reserve":
-            most = min(most, max(int((s.kv_tokens - self.used()) // (self.nd * s.step_tokens)), 1))
+            most = min(most, max(int((s.kv_tokens - used) // (self.nd * s.step_tokens)), 1))
         until = self.arr[self.next] - self.now if not self.closed and self.next < len(self.arr) else math.inf
-        held = self.decode_tokens()
         count, elapsed, first_dt, second, last = stretch(self.price.knots(self.nd), held / self.nd, s.step_tokens,
                                                          max(most, 1), max(until, 1e-15))
-        self.rows.append((self.now, elapsed, self.used() / s.kv_tokens, self.running, len(self.waiting)))
+        self.rows.append((self.now, elapsed, used / s.kv_tokens, self.running, len(self.waiting)))
         self.longest = max(self.longest, first_dt, last)
         start = self.now
         self.now = start + first_dt
@@ -153,16 +157,16 @@ class _Instance(KVState):
         self.last_decode = self.now
         if count > 1:
             self.gaps.append((second, last, count - 1, float(self.nd)))
-        self.peak = max(self.peak, (self.used() + self.nd * s.step_tokens * count) / s.kv_tokens)
+        self.peak = max(self.peak, (used + self.nd * s.step_tokens * count) / s.kv_tokens)
         if s.policy.admission == "new_token_ratio":
             self.ratio = max(self.ratio - (count - 1) * s.policy.new_token_ratio_decay, s.policy.min_new_token_ratio)
         self.finish_decodes(count)
 
     def finish_decodes(self, count: int) -> None:
         """``count`` decode iterations ran: those whose last token they made leave; the iteration count moves on."""
-        last = self.it + count - 1
-        while self.heap and self.heap[0][0] <= last:
-            _, r, version = heapq.heappop(self.heap)
+        last, heap = self.it + count - 1, self.heap
+        while heap and heap[0][0] <= last:
+            _, r, version = heapq.heappop(heap)
             if version != self.version[r] or self.state[r] != 2:
                 continue
             self.leave_decoding(r)
@@ -175,28 +179,29 @@ class _Instance(KVState):
     def prefilled(self, entry: list[int]) -> None:
         """A prompt fully prefilled: its next token sampled (TurboMind: by the next decode step); it decodes from the
         next iteration, or leaves."""
-        r = entry[0]
+        r, now, gen = entry[0], self.now, self.gen
         self.prefilling.remove(entry)
         self.held_prefill -= entry[2]
-        if self.s.last_token_decoded and not self.gen[r]:
+        if self.s.last_token_decoded and not gen[r]:
             self.pending_first.append(r)
         else:
-            self.gen[r] += 1
+            gen[r] += 1
             if math.isnan(self.first[r]):
-                self.first[r] = self.now
+                self.first[r] = now
             elif self.last_token[r] == self.last_token[r]:  # a recomputed sequence's token after its wait
-                self.gaps.append((self.now - self.last_token[r], 0.0, 1, 1.0))
-            self.joined.append(self.now)
-        if self.gen[r] >= self.out[r]:
+                self.gaps.append((now - self.last_token[r], 0.0, 1, 1.0))
+            self.joined.append(now)
+        out = self.out[r]
+        if gen[r] >= out:
             self.running -= 1
-            self.committed -= self.inp[r] + self.out[r]
-            self.done[r] = self.now
+            self.committed -= self.inp[r] + out
+            self.done[r] = now
             self.release(r)
-            if self.joined and self.joined[-1] == self.now:
+            if self.joined and self.joined[-1] == now:
                 self.joined.pop()
             return
         self.start_decoding(r)
-        steps = math.ceil((self.out[r] - self.gen[r]) / self.s.step_tokens - 1e-9)
+        steps = math.ceil((out - gen[r]) / self.step_tokens - 1e-9)
         heapq.heappush(self.heap, (self.it + steps - 1, r, self.version[r]))
 
 

@@ -9,6 +9,7 @@ mean time in it)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,31 @@ def _finite(value: float) -> float | None:
 def _percentiles(values: np.ndarray) -> dict[int, float]:
     if not len(values):
         return dict.fromkeys(PERCENTILES, float("nan"))
-    return {p: float(np.percentile(values, p)) for p in PERCENTILES}
+    ordered = np.sort(values)
+    return {p: sorted_percentile(ordered, p) for p in PERCENTILES}
+
+
+def percentile(values: np.ndarray, p: float) -> float:
+    """``float(np.percentile(values, p))`` of a non-empty array (``sorted_percentile``)."""
+    return sorted_percentile(np.sort(values), p)
+
+
+def sorted_percentile(ordered: np.ndarray, p: float) -> float:
+    """``float(np.percentile(x, p))`` for ``ordered`` = np.sort(x), x not empty, bit for bit: NumPy's default method
+    ("linear", Hyndman and Fan's 7th) in its own arithmetic (numpy 2.x lib/_function_base_impl.py ``_quantile``,
+    ``_get_indexes``, ``_lerp``): the virtual index (n − 1)·p/100, the values at its floor and the next (the last
+    past the end), γ its fraction, a + (b − a)·γ, or b − (b − a)·(1 − γ) where γ ≥ 0.5; NaN where any value is (a
+    sort puts NaN last). One sort for every percentile, and np.percentile's import of numpy.ma (its np.unique) left
+    out of start-up."""
+    n = len(ordered)
+    virtual = (n - 1) * (p / 100)
+    below = math.floor(virtual)
+    lo, hi = (ordered[-1], ordered[-1]) if virtual >= n - 1 else (ordered[below], ordered[below + 1])
+    if ordered[-1] != ordered[-1]:  # NaN
+        return float("nan")
+    gamma = virtual - below
+    diff = hi - lo
+    return float(hi - diff * (1 - gamma) if gamma >= 0.5 else lo + diff * gamma)
 
 
 def _weighted(gaps: list[tuple[float, float, int, float]]) -> tuple[dict[int, float], float]:

@@ -37,5 +37,6 @@ class LoadTimeline:
         if not len(c["start_s"]):
             return {k: [] for k in c}
         grid = np.linspace(c["start_s"][0], c["start_s"][-1], points)
-        pick = np.unique(np.clip(np.searchsorted(c["start_s"], grid), 0, len(c["start_s"]) - 1))
+        at = np.clip(np.searchsorted(c["start_s"], grid), 0, len(c["start_s"]) - 1)  # non-decreasing
+        pick = at[np.concatenate(([True], at[1:] != at[:-1]))]  # its distinct values (np.unique imports numpy.ma)
         return {k: [float(x) for x in v[pick]] for k, v in c.items()}

@@ -22,6 +22,7 @@ import numpy as np
 from meshplan.serve.engine import Engine
 from meshplan.serve.load.arrivals import Requests
 from meshplan.serve.load.bound import idle_bound
+from meshplan.serve.load.prices import prime
 from meshplan.serve.load.run import Choices, load_run_with
 from meshplan.serve.load.speculation import Speculation
 from meshplan.serve.load.summary import LoadResult
@@ -84,7 +85,7 @@ def load_shapes(model: ModelSpec, cluster: Cluster, space: ServeSpace, count: in
     one instance's steady output tokens/s, by tokens/s per GPU as the search's arrays priced them (its weighed
     table: no configuration re-estimated one by one); of shapes that differ in their batch limit alone, the best
     one's, and of a shape's replica counts the best per GPU."""
-    steady = search(model, cluster, replace(space, disaggregate=False, ttft_slo=0.0, tpot_slo=0.0), top_k=1,
+    steady = search(model, cluster, replace(space, disaggregate=False, ttft_slo=0.0, tpot_slo=0.0), top_k=0,
                     keep=True)
     table = steady.weighed
     if table is None or not len(table):
@@ -203,7 +204,7 @@ def recommend(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Reque
               count: int = 8) -> list[Loaded]:
     """Each shape's fewest-GPU deployment that meets the targets, co-located or split into pools (``fewest_split``
     for the first shapes), fewest GPUs first (ties by goodput per GPU within the band, then simplicity)."""
-    shapes = load_shapes(model, cluster, space, count)
+    shapes = _primed(model, cluster, space, reqs, count)
     cache: dict = {}
     pairs = [(s[0], fewest(model, cluster, s, reqs, space.engine, targets, cache)) for s in shapes]
     found = [f for _, f in pairs if f is not None] + _with_splits(model, cluster, space, reqs, targets, pairs, cache)
@@ -218,7 +219,7 @@ def rank(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Requests, 
     out: list[Loaded] = []
     pairs: list[tuple[ServePlan, Loaded | None]] = []
     cache: dict = {}
-    for s in load_shapes(model, cluster, space, count):
+    for s in _primed(model, cluster, space, reqs, count):
         found = fewest(model, cluster, s, reqs, space.engine, targets, cache)
         pairs.append((s[0], found))
         out.append(found or _simulate(model, cluster, s[0].with_(replicas=cluster.num_gpus // s[0].instance_gpus),
@@ -227,6 +228,17 @@ def rank(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Requests, 
     unit = _unit(out)
     return sorted(out, key=lambda x: (not x.meets, -round(x.result.goodput / x.plan.num_gpus / unit),
                                       _simplicity(x)))
+
+
+def _primed(model: ModelSpec, cluster: Cluster, space: ServeSpace, reqs: Requests, count: int
+            ) -> list[tuple[ServePlan, float]]:
+    """``load_shapes``, their price grids priced together (prices.prime): every shape's is read, by the idle bound
+    or the simulation."""
+    shapes = load_shapes(model, cluster, space, count)
+    if len(reqs):
+        prime(model, cluster, [one for one, _ in shapes], space.engine, int((reqs.input_len + reqs.output_len).max()),
+              float(reqs.input_len[0]))
+    return shapes
 
 
 def _unit(found: list[Loaded]) -> float:
