@@ -39,6 +39,7 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 # fusion modes, tensor layouts and FSDP modes became registries of records (specs/fusion.py, layouts.py,
 # fsdp_modes.py) and the per-key units' store its own file (search/key_store.py): 137 measured then;
 # the stack's other choices' records (specs/stack_variants.py) made it 138 / 110 / 90, each at its limit
+# `serve` stopped importing NumPy's masked arrays when its percentiles became one sort (serve/load/summary.py)
 # what a dense model's plain search and estimate do not use (a hybrid's mixers, a 2D layout, --system pools, --mtbf,
 # an error's suggestions, --stragglers and --background-traffic)
 UNUSED_AT_START = ("meshplan.cost.mamba", "meshplan.cost.summa", "meshplan.cli.mixed", "meshplan.search.by_goodput",
@@ -53,7 +54,8 @@ CASES = {
     "serve": (["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "1", "--input-len", "1000",
                "--output-len", "200"], 90, 285,
               (*HEAVY, "meshplan.search.run", "meshplan.autoshard", "meshplan.step.assemble", "multiprocessing",
-               "meshplan.report.vega", "difflib", "meshplan.report.text", "meshplan.goodput", "meshplan.search")),
+               "meshplan.report.vega", "difflib", "meshplan.report.text", "meshplan.goodput", "meshplan.search",
+               "numpy.ma")),
 }
 
 
