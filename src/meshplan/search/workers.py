@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -106,9 +107,8 @@ def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: 
                                                                 default=math.inf))
         later = {s: pool.apply_async(_finish_shared, (s, ps, here)) for s, ps in enumerate(found_parts) if s != here}
         mine = finish(here, found_parts[here])
-        if losing is not None:  # what the workers' results are ranked against (``_finish_shared``)
-            _SHARED["rank"].value = losing[0](mine)
-            _SHARED["ranked"].set()
+        if losing is not None:  # what the workers' results are ranked against: one copy each (``_finish_shared``)
+            os.write(_SHARED["ranked"][1], struct.pack("d", losing[0](mine)) * len(later))
         return [mine if s == here else later[s].get() for s in range(len(found_parts))]
 
 
@@ -126,23 +126,24 @@ def _tasks(searches: list[tuple[list[Job], list[Combo], tuple]]) -> list[tuple[t
 @contextmanager
 def _pool(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int, finish: Callable[[int, list[Part]], Any],
           losing: Losing | None) -> Iterator[Pool | None]:
-    """A pool of ``workers`` forked processes, which inherit the searches, ``finish`` and ``losing`` (``_SHARED``),
-    with the rank of this process's result and the event that it is set; None for one worker (this process)."""
+    """A pool of ``workers`` forked processes, which inherit the searches, ``finish`` and ``losing`` (``_SHARED``)
+    and a pipe on which this process sends them the rank of its result; None for one worker (this process)."""
     if workers == 1:
         yield None
         return
     import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
 
-    context = multiprocessing.get_context("fork")
-    _SHARED.update(searches=searches, finish=finish, losing=losing, rank=context.Value("d", math.inf, lock=False),
-                   ranked=context.Event())
+    ranked = os.pipe()  # the rank of this process's result, for the workers (a pipe: no shared ctypes to import)
+    _SHARED.update(searches=searches, finish=finish, losing=losing, ranked=ranked)
     try:
-        with context.Pool(workers, initializer=ignore_interrupts) as pool:
+        with multiprocessing.get_context("fork").Pool(workers, initializer=ignore_interrupts) as pool:
             yield pool
             pool.close()  # every task answered: the workers take their sentinels and exit (``with`` terminates
             pool.join()  # them, which is for a pool left early: an error, Ctrl-C)
     finally:
         _SHARED.clear()
+        for end in ranked:
+            os.close(end)
 
 
 def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list[tuple[tuple[int, ...], int]],
@@ -190,8 +191,7 @@ def _finish_shared(s: int, parts: list[Part], here: int) -> Any:
     if losing is None:
         return result
     rank, light = losing
-    _SHARED["ranked"].wait()
-    theirs = _SHARED["rank"].value
+    (theirs,) = struct.unpack("d", os.read(_SHARED["ranked"][0], 8))  # waits for the parent's (8 bytes: at once)
     return light(result) if math.isfinite(theirs) and (rank(result), s) > (theirs, here) else result
 
 
