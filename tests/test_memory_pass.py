@@ -11,6 +11,7 @@ import pytest
 
 from meshplan.search import Space, search
 from meshplan.search import evaluate as evaluate_module
+from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED
 from meshplan.search.refused import grid_refusals
 from meshplan.search.run import searches
 from meshplan.search.scoring import grid_memory
@@ -23,8 +24,8 @@ def _spy(monkeypatch) -> list:
     calls = []
     real = evaluate_module.group_memory
 
-    def spy(model, space, pool, saved, chunk):
-        memory = real(model, space, pool, saved, 7)  # chunks of 7: the pass is the same in any chunks
+    def spy(model, space, pool, saved, chunk, limits):
+        memory = real(model, space, pool, saved, 7, limits)  # chunks of 7: the pass is the same in any chunks
         calls.append((model, space, pool, saved, memory))
         return memory
     monkeypatch.setattr(evaluate_module, "group_memory", spy)
@@ -50,13 +51,26 @@ def test_a_block_in_the_bounds_order_reads_what_the_block_alone_computes(monkeyp
     model, space, pool, saved, memory = max(calls, key=lambda c: len(c[2]))
     assert len(pool) > 100  # a group of many chunks of 7
     block = np.random.default_rng(0).permutation(len(pool))[: len(pool) // 2]  # any order, as the bound's
-    peak, host, refusals = memory.at(block)
+    status, peak = memory.at(block)
     alone = pool.select(block)
     want_peak, want_host = grid_memory(model, alone, saved(block), space)
-    assert np.array_equal(peak, want_peak) and np.array_equal(host, want_host)  # bit for bit
-    assert [(r.name, h.tolist()) for r, h in refusals] == [(r.name, h.tolist())
-                                                          for r, h in grid_refusals(model, alone, space)]
+    refusals = grid_refusals(model, alone, space)
+    refused = np.zeros(want_peak.shape, dtype=bool)
+    for rule, hit in refusals:  # each rule's plans: those of its status
+        assert np.array_equal(status == REFUSED + memory.rules.index(rule), hit)
+        refused |= hit
+    assert np.array_equal(peak, np.where(refused, np.nan, want_peak), equal_nan=True)  # bit for bit, NaN if refused
+    assert np.array_equal(memory.host_at(block), want_host)
     assert any(h.any() for _, h in refusals)  # Megatron-Core refuses some of them (optimizer offload without ZeRO)
+    capacity, usable, host_capacity = memory.limits  # the others' status: the comparisons with the limits
+    runs = ~refused
+    assert np.array_equal(status == FITS, runs & (want_peak <= usable) & (want_host <= host_capacity))
+    assert np.array_equal(status == OVER_HBM, runs & (want_peak > capacity))
+    assert np.array_equal(status == IN_HEADROOM, runs & (want_peak > usable) & (want_peak <= capacity))
+    assert np.array_equal(status == OVER_HOST, runs & (want_peak <= usable) & ~(want_host <= host_capacity))
+    plans = np.arange(1, len(block) + 1)  # each combination standing for a different number of plans
+    counts = memory.plans_of(block, plans)
+    assert counts == [int((status == s).reshape(-1, len(block)).sum(axis=0) @ plans) for s in range(len(counts))]
 
 
 @pytest.mark.parametrize(("name", "passes"), [("qwen3-30b-a3b", 1), ("gpt-oss-20b", 2)])

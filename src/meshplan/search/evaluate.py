@@ -26,7 +26,7 @@ from meshplan.search.candidates import Sized, expand, size_rows
 from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits, Panels
-from meshplan.search.memory_pass import GroupMemory, group_memory
+from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED, GroupMemory, group_memory
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.scoring import grid_times
 from meshplan.search.space import Space
@@ -36,7 +36,6 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan, revised
-from meshplan.specs.refusals import Refusal
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_over
 
@@ -111,16 +110,18 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
             _score_group(model, cluster, space, eff, batch, sized.select(group),
                          (free if schedule_of(schedule).family != "sync" else bound)[group], shapes,
                          keyed(str(extra.get("collectives", "nccl"))),
-                         _memory(model, space, batch, units, shapes, start.memo, (schedule, i)), result)
+                         _memory(model, cluster, space, batch, units, shapes, start.memo, (schedule, i)), result)
     return result
 
 
-def _memory(model: ModelSpec, space: Space, batch: PlanBatch, units: KeyUnits, shapes: np.ndarray,
+def _memory(model: ModelSpec, cluster: Cluster, space: Space, batch: PlanBatch, units: KeyUnits, shapes: np.ndarray,
             memo: dict[tuple[str, int], GroupMemory], key: tuple[str, int]) -> GroupMemory:
     """The memory pass of a schedule group (``batch``: its combinations, ``shapes``: theirs), the twin search's
     where it holds (memory_pass.GroupMemory.reusable), else computed and kept in ``memo`` under ``key``."""
-    if key not in memo or not memo[key].reusable(space, units.saved(shapes)):
-        memo[key] = group_memory(model, space, batch, lambda rows: units.saved(shapes[rows]), SIZE_BLOCK)
+    capacity = cluster.accelerator.hbm_bytes
+    limits = (capacity, usable_hbm(capacity, space.headroom), cluster.host_memory)
+    if key not in memo or not memo[key].reusable(space, units.saved(shapes), limits):
+        memo[key] = group_memory(model, space, batch, lambda rows: units.saved(shapes[rows]), SIZE_BLOCK, limits)
     return memo[key]
 
 
@@ -146,7 +147,7 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
     built and timed (``_time_rows``)."""
     order = np.argsort(bound, kind="stable")
     for block in _chunks(order, SIZE_BLOCK):
-        fits, peak = _fit(model, cluster, space, _Rows(pool, block), memory.at(block), sized.count[block], result)
+        fits, peak = _fit(model, space, _Rows(pool, block), memory, sized.count[block], result)
         _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)
 
 
@@ -165,44 +166,34 @@ class _Rows:
         return self.batch.plan(int(self.rows[i]))
 
 
-def _fit(model: ModelSpec, cluster: Cluster, space: Space, sized: _Rows,
-         memory: tuple[np.ndarray, np.ndarray, list[tuple[Refusal, np.ndarray]]], plans: np.ndarray,
-         result: Part) -> tuple[np.ndarray, np.ndarray]:
-    """Feasibility of every setting of some size combinations (``sized``: one plan of each, ``_Rows``; ``memory``:
-    their peak, host bytes and refusals, memory_pass.GroupMemory.at), each standing for ``plans`` plans: counted as
-    evaluated and feasible, those that do not fit tallied with their reason, those the framework refuses under the
-    refusal.
+def _fit(model: ModelSpec, space: Space, sized: _Rows, memory: GroupMemory, plans: np.ndarray, result: Part
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Feasibility of every setting of some size combinations (``sized``: one plan of each, ``_Rows``, rows of the
+    group's ``memory``), each standing for ``plans`` plans: counted as evaluated and feasible, those that do not fit
+    tallied with their reason, those the framework refuses under the refusal (by their status, memory_pass.py).
     Returns (fits, peak), shaped as ``grid_memory``'s, the peak NaN where the framework refuses the plan."""
-    capacity, host_capacity = cluster.accelerator.hbm_bytes, cluster.host_memory
-    usable = usable_hbm(capacity, space.headroom)
-    peak, host, refusals = memory
-    runs = _tally_refused(result.tally, model, sized, space, plans, refusals)
-    in_hbm, in_host = (peak <= usable) | ~runs, (host <= host_capacity) | ~runs  # a refused plan misses nothing
-    fits = in_hbm & in_host & runs
-    result.evaluated += int(plans.sum()) * fits[..., 0].size
-    result.feasible += int(fits.reshape(-1, len(sized)).sum(axis=0) @ plans)
-    where = (plans, sized, space.grid, model.num_layers)
-    _tally_misses(result.tally, "memory exceeds HBM", peak, (peak > capacity) & runs, where, capacity)
+    status, peak = memory.at(sized.rows)
+    counts, flat = memory.plans_of(sized.rows, plans), status.reshape(-1)
+    for i, rule in enumerate(memory.rules):  # each refusal with the first plan it refuses (the tally keeps the first)
+        reason = rule.reason(space.stack.name)
+        if counts[REFUSED + i] and reason not in result.tally.examples:
+            plan = _decode(sized, space.grid, status.shape, int(np.argmax(flat == REFUSED + i)),
+                           layers=model.num_layers)
+            result.tally.add(reason, f"{plan.describe()} ({rule.source})", counts[REFUSED + i])
+        else:
+            result.tally.add(reason, "", counts[REFUSED + i])
+    result.evaluated += int(plans.sum()) * (len(flat) // len(sized))
+    result.feasible += counts[FITS]
+    capacity, usable, host_capacity = memory.limits
+    where = (status, sized, space.grid, model.num_layers)
+    _tally_misses(result.tally, "memory exceeds HBM", (OVER_HBM, counts[OVER_HBM]), peak, where, capacity)
     if space.headroom:
-        _tally_misses(result.tally, f"memory within the {space.headroom:.0%} headroom", peak,
-                      (peak > usable) & (peak <= capacity) & runs, where, usable)
-    _tally_misses(result.tally, "offload exceeds host memory", host, in_hbm & ~in_host, where, host_capacity)
-    return fits, np.where(runs, peak, np.nan)  # a refused plan has no memory to show (explore: left out of the sample)
-
-
-def _tally_refused(tally: Tally, model: ModelSpec, sized: _Rows, space: Space, plans: np.ndarray,
-                   refusals: list[tuple[Refusal, np.ndarray]]) -> np.ndarray:
-    """Tally the settings of some size combinations (``sized``, each standing for ``plans`` plans) that the stack's
-    framework refuses (``refusals``: search/refused.py's), each under its refusal with the first such plan and the
-    source; return where the framework runs them (the grid's shape)."""
-    runs = np.ones((*(len(g) for g in space.grid), len(sized)), dtype=bool)
-    for rule, hit in refusals:
-        count = int(hit.reshape(-1, len(sized)).sum(axis=0) @ plans)
-        flat = int(np.argmax(hit.reshape(-1)))  # the first plan it refuses (``hit`` has one)
-        plan = _decode(sized, space.grid, hit.shape, flat, layers=model.num_layers)
-        tally.add(rule.reason(space.stack.name), f"{plan.describe()} ({rule.source})", count)
-        runs &= ~hit
-    return runs
+        _tally_misses(result.tally, f"memory within the {space.headroom:.0%} headroom",
+                      (IN_HEADROOM, counts[IN_HEADROOM]), peak, where, usable)
+    if counts[OVER_HOST]:
+        _tally_misses(result.tally, "offload exceeds host memory", (OVER_HOST, counts[OVER_HOST]),
+                      memory.host_at(sized.rows), where, host_capacity)
+    return status == FITS, peak
 
 
 def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
@@ -315,21 +306,20 @@ def _decode(batch: PlanBatch | _Rows, grid: tuple[tuple, ...], shape: tuple[int,
     return revised(plan, {"summa_panels": int(panels[r][work_of(plan, stack)][row])})
 
 
-def _tally_misses(tally: Tally, reason: str, used: np.ndarray, miss: np.ndarray,
+def _tally_misses(tally: Tally, reason: str, miss: tuple[int, int], used: np.ndarray,
                   where: tuple[np.ndarray, _Rows, tuple[tuple, ...], int], capacity: float) -> None:
-    """Count the plans that ``miss`` (settings × size combinations, each standing for ``where[0]`` plans; ``where``:
-    those, the combinations, the grid and the model's layers) for ``reason``; the example is the plan nearest to
-    fitting: the least bytes ``used`` among them."""
-    plans, sized, grid, layers = where
-    count = int(miss.reshape(-1, len(plans)).sum(axis=0) @ plans)
+    """Count the plans of a status (``miss``: the status and how many plans have it) for ``reason``; the example is
+    the plan nearest to fitting: the least bytes ``used`` among them (``where``: the statuses, settings × size
+    combinations, the combinations, the grid and the model's layers)."""
+    (code, count), (status, sized, grid, layers) = miss, where
     if not count:
         return
-    flat = int(np.argmin(np.where(miss, used, np.inf).reshape(-1)))
+    flat = int(np.argmin(np.where(status == code, used, np.inf).reshape(-1)))
     least = float(used.reshape(-1)[flat])
     if least >= tally.scores.get(reason, math.inf):
         tally.add(reason, "", count, least)
         return
-    plan = _decode(sized, grid, miss.shape, flat, layers=layers)
+    plan = _decode(sized, grid, status.shape, flat, layers=layers)
     tally.add(reason, f"{plan.describe()}: {fmt_over(least, capacity)}", count, least)
 
 

@@ -16,6 +16,7 @@ natural order gives the bytes a block in the bound's order would, bit for bit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -29,35 +30,50 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.refusals import REFUSALS, Refusal
 from meshplan.step.units import Saved
 
+# What each setting of a size combination comes to (GroupMemory.status): it fits; its peak is within the HBM's
+# headroom or over the HBM; it fits the HBM but not the host's memory; its peak is unknown (NaN: none of these); the
+# framework refuses it (REFUSED + i: ``rules[i]``, the first rule that does)
+FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, UNKNOWN, REFUSED = range(6)
+
 
 @dataclass(frozen=True)
 class GroupMemory:
     """Size combinations × settings of one schedule group (the combinations on the first axis, then the grid's
-    shape): peak HBM and host bytes (float32, scoring.grid_memory), and the refusal that refuses each setting first
-    (0: the framework runs it, i + 1: ``rules[i]``); ``saved``: the group's saved activations the pass read. The
-    combinations come first so that a block in the bound's order reads whole rows (``at``): a gather along the last
-    axis of a (settings × combinations) array read element by element, six times slower."""
+    shape): peak HBM bytes (float32, scoring.grid_memory; NaN where the framework refuses the plan) and host bytes,
+    each setting's ``status`` against ``limits`` (the HBM, the HBM less the headroom, the host's memory) and, per
+    combination, how many settings have each status (``counts``): the comparisons each block of the branch and bound
+    made for itself, made once for the group and every twin search that reuses it. ``saved``: the group's saved
+    activations the pass read. The combinations come first so that a block in the bound's order reads whole rows
+    (``at``): a gather along the last axis of a (settings × combinations) array read element by element, six times
+    slower."""
 
     peak: np.ndarray
     host: np.ndarray
-    refused: np.ndarray
+    status: np.ndarray
+    counts: np.ndarray  # combinations × statuses (REFUSED + len(rules) of them), in the least unsigned integer type
     rules: tuple[Refusal, ...]
     saved: dict[str, Saved]
     space: Space
-    seen: frozenset[int]  # the codes of the rules that refuse some plan of the group (the others: none of a block)
+    limits: tuple[float, float, float]
 
-    def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[Refusal, np.ndarray]]]:
-        """The peak, the host bytes and the refusals (each rule that refuses some plan there, with its plans: as
-        refused.grid_refusals gives them) of the combinations ``rows``."""
-        code = _settings_first(self.refused, rows)
-        hits = [(rule, hit) for i, rule in enumerate(self.rules)
-                if i + 1 in self.seen and (hit := code == i + 1).any()]
-        return _settings_first(self.peak, rows), _settings_first(self.host, rows), hits
+    def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The status and the peak of the combinations ``rows`` (settings × combinations)."""
+        return _settings_first(self.status, rows), _settings_first(self.peak, rows)
 
-    def reusable(self, space: Space, saved: dict[str, Saved]) -> bool:
-        """Whether the same group searched in ``space``, whose units save ``saved``, has this memory: the space is
-        this one but for the expert GEMMs (module docstring), the saved activations are equal."""
-        if replace(space, stack=space.stack.with_(expert_gemm=self.space.stack.expert_gemm)) != self.space:
+    def plans_of(self, rows: np.ndarray, plans: np.ndarray) -> list[int]:
+        """The plans of each status among the combinations ``rows``, each standing for ``plans`` plans: one product
+        in float64 (BLAS; whole numbers below 2**53, exact), the rows taken whole."""
+        return [int(c) for c in np.dot(plans.astype(np.float64), np.take(self.counts, rows, axis=0).astype(np.float64))]
+
+    def host_at(self, rows: np.ndarray) -> np.ndarray:
+        """The host bytes of the combinations ``rows`` (settings × combinations)."""
+        return _settings_first(self.host, rows)
+
+    def reusable(self, space: Space, saved: dict[str, Saved], limits: tuple[float, float, float]) -> bool:
+        """Whether the same group searched in ``space`` against ``limits``, whose units save ``saved``, has this
+        memory: the space is this one but for the expert GEMMs (module docstring), the saved activations are equal."""
+        if limits != self.limits or replace(space, stack=space.stack.with_(expert_gemm=self.space.stack.expert_gemm)
+                                            ) != self.space:
             return False
         return saved.keys() == self.saved.keys() and all(
             np.array_equal(getattr(a, f), getattr(self.saved[rc], f))
@@ -65,15 +81,15 @@ class GroupMemory:
 
 
 def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callable[[np.ndarray], dict[str, Saved]],
-                 chunk: int) -> GroupMemory:
+                 chunk: int, limits: tuple[float, float, float]) -> GroupMemory:
     """The memory pass of the size combinations ``pool`` (one plan each), in chunks of ``chunk`` combinations
-    (bounded temporaries); ``saved(rows)``: the saved activations of those rows."""
+    (bounded temporaries); ``saved(rows)``: the saved activations of those rows; ``limits``: GroupMemory's."""
     shape = (len(pool), *(len(g) for g in space.grid))
     peak, host = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
-    refused = np.zeros(shape, dtype=np.uint8)
+    status = np.empty(shape, dtype=np.uint8)
     rules = tuple(REFUSALS[name] for name in space.stack.supports.refuses)
+    counts = np.empty((len(pool), REFUSED + len(rules)), dtype=np.min_scalar_type(math.prod(shape[1:])))
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
-    seen: set[int] = set()
     for rows in _chunks(len(pool), chunk):
         index = np.arange(rows.start, rows.stop)
         sized = pool.select(index)
@@ -82,9 +98,33 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
         block_code = np.zeros(block_peak.shape, dtype=np.uint8)
         for rule, hit in grid_refusals(model, sized, space):
             block_code[hit] = code[rule.name]
-            seen.add(code[rule.name])
-        refused[rows] = np.moveaxis(block_code, -1, 0)
-    return GroupMemory(peak, host, refused, rules, saved(np.arange(len(pool))), space, frozenset(seen))
+        refused = np.moveaxis(block_code, -1, 0)
+        status[rows] = _status(peak[rows], host[rows], refused, limits)
+        peak[rows] = np.where(refused > 0, np.float32(np.nan), peak[rows])  # a refused plan has no memory to show
+        counts[rows] = _counted(status[rows], counts.shape[1])
+    return GroupMemory(peak, host, status, counts, rules, saved(np.arange(len(pool))), space, limits)
+
+
+def _status(peak: np.ndarray, host: np.ndarray, refused: np.ndarray, limits: tuple[float, float, float]
+            ) -> np.ndarray:
+    """Each setting's status: refused by the rule ``refused`` - 1 (0: none), else its peak over the HBM less its
+    headroom (IN_HEADROOM) and over the HBM (OVER_HBM); under (its host bytes over the host's: OVER_HOST); or
+    neither (a NaN: UNKNOWN). Sums of comparisons (uint8), ten times faster than np.select."""
+    capacity, usable, host_capacity = limits
+    over, under = peak > usable, peak <= usable
+    out = over.view(np.uint8) + (peak > capacity).view(np.uint8)
+    out += np.uint8(OVER_HOST) * (under & ~(host <= host_capacity)).view(np.uint8)
+    out += np.uint8(UNKNOWN) * (~(under | over)).view(np.uint8)
+    np.copyto(out, refused + np.uint8(REFUSED - 1), where=refused > 0)
+    return out
+
+
+def _counted(status: np.ndarray, statuses: int) -> np.ndarray:
+    """Per combination (``status``: combinations × settings), how many of its settings have each status: one
+    bincount of (combination, status) pairs."""
+    n = len(status)
+    pair = np.multiply(np.arange(n)[:, None], statuses, dtype=np.intp) + status.reshape(n, -1)
+    return np.bincount(pair.reshape(-1), minlength=n * statuses).reshape(n, statuses)
 
 
 def _settings_first(a: np.ndarray, rows: np.ndarray) -> np.ndarray:

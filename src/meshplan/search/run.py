@@ -27,6 +27,7 @@ this one.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -44,12 +45,12 @@ from meshplan.search.space import Space
 from meshplan.search.stage_dp import PIPELINES, dp_kinds, eligible, refine_ranked
 from meshplan.search.stage_settings import refine_stages
 from meshplan.search.tally import Tally
-from meshplan.search.workers import Job, jobs, run_searches, worker_count
+from meshplan.search.workers import Job, Losing, jobs, run_searches, worker_count
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 
-__all__ = ["SearchResult", "search", "searches", "simplicity"]
+__all__ = ["SearchResult", "fastest_searches", "search", "searches", "simplicity"]
 
 
 @dataclass(frozen=True)
@@ -123,12 +124,39 @@ def searches(model: ModelSpec, cluster: Cluster, spaces: list[Space], top_k: int
     """``search`` over each of ``spaces`` (search/variants.py: a stack switch each), their jobs in one pool of
     processes: each result is the one ``search`` gives it alone (its shares are its own: ``workers.jobs``; where
     the searches' combinations are the same, so are their shares, one task each: workers.run_searches)."""
+    return _searches(model, cluster, spaces, (top_k, eff, workers, explore), progress, None)
+
+
+def fastest_searches(model: ModelSpec, cluster: Cluster, spaces: list[Space], top_k: int = 10,
+                     eff: Efficiency = DEFAULT, progress: Callable[[int, int], None] | None = None,
+                     explore: Explore | None = None) -> list[SearchResult]:
+    """``searches``, for a caller that keeps the whole result of the search whose fastest plan is fastest (the first
+    of equals) and only the counts and the fastest plan's step time of the others (search/variants.py): a result
+    finished in a worker that another search's beats or equals before it may come without its plans, its fastest
+    estimate without its detail (workers.run_searches: what it spares is their pickling)."""
+    return _searches(model, cluster, spaces, (top_k, eff, 0, explore), progress, (_rank, _light))
+
+
+def _rank(result: SearchResult) -> float:
+    return result.fastest.step_time if result.fastest is not None else math.inf
+
+
+def _light(result: SearchResult) -> SearchResult:
+    fastest = None if result.fastest is None else replace(result.fastest, detail=None)
+    return replace(result, plans=(), fastest=fastest, explored=None)
+
+
+def _searches(model: ModelSpec, cluster: Cluster, spaces: list[Space],
+              options: tuple[int, Efficiency, int, Explore | None], progress: Callable[[int, int], None] | None,
+              losing: Losing | None) -> list[SearchResult]:
+    top_k, eff, workers, explore = options
     prepared = [_prepare(model, cluster, space, workers, explore) for space in spaces]
     alone = 1 if all(p.combos == prepared[0].combos for p in prepared) else len(spaces)  # searches of own tasks
     prepared = [replace(p, shares=_shares(p, alone)) for p in prepared]
     return run_searches([(p.shares, p.combos, (model, cluster, p.space, top_k, eff, p.start_from))
                          for p in prepared], max(p.workers for p in prepared),
-                        lambda s, parts: _finish(model, cluster, prepared[s], parts, top_k, eff, explore), progress)
+                        lambda s, parts: _finish(model, cluster, prepared[s], parts, top_k, eff, explore), progress,
+                        losing)
 
 
 def _shares(prepared: _Prepared, searches: int) -> list[Job]:

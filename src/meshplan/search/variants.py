@@ -6,7 +6,8 @@ GPU (ep 1), per-expert launches price a step 25x a grouped one; the search's pla
 GEMMs, and a grouped one opens them again.
 
 Each choice (``Space.expert_gemms``, narrowed to the framework's ``Supports.expert_gemms``) is a search of its own on
-the stack with that switch; the one whose fastest plan is fastest is returned, its counts those of every search.
+the stack with that switch; the one whose fastest plan is fastest is returned, its counts those of every search (the
+others' plans are not kept: run.fastest_searches).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from meshplan.search.run import SearchResult, search, searches
+from meshplan.search.run import SearchResult, fastest_searches, search
 from meshplan.search.space import Space
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -33,9 +34,9 @@ def search_switches(model: ModelSpec, cluster: Cluster, space: Space, top_k: int
         stack = space.stack.with_(expert_gemm=choices[0]) if choices else space.stack
         return search(model, cluster, replace(space, stack=stack, expert_gemms=()), top_k=top_k, eff=eff,
                       progress=progress, explore=explore)
-    start = time.perf_counter()  # the searches' jobs run in one pool of processes (run.searches)
-    results = searches(model, cluster, [replace(space, stack=space.stack.with_(expert_gemm=g), expert_gemms=())
-                                        for g in choices], top_k=top_k, eff=eff, progress=progress, explore=explore)
+    start = time.perf_counter()  # the searches' jobs run in one pool of processes (run.fastest_searches)
+    spaces = [replace(space, stack=space.stack.with_(expert_gemm=g), expert_gemms=()) for g in choices]
+    results = fastest_searches(model, cluster, spaces, top_k=top_k, eff=eff, progress=progress, explore=explore)
     found = [r for r in results if r.fastest is not None]
     best = min(found, key=lambda r: r.fastest.step_time if r.fastest else 0.0) if found else results[0]
     rejected = sum((Counter(r.rejected) for r in results), Counter())

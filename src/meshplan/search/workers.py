@@ -3,8 +3,10 @@ process or by forked worker processes, which inherit the combinations instead of
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,9 +70,14 @@ def jobs(combos: list[Combo], space: Space, parts: int) -> list[Job]:
     return sorted(out, key=lambda j: -j.weight)
 
 
+# What a search's result must keep when another search's is at least as good: ``(rank, light)``, the result's rank
+# (lower is better; the first search wins a tie) and the result without what a loser's need not keep (run.py)
+Losing = tuple[Callable[[Any], float], Callable[[Any], Any]]
+
+
 def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int,
-                 finish: Callable[[int, list[Part]], T], progress: Callable[[int, int], None] | None = None
-                 ) -> list[T]:
+                 finish: Callable[[int, list[Part]], T], progress: Callable[[int, int], None] | None = None,
+                 losing: Losing | None = None) -> list[T]:
     """Evaluate every job of one or more searches (each: its jobs, combinations and evaluate's arguments after the
     combinations: model, cluster, space, top_k, eff, and an ``Explored`` each job starts afresh from, or None) in
     this process (``workers`` = 1) or in one pool of forked ones (search/variants.py's expert-GEMM searches share
@@ -79,13 +86,14 @@ def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: 
     that what a search keeps (the first example of a refusal, the order of equal plans) does not depend on the
     processes' timing. Searches with the same jobs (variants.py's, whose combinations the expert GEMMs do not
     change) are twins: a job of every one of them is one task, which computes the memory of a group once for all
-    where it can (search/memory_pass.py). In a pool, the searches after the first are finished by the workers
-    while this process finishes the first (run._finish's ranking and refinement: a third of DeepSeek-V3's CPU
-    seconds, its two searches' at once on two cores)."""
+    where it can (search/memory_pass.py). In a pool, this process finishes the search whose parts hold the fastest
+    plan (run._finish's ranking and refinement: a third of DeepSeek-V3's CPU seconds) while the workers finish the
+    others, at once on two cores; with ``losing``, a worker's result that ranks after this process's comes back
+    ``light`` (DeepSeek-V3's losing search: 0.28 MB of estimates pickled and unpickled, ~50 ms, for its counts)."""
     tasks = _tasks(searches)
     parts: list[list[Part | None]] = [[None] * len(shares) for shares, _, _ in searches]
     total, done = sum(len(shares) for shares, _, _ in searches), 0
-    with _pool(searches, workers, finish) as pool:
+    with _pool(searches, workers, finish, losing) as pool:
         for (ss, j), found in _evaluated(searches, tasks, pool):
             for s, part in zip(ss, found, strict=True):
                 parts[s][j] = part
@@ -95,8 +103,13 @@ def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: 
         found_parts = [[p for p in ps if p is not None] for ps in parts]
         if pool is None:
             return [finish(s, ps) for s, ps in enumerate(found_parts)]
-        later = [pool.apply_async(_finish_shared, (s, ps)) for s, ps in enumerate(found_parts) if s]
-        return [finish(0, found_parts[0]), *(result.get() for result in later)]
+        here = min(range(len(found_parts)), key=lambda s: min((p.best.fastest for p in found_parts[s]),
+                                                                default=math.inf))
+        later = {s: pool.apply_async(_finish_shared, (s, ps, here)) for s, ps in enumerate(found_parts) if s != here}
+        mine = finish(here, found_parts[here])
+        if losing is not None:  # what the workers' results are ranked against: one copy each (``_finish_shared``)
+            os.write(_SHARED["ranked"][1], struct.pack("d", losing[0](mine)) * len(later))
+        return [mine if s == here else later[s].get() for s in range(len(found_parts))]
 
 
 def _tasks(searches: list[tuple[list[Job], list[Combo], tuple]]) -> list[tuple[tuple[int, ...], int]]:
@@ -111,16 +124,17 @@ def _tasks(searches: list[tuple[list[Job], list[Combo], tuple]]) -> list[tuple[t
 
 
 @contextmanager
-def _pool(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int, finish: Callable[[int, list[Part]], Any]
-          ) -> Iterator[Pool | None]:
-    """A pool of ``workers`` forked processes, which inherit the searches and ``finish`` (``_SHARED``); None for one
-    worker (this process)."""
+def _pool(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int, finish: Callable[[int, list[Part]], Any],
+          losing: Losing | None) -> Iterator[Pool | None]:
+    """A pool of ``workers`` forked processes, which inherit the searches, ``finish`` and ``losing`` (``_SHARED``)
+    and a pipe on which this process sends them the rank of its result; None for one worker (this process)."""
     if workers == 1:
         yield None
         return
     import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
 
-    _SHARED.update(searches=searches, finish=finish)
+    ranked = os.pipe()  # the rank of this process's result, for the workers (a pipe: no shared ctypes to import)
+    _SHARED.update(searches=searches, finish=finish, losing=losing, ranked=ranked)
     try:
         with multiprocessing.get_context("fork").Pool(workers, initializer=ignore_interrupts) as pool:
             yield pool
@@ -128,6 +142,8 @@ def _pool(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int, fi
             pool.join()  # them, which is for a pool left early: an error, Ctrl-C)
     finally:
         _SHARED.clear()
+        for end in ranked:
+            os.close(end)
 
 
 def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list[tuple[tuple[int, ...], int]],
@@ -168,8 +184,15 @@ def _evaluate(job: Job, combos: list[Combo], args: tuple, memo: dict) -> Part:
                     Start(explore=fresh, memo=memo))
 
 
-def _finish_shared(s: int, parts: list[Part]) -> Any:
-    return _SHARED["finish"](s, parts)
+def _finish_shared(s: int, parts: list[Part], here: int) -> Any:
+    """Search ``s``'s result, in a worker; with ``losing``, once the parent has ranked its own (search ``here``'s),
+    light where it ranks after that one (a finite rank: a search without plans keeps its result whole)."""
+    result, losing = _SHARED["finish"](s, parts), _SHARED["losing"]
+    if losing is None:
+        return result
+    rank, light = losing
+    (theirs,) = struct.unpack("d", os.read(_SHARED["ranked"][0], 8))  # waits for the parent's (8 bytes: at once)
+    return light(result) if math.isfinite(theirs) and (rank(result), s) > (theirs, here) else result
 
 
 def _evaluate_shared(task: tuple[tuple[int, ...], int]) -> tuple[tuple[tuple[int, ...], int], list[Part]]:
