@@ -4,11 +4,13 @@ without changing its optimum.
 - Strategies a node may not take (``allowed``) are dropped.
 - Dominated strategies are dropped: a is dominated by b when b costs no more at the node, no more on every incident
   edge against every neighbour strategy, and holds no more bytes of any storage (so no memory constraint prefers a);
-  of identical strategies one is kept. Then Goldstein's criterion on the strategies left (dead-end elimination,
-  Goldstein 1994, "Efficient rotamer elimination applied to protein side-chains", Biophys. J. 66, eq. 4): a goes
-  where some b left gives c_b − c_a + Σ_(edges) max_j (R[b, j] − R[a, j]) <= 0 and holds no more bytes, for
-  then moving any share of a (a strategy, or an LP relaxation's fraction, with its edge variables row for row) to b
-  never costs more: neither the optimum nor the LP relaxation's optimum changes (an optimum may leave a tie).
+  of identical strategies one is kept. Once none applies, Goldstein's criterion at each node left (dead-end
+  elimination: Desmet et al. 1992, Nature 356; Goldstein 1994, "Efficient rotamer elimination applied to protein
+  side-chains and related spin glasses", Biophys. J. 66): a goes where some b left gives
+  c_b − c_a + Σ_(edges) max_j (R[b, j] − R[a, j]) <= 0 and holds no more bytes, for then moving any share of a (a
+  strategy, or an LP relaxation's fraction, with its edge variables row for row) to b never costs more: neither the
+  optimum nor the LP relaxation's optimum changes (an optimum may leave a tie); then the plain reductions again.
+  Llama-3-8B on 64 H100s: programs of 42 000-60 000 columns instead of 73 000-75 000.
 - A node left with one strategy and no bytes is folded into its neighbours whatever their number (its edges become
   their costs).
 - A node that holds no memory and has one neighbour is folded into it: c_u[a] += min_b (c_v[b] + R_uv[a, b]); one
@@ -95,7 +97,7 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
         parts.append(pw.memory[key])
     profile = np.concatenate(parts, axis=1)
     widths = np.array([b.shape[1] for b in blocks], dtype=np.int64)
-    known = _KEPT.get(tag := digest(profile) + (widths.tobytes() if strong else b""))
+    known = _KEPT.get(tag := digest(profile) + (b"G" + widths.tobytes() if strong else b""))
     if known is None:
         if strong:
             known = _goldstein(profile, widths, key in pw.memory)
@@ -137,7 +139,7 @@ def _kept(profile: np.ndarray, no_more: np.ndarray) -> np.ndarray:
     order = np.lexsort(profile.T[::-1])
     rank = np.empty(len(order), dtype=int)
     rank[order] = np.arange(len(order))
-    earlier = no_more & (rank[:, None] < rank[None, :])  # i comes before a in the order and costs no more
+    earlier: np.ndarray = no_more & (rank[:, None] < rank[None, :])  # i comes before a in the order and costs no more
     beaten = earlier.any(axis=0)
     kept = ~beaten  # beaten by nothing before it: kept whatever else is
     for a in order[beaten[order]]:
