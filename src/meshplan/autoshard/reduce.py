@@ -140,7 +140,7 @@ def _kept(profile: np.ndarray, no_more: np.ndarray) -> np.ndarray:
     rank = np.empty(len(order), dtype=int)
     rank[order] = np.arange(len(order))
     earlier: np.ndarray = no_more & (rank[:, None] < rank[None, :])  # i comes before a in the order and costs no more
-    beaten = earlier.any(axis=0)
+    beaten = np.asarray(earlier.any(axis=0))
     kept = ~beaten  # beaten by nothing before it: kept whatever else is
     for a in order[beaten[order]]:
         kept[a] = not kept[earlier[:, a]].any()
