@@ -128,7 +128,7 @@ def test_the_shrunk_program_has_the_same_objective(spec, gpus, monkeypatch):
     monkeypatch.setattr(ilp, "_relaxation_first",
                         lambda *a: integral.append(isinstance(found := first(*a), Relaxed)) or found)
     shrunk = [ilp.solve(problem, 1, [], penalty=p) for p in penalties]
-    monkeypatch.setattr(reductions, "_goldstein", lambda profile, widths, held: np.arange(len(profile)))
+    monkeypatch.setattr(reductions, "_goldstein", lambda profile, blocks, held: np.arange(len(profile)))
     monkeypatch.setattr(reductions, "_KEPT", {})  # the strategies kept, remembered by profile: not the shrunk ones
     whole = [ilp.solve(problem, 1, [], penalty=p) for p in penalties]
     lp = [a and b for a, b in zip(integral[:len(shrunk)], integral[len(shrunk):], strict=True)]

@@ -100,7 +100,7 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
     known = _KEPT.get(tag := digest(profile) + (b"G" + widths.tobytes() if strong else b""))
     if known is None:
         if strong:
-            known = _goldstein(profile, widths, key in pw.memory)
+            known = _goldstein(profile, blocks, key in pw.memory)
         else:
             known = _kept(profile, np.all(profile[:, None, :] <= profile[None, :, :] + 1e-15, axis=2))
         _KEPT[tag] = known
@@ -109,21 +109,19 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
     return known
 
 
-def _goldstein(profile: np.ndarray, widths: np.ndarray, held: bool) -> np.ndarray:
-    """Indices of the strategies (``profile``'s rows: the cost, each edge's block of ``widths`` columns, then the bytes
-    where ``held``) that Goldstein's criterion keeps (module docstring): b beats a where c_b − c_a + Σ_edges max_j
-    (R[b, j] − R[a, j]) <= 1e-15 (inf − inf: 0, both impossible there) and b holds no more bytes (to within 1e-15).
-    Each is dropped in turn, the last in lexicographic order of the profiles first, where one not dropped beats it.
-    It subsumes plain dominance (b no dearer anywhere beats a)."""
-    cost, at = profile[:, 0], 1
+def _goldstein(profile: np.ndarray, blocks: list[np.ndarray], held: bool) -> np.ndarray:
+    """Indices of the strategies (``profile``'s rows: the cost, the edge ``blocks`` side by side, then the bytes where
+    ``held``) that Goldstein's criterion keeps (module docstring): b beats a where c_b − c_a + Σ_edges max_j
+    (R[b, j] − R[a, j]) <= 1e-15 and b holds no more bytes (to within 1e-15). Each is dropped in turn, the last in
+    lexicographic order of the profiles first, where one not dropped beats it. It subsumes plain dominance (b no
+    dearer anywhere beats a)."""
+    cost = profile[:, 0]
     gain = cost[None, :] - cost[:, None]  # gain[a, b]: c_b - c_a, then each edge's worst change
-    for width in widths:
-        block, at = profile[:, at:at + width], at + width
-        if width:
-            diff = block[None, :, :] - block[:, None, :]  # [a, b, j]: R[b, j] - R[a, j]
-            gain += (diff if np.isfinite(block).all() else np.where(np.isnan(diff), 0.0, diff)).max(axis=2)
+    for block in blocks:
+        gain = gain + _worst(block)
     beats = gain <= 1e-15  # beats[a, b]: b beats a
     if held:
+        at = 1 + sum(b.shape[1] for b in blocks)
         beats &= np.all(profile[None, :, at:] <= profile[:, None, at:] + 1e-15, axis=2)
     np.fill_diagonal(beats, False)
     alive = np.ones(len(cost), dtype=bool)
@@ -131,6 +129,26 @@ def _goldstein(profile: np.ndarray, widths: np.ndarray, held: bool) -> np.ndarra
         if (beats[a] & alive).any():
             alive[a] = False
     return np.flatnonzero(alive)
+
+
+_WORST: dict[bytes, np.ndarray] = {}  # an edge block's digest -> ``_worst``
+
+
+def _worst(block: np.ndarray) -> np.ndarray:
+    """max_j (R[b, j] − R[a, j]) for each pair (a, b) of a node's rows of one edge (inf − inf: 0, both impossible
+    there), kept by the block's digest: a Lagrangian round moves the nodes' costs, its edges far less often."""
+    tag = digest(block)
+    hit = _WORST.get(tag)
+    if hit is None:
+        if block.shape[1]:
+            diff = block[None, :, :] - block[:, None, :]  # [a, b, j]: R[b, j] - R[a, j]
+            hit = (diff if np.isfinite(block).all() else np.where(np.isnan(diff), 0.0, diff)).max(axis=2)
+        else:
+            hit = np.zeros((len(block), len(block)))
+        _WORST[tag] = hit
+        if len(_WORST) > MEMO:
+            _WORST.clear()
+    return hit
 
 
 def _kept(profile: np.ndarray, no_more: np.ndarray) -> np.ndarray:
