@@ -200,7 +200,8 @@ def _counted(made, iterations: list):
 def test_rounds_carried_by_name_reach_the_cold_optimum(traced, gpus, monkeypatch):
     """The 4-layer Llama under a memory limit (the Lagrangian's rounds, whose programs keep different strategies):
     rounds that start from the last round's basis carried by name (highs._carried) end at the objective of a cold
-    start to 1e-9, at the same plan, and take fewer simplex iterations in all."""
+    start to HiGHS' own tolerance (1e-7 on a reduced cost, the costs of order 1: ilp._unit; 2.5e-9 apart here since
+    reduce.py's Goldstein sweep shapes the programs), at the same plan, and take fewer simplex iterations in all."""
     blocks = find_blocks(traced, layers=4)
     problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(gpus)),
                             DEFAULT)
@@ -224,7 +225,7 @@ def test_rounds_carried_by_name_reach_the_cold_optimum(traced, gpus, monkeypatch
     assert runs["carried"] and not seen["carried"]
     assert warm.choice == cold.choice and warm.price == cold.price and warm.rounds == cold.rounds
     for a, b in zip(runs["objective"], seen["objective"], strict=True):
-        assert a.objective == pytest.approx(b.objective, rel=1e-9)
+        assert a.objective == pytest.approx(b.objective, rel=1e-7)
     assert sum(runs["iterations"]) < sum(seen["iterations"])
 
 
