@@ -120,3 +120,29 @@ def test_recovery_refusals(capsys, tmp_path, monkeypatch, extra, why):
     monkeypatch.chdir(tmp_path)
     code, _, err = _cli(capsys, "plan", "--model", "llama3-8b", "--system", "h100", "--gpus", "64", *extra)
     assert code == 2 and why in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("gpus", "framework", "rel"), [
+    (64, "megatron-core", Reliability()),  # every plan's factor the same: the ranking by time's first ten
+    (64, "deepspeed", Reliability(mtbf_gpu_hours=300, checkpoint_bandwidth=5e9)),  # factors apart: writers differ
+    # the first replica's writers bind (storage at 100 TB/s): factors 14.69 to 15.21, the 6th by time ranks 5th
+    (64, "megatron-deepspeed", Reliability(mtbf_gpu_hours=4, checkpoint_bandwidth=1e14)),
+])
+def test_the_lazy_ranking_by_expected_time_is_the_full_one(monkeypatch, gpus, framework, rel):
+    # by_goodput._Lazy estimates the kept plans only as far as the ten first in expectation need: the same plans,
+    # times, order, fastest and exactness as the ranking of every kept plan estimated (_Lazy.ranking None)
+    from meshplan.search import by_goodput
+
+    space = Space(global_batch=256, stack=load_stack(framework), stage_layers=True)
+    cluster = load_system("h100").cluster(gpus)
+    answers, ranking = [], by_goodput._Lazy.ranking
+    monkeypatch.setattr(by_goodput._Lazy, "ranking", lambda *a: answers.append(ranking(*a)) or answers[-1])
+    lazy, lazy_exact = search_by_goodput(L8, cluster, space, rel, top_k=10)
+    assert answers and None not in answers  # drawn lazily, not the ranking in full
+    monkeypatch.setattr(by_goodput._Lazy, "ranking", lambda *_: None)
+    full, full_exact = search_by_goodput(L8, cluster, space, rel, top_k=10)
+    assert lazy_exact == full_exact and len(lazy.plans) == len(full.plans) > 0
+    assert [(e.plan, e.step_time, e.peak_memory) for e in lazy.plans] == [
+        (e.plan, e.step_time, e.peak_memory) for e in full.plans]
+    assert lazy.fastest is not None and full.fastest is not None and lazy.fastest.plan == full.fastest.plan
+    assert (lazy.evaluated, lazy.bounded, lazy.rejected) == (full.evaluated, full.bounded, full.rejected)

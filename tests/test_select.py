@@ -158,7 +158,7 @@ def test_what_is_not_estimated_could_not_have_ranked():
 
     from meshplan.estimate import estimate
     from meshplan.search.best import Best
-    from meshplan.search.select import _by_time_first, _rows, fastest_kept, pricer
+    from meshplan.search.select import _by_time_first, fastest_kept, kept_rows, pricer
     from meshplan.specs.efficiency import DEFAULT
     from meshplan.specs.plan import Plan
 
@@ -172,7 +172,7 @@ def test_what_is_not_estimated_could_not_have_ranked():
     calls: list[Plan] = []
     priced = pricer(model, cluster, by_time, DEFAULT)
     counted = lambda p: calls.append(p) or priced(p)  # noqa: E731
-    rows = _rows([kept])
+    rows = kept_rows([kept])
     full = sorted(every, key=lambda e: (e.step_time, e.peak_memory))[:10]
     assert [e.plan for e in _by_time_first(rows, 10, counted)] == [e.plan for e in full]
     assert 10 <= len(calls) < len(rows)  # not every row estimated

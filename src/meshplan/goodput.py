@@ -51,6 +51,7 @@ from meshplan.specs.plan import Plan
 
 if TYPE_CHECKING:  # the serving report imports goodput's terms without the training step's assembly
     from meshplan.estimate import Estimate
+    from meshplan.specs.hardware import Cluster
 
 LLAMA3_MTBF_GPU_HOURS = 16_384 * 54 * 24 / 419  # GPU-hours per unexpected interruption (module docstring)
 LLAMA3_STORAGE_BYTES_S = 2e12  # Tectonic's sustained throughput for Llama 3's checkpoints (module docstring)
@@ -194,5 +195,11 @@ def plan_goodput(est: Estimate, rel: Reliability) -> Goodput:
     if rel.recovery == "replica" and can.replica_recovery and holds_copies(est.plan):
         link = est.cluster.tiers[min(1, len(est.cluster.tiers) - 1)].bandwidth
         return replica_goodput(est.model, est.plan, gpus, rel, est.step_time, link)
-    share = writer_share(est.model, est.plan, gpus, can.sharded_checkpoint)
-    return goodput(est.model, est.plan, gpus, rel, share, est.cluster.host_bandwidth)
+    return restart_goodput(est.model, est.cluster, est.plan, can.sharded_checkpoint, rel)
+
+
+def restart_goodput(model: ModelSpec, cluster: Cluster, plan: Plan, sharded: bool, rel: Reliability) -> Goodput:
+    """``plan`` restarted from checkpoints written as its framework writes them (``sharded``: over every rank) through
+    each rank's host link: no step time read (search/by_goodput.py ranks unestimated plans by it)."""
+    share = writer_share(model, plan, cluster.num_gpus, sharded)
+    return goodput(model, plan, cluster.num_gpus, rel, share, cluster.host_bandwidth)

@@ -11,12 +11,16 @@ again keeping four times as many, up to ``DEPTHS``' last (then the ranking says 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from meshplan.estimate import Estimate
-from meshplan.goodput import Reliability, goodput, plan_goodput
+from meshplan.goodput import Reliability, goodput, plan_goodput, restart_goodput
+from meshplan.search.best import RANK_SLACK
 from meshplan.search.run import SearchResult
+from meshplan.search.select import LAZY_RANKING, by_time
 from meshplan.search.space import Space
+from meshplan.search.stage_dp import PIPELINES, eligible
 from meshplan.search.variants import search_switches
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -44,18 +48,94 @@ def least_factor(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability) -> f
 def search_by_goodput(model: ModelSpec, cluster: Cluster, space: Space, rel: Reliability, top_k: int = 10,
                       eff: Efficiency = DEFAULT) -> tuple[SearchResult, bool]:
     """(the search's plans ranked by expected time, whether that ranking is exact over the space: module docstring)."""
-    by_time = replace(space, prefer_simple=False, simplest_leads=False)
+    by_step = replace(space, prefer_simple=False, simplest_leads=False)
     result, exact = None, False
     for depth in DEPTHS:
-        result = search_switches(model, cluster, by_time, top_k=max(depth, top_k), eff=eff)
+        token = LAZY_RANKING.set(None if rel.recovery == "replica" else _Lazy(rel, depth, top_k).ranking)
+        try:
+            result = search_switches(model, cluster, by_step, top_k=max(depth, top_k), eff=eff)
+        finally:
+            LAZY_RANKING.reset(token)
         if not result.plans:
             return result, True
-        best = min(expected_time(e, rel) for e in result.plans)
-        floor = least_factor(model, result.plans[0].plan, cluster.num_gpus, rel)
-        exact = len(result.plans) < depth or result.plans[-1].step_time * floor >= best
+        exact = result.exact if result.exact is not None else _exact(result.plans, rel, depth, cluster.num_gpus)
         if exact:
             break
     assert result is not None
     ranked = sorted(result.plans, key=lambda e: (expected_time(e, rel), e.step_time))
-    return replace(result, plans=tuple(ranked[:top_k]), fastest=ranked[0]), exact
+    return replace(result, plans=tuple(ranked[:top_k]), fastest=ranked[0], exact=None), exact
 
+
+def _exact(plans: tuple[Estimate, ...], rel: Reliability, depth: int, gpus: int) -> bool:
+    """Whether no plan past the ``depth`` fastest kept (``plans``, by step time) can lead (module docstring)."""
+    best = min(expected_time(e, rel) for e in plans)
+    floor = least_factor(plans[0].model, plans[0].plan, gpus, rel)
+    return len(plans) < depth or plans[-1].step_time * floor >= best
+
+
+_SLACK = 2 * RANK_SLACK  # a float32 row's time within this share of its float64 step (select.py's walks)
+
+
+@dataclass(frozen=True)
+class _Lazy:
+    """The ranking by expected time drawn from the kept rows lazily under restart recovery, where a plan's wall factor
+    reads no step time (goodput.restart_goodput): the ranking by time (select._by_time_first's first ``keep``, refined
+    by run._refined) is known as far as a prefix of rows whose float64 steps all lie below every later row's float32
+    bound (within ``_SLACK``, as select.py's walks read it); the prefix grows until no later row's bound times its
+    factor can reach the ``top_k``-th in expectation, and the exactness test passes on the ``depth``-th step's lower
+    bound. None (the ranking in full, eager) wherever a refinement's plan stands among the later rows, the prefix cannot
+    be told apart at the ``keep``-th, or the bound does not pass the test: the same answer as the ranking in full
+    (tests/test_goodput_ranking.py). llama3-70b on 1,024 H100, --mtbf llama3: 10 plans estimated, not 50."""
+
+    rel: Reliability
+    depth: int
+    top_k: int
+
+    def ranking(self, rows: list[tuple], keep: int, priced: Callable[[Plan], Estimate],
+                refine: Callable[[tuple[Estimate, ...], Estimate], tuple[tuple[Estimate, ...], Estimate]]
+                ) -> tuple[tuple[Estimate, ...], Estimate, bool] | None:
+        head = rows[: max(2 * keep + 2, sum(r[0] <= rows[0][0] * (1 + _SLACK) for r in rows))] if rows else []
+        size, known, first = min(keep, len(head)), [], 0
+        refined: tuple[tuple[Estimate, ...], Estimate] | None = None
+        factor: dict[Plan, float] = {}
+        for m in range(1, size + 1):
+            known.append(priced(head[m - 1][2][1]))
+            if m < len(head) and head[m][0] * (1 - _SLACK) <= max(e.step_time for e in known):
+                if m < size:
+                    continue  # a later row may be faster than one of the prefix in float64
+                return None
+            stack = known[0].stack
+            if refined is None:
+                if m < size and (m < 2 * PIPELINES or stack.supports.stage_layers and sum(
+                        eligible(e.plan, stack) for e in known) < PIPELINES + 3):
+                    continue  # the DP's pool may reach past the prefix (three of it the refinements may drop)
+                plans = tuple(sorted(known, key=by_time))
+                refined, first = refine(plans, plans[0]), m
+                if ({e.plan for e in refined[0]} - {e.plan for e in known}) & {key[1] for *_, key in head[m:]}:
+                    return None  # a refinement's plan stands among the later rows: the ranking in full drops it
+                e0 = known[0]
+                factor = {key[1]: restart_goodput(e0.model, e0.cluster, key[1], stack.supports.sharded_checkpoint,
+                                                  self.rel).factor for *_, key in head[m:]}
+            listed = (*refined[0], *sorted(known[first:], key=by_time))
+            done = self._done(listed, head[m:], factor, size - m)
+            if done is not None:
+                return None if done[1] is None else (done[0], refined[1], done[1])
+        return None
+
+    def _done(self, listed: tuple[Estimate, ...], rest: list[tuple], factor: dict[Plan, float], unknown: int
+              ) -> tuple[tuple[Estimate, ...], bool | None] | None:
+        """(the ``top_k`` of the ranking by expected time, the exactness test's answer, None where the bounds do not
+        decide it) once no row of ``rest`` can be among them (``unknown`` of them are in the ranking by time), else
+        None."""
+        top = sorted(listed, key=lambda e: (expected_time(e, self.rel), e.step_time))[: self.top_k]
+        if unknown and (len(top) < self.top_k or expected_time(top[-1], self.rel) >= min(
+                r[0] * (1 - _SLACK) * factor[r[2][1]] for r in rest)):
+            return None
+        best = expected_time(top[0], self.rel)
+        floor = least_factor(listed[0].model, listed[0].plan, listed[0].cluster.num_gpus, self.rel)
+        if len(listed) + unknown < self.depth:
+            return tuple(top), True
+        if not unknown:
+            return tuple(top), listed[-1].step_time * floor >= best
+        low = sorted(r[0] * (1 - _SLACK) for r in rest)[unknown - 1]  # at most the last one's step
+        return tuple(top), True if low * floor >= best else None  # else it is estimated (the ranking in full)

@@ -33,14 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from meshplan.estimate import Estimate
-from meshplan.search.best import simplicity
+from meshplan.search.best import Best, simplicity
 from meshplan.search.combos import Combo, valid_combos
 from meshplan.search.evaluate import Part
 from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
 from meshplan.search.limits import check_space
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
-from meshplan.search.select import fastest_kept, pricer, ranked
+from meshplan.search.select import LAZY_RANKING, fastest_kept, kept_rows, pricer, ranked
 from meshplan.search.space import Space
 from meshplan.search.stage_dp import PIPELINES, dp_kinds, eligible, refine_ranked
 from meshplan.search.stage_settings import refine_stages
@@ -49,6 +49,7 @@ from meshplan.search.workers import Job, Losing, jobs, run_searches, worker_coun
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
 
 __all__ = ["SearchResult", "fastest_searches", "search", "searches", "simplicity"]
 
@@ -67,6 +68,7 @@ class SearchResult:
     bounded: int = 0  # of the evaluated plans: step time not computed, a lower bound keeps them out of the top k
     explored: PlanSpace | None = None  # a sample of the space and its Pareto front, when asked for (explore.py)
     fastest: Estimate | None = None  # the fastest feasible plan (with prefer_simple, not always the first listed)
+    exact: bool | None = None  # a lazy ranking's answer to its exactness test (select.LAZY_RANKING), else None
 
     @property
     def rejected_total(self) -> int:
@@ -189,24 +191,40 @@ def _finish(model: ModelSpec, cluster: Cluster, prepared: _Prepared, results: li
     for part in results:
         tally.merge(part.tally)
     kept, priced = [part.best for part in results], pricer(model, cluster, space, eff)  # each plan estimated once
-    plans, fastest = ranked(model, cluster, space, eff, kept, top_k, priced)
-    if plans and fastest is not None and space.uneven_stages:  # the first plan's end stages resized (refine.py)
-        refined = refine_ends(model, cluster, plans[0], space.stack, eff)
-        plans = (refined, *(p for p in plans[1:] if p.plan != refined.plan))
-        fastest = min(fastest, refined, key=lambda e: e.step_time)
-    if plans and fastest is not None:  # each rank's own recompute and offload (stage_settings.py)
-        staged = refine_stages(model, cluster, plans[0], space, eff)
-        plans = (staged, *(p for p in plans[1:] if p.plan != staged.plan))
-        fastest = min(fastest, staged, key=lambda e: e.step_time)
-    if plans and fastest is not None and space.stage_layers:  # layers and settings per rank (stage_dp.py)
-        kinds = dp_kinds(space.recompute, True in space.offload_activations)
-        stack = plans[0].stack  # the DP's pool: the kept plans that can be among its PIPELINES fastest pipelines
-        pool = (*plans, *fastest_kept(priced, kept, 2 * PIPELINES, lambda p: eligible(p, stack), PIPELINES, plans))
-        plans, fastest = refine_ranked(model, cluster, plans, fastest, kinds, space.headroom, eff, pool)
+
+    def refine(plans: tuple[Estimate, ...], fastest: Estimate) -> tuple[tuple[Estimate, ...], Estimate]:
+        return _refined(model, cluster, space, eff, (kept, priced), plans, fastest)
+
+    lazy = LAZY_RANKING.get() if not space.prefer_simple else None  # search/by_goodput.py's, where it asks for one
+    found = lazy(kept_rows(kept), top_k, priced, refine) if lazy is not None else None
+    plans, fastest = found[:2] if found is not None else ranked(model, cluster, space, eff, kept, top_k, priced)
+    if found is None and plans and fastest is not None:
+        plans, fastest = refine(plans, fastest)
     return SearchResult(model=model, cluster=cluster, space=space, plans=plans, fastest=fastest,
                         evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
                         bounded=sum(r.bounded for r in results),
                         rejected=dict(tally.counts), examples=dict(tally.examples),
                         explored=None if explore is None else plan_space(
                             [r.explored for r in results if r.explored is not None], explore, space.grid, PLACEMENTS),
-                        seconds=time.perf_counter() - prepared.start)
+                        seconds=time.perf_counter() - prepared.start, exact=None if found is None else found[2])
+
+
+def _refined(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency,
+             found: tuple[list[Best], Callable[[Plan], Estimate]], plans: tuple[Estimate, ...],
+             fastest: Estimate) -> tuple[tuple[Estimate, ...], Estimate]:
+    """The ranking ``plans`` (``fastest`` the fastest of them) with its first refined (``found``: what the shares
+    kept and the search's pricing)."""
+    kept, priced = found
+    if space.uneven_stages:  # the first plan's end stages resized (refine.py)
+        refined = refine_ends(model, cluster, plans[0], space.stack, eff)
+        plans = (refined, *(p for p in plans[1:] if p.plan != refined.plan))
+        fastest = min(fastest, refined, key=lambda e: e.step_time)
+    staged = refine_stages(model, cluster, plans[0], space, eff)  # each rank's own recompute and offload
+    plans = (staged, *(p for p in plans[1:] if p.plan != staged.plan))
+    fastest = min(fastest, staged, key=lambda e: e.step_time)
+    if space.stage_layers:  # layers and settings per rank (stage_dp.py)
+        kinds = dp_kinds(space.recompute, True in space.offload_activations)
+        stack = plans[0].stack  # the DP's pool: the kept plans that can be among its PIPELINES fastest pipelines
+        pool = (*plans, *fastest_kept(priced, kept, 2 * PIPELINES, lambda p: eligible(p, stack), PIPELINES, plans))
+        plans, fastest = refine_ranked(model, cluster, plans, fastest, kinds, space.headroom, eff, pool)
+    return plans, fastest

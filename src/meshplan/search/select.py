@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -29,6 +30,13 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 
 _Pricing = Callable[[Plan], Estimate]
+_Ranking = tuple[tuple[Estimate, ...], Estimate]
+# A caller's own ranking of what the shares kept (search/by_goodput.py's, by expected time), given the kept rows
+# (``kept_rows``), the number to keep, the search's pricing and its refinement of a ranking by time (search/run.py):
+# (plans, fastest, an exactness test's answer), or None where it needs the ranking by time in full.
+LazyRanking = Callable[[list[tuple], int, _Pricing, Callable[[tuple[Estimate, ...], Estimate], _Ranking]],
+                       tuple[tuple[Estimate, ...], Estimate, bool] | None]
+LAZY_RANKING: ContextVar[LazyRanking | None] = ContextVar("LAZY_RANKING", default=None)
 
 
 def pricer(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency) -> _Pricing:
@@ -44,7 +52,7 @@ def pricer(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency) ->
     return priced
 
 
-def _rows(kept: list[Best]) -> list[tuple]:
+def kept_rows(kept: list[Best]) -> list[tuple]:
     """Every share's kept rows, in float32 order (time, peak, then a fixed order of the plan fields)."""
     return sorted((row for best in kept for row in best.rows), key=lambda r: (r[0], r[1], r[2][0]))
 
@@ -57,7 +65,7 @@ def fastest_kept(priced: _Pricing, kept: list[Best], n: int, keep: Callable[[Pla
     seen = {e.plan for e in known}
     times = sorted(e.step_time for e in known if keep(e.plan))
     out = []
-    for time32, _, key in _rows(kept)[:n]:
+    for time32, _, key in kept_rows(kept)[:n]:
         if key[1] in seen or not keep(key[1]):
             continue
         if len(times) >= first and time32 > times[first - 1] * (1 + 2 * RANK_SLACK):
@@ -72,13 +80,13 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
     """(the ``top_k`` plans in the search's order, the fastest plan) from what every share ``kept``; ``priced``:
     the search's estimates (``pricer``)."""
     priced = priced or pricer(model, cluster, space, eff)
-    rows = _rows(kept)
+    rows = kept_rows(kept)
     if not rows:
         return (), None
     # re-estimate the leaders in float64 (the shares ranked float32 sums) and rank them again: the fastest is the
     # float64 fastest of the plans as fast as the first to the float32 sums' precision
     tied = sum(r[0] <= rows[0][0] * (1 + 2 * RANK_SLACK) for r in rows)
-    fastest = min((priced(key[1]) for _, _, key in rows[:tied]), key=_by_time)
+    fastest = min((priced(key[1]) for _, _, key in rows[:tied]), key=by_time)
     head = rows[: max(2 * top_k + 2, tied)]
     if not space.prefer_simple:
         return tuple(_by_time_first(head, top_k, priced)), fastest
@@ -89,7 +97,7 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
     if len(close) >= top_k:
         return tuple(close[:top_k]), fastest
     chosen = {e.plan for e in close}
-    rest = [e for e in sorted(map(priced, (key[1] for _, _, key in head)), key=_by_time)
+    rest = [e for e in sorted(map(priced, (key[1] for _, _, key in head)), key=by_time)
             if e.plan not in chosen and e.step_time > limit]
     return tuple((close + rest)[:top_k]), fastest
 
@@ -105,7 +113,7 @@ def _by_time_first(rows: list[tuple], top_k: int, priced: _Pricing) -> list[Esti
             break
         out.append(priced(key[1]))
         bisect.insort(times, out[-1].step_time)
-    return sorted(out, key=_by_time)[:top_k]
+    return sorted(out, key=by_time)[:top_k]
 
 
 def _within(kept: list[Best], limit: float, top_k: int, priced: Callable[[Plan], Estimate]) -> list[Estimate]:
@@ -136,7 +144,7 @@ def _near(a: int | np.integer, b: int | np.integer, simple: np.ndarray, peaks: n
     return bool(simple[a] == simple[b] and light and fast)
 
 
-def _by_time(e: Estimate) -> tuple:
+def by_time(e: Estimate) -> tuple:
     return (e.step_time, e.peak_memory, plan_key(e.plan)[0])
 
 
