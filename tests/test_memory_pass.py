@@ -11,7 +11,7 @@ import pytest
 
 from meshplan.search import Space, search
 from meshplan.search import evaluate as evaluate_module
-from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED
+from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED_FIRST
 from meshplan.search.refused import grid_refusals
 from meshplan.search.run import searches
 from meshplan.search.scoring import grid_memory
@@ -57,7 +57,7 @@ def test_a_block_in_the_bounds_order_reads_what_the_block_alone_computes(monkeyp
     refusals = grid_refusals(model, alone, space)
     refused = np.zeros(want_peak.shape, dtype=bool)
     for rule, hit in refusals:  # each rule's plans: those of its status
-        assert np.array_equal(status == REFUSED + memory.rules.index(rule), hit)
+        assert np.array_equal(status == REFUSED_FIRST + memory.rules.index(rule), hit)
         refused |= hit
     assert np.array_equal(peak, np.where(refused, np.nan, want_peak), equal_nan=True)  # bit for bit, NaN if refused
     assert np.array_equal(memory.host_at(block), want_host)

@@ -26,7 +26,7 @@ from meshplan.search.candidates import Sized, expand, size_rows
 from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits, Panels
-from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED, GroupMemory, group_memory
+from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED_FIRST, GroupMemory, group_memory
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.scoring import grid_times
 from meshplan.search.space import Space
@@ -176,12 +176,12 @@ def _fit(model: ModelSpec, space: Space, sized: _Rows, memory: GroupMemory, plan
     counts, flat = memory.plans_of(sized.rows, plans), status.reshape(-1)
     for i, rule in enumerate(memory.rules):  # each refusal with the first plan it refuses (the tally keeps the first)
         reason = rule.reason(space.stack.name)
-        if counts[REFUSED + i] and reason not in result.tally.examples:
-            plan = _decode(sized, space.grid, status.shape, int(np.argmax(flat == REFUSED + i)),
+        if counts[REFUSED_FIRST + i] and reason not in result.tally.examples:
+            plan = _decode(sized, space.grid, status.shape, int(np.argmax(flat == REFUSED_FIRST + i)),
                            layers=model.num_layers)
-            result.tally.add(reason, f"{plan.describe()} ({rule.source})", counts[REFUSED + i])
+            result.tally.add(reason, f"{plan.describe()} ({rule.source})", counts[REFUSED_FIRST + i])
         else:
-            result.tally.add(reason, "", counts[REFUSED + i])
+            result.tally.add(reason, "", counts[REFUSED_FIRST + i])
     result.evaluated += int(plans.sum()) * (len(flat) // len(sized))
     result.feasible += counts[FITS]
     capacity, usable, host_capacity = memory.limits

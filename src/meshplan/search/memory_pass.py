@@ -32,8 +32,8 @@ from meshplan.step.units import Saved
 
 # What each setting of a size combination comes to (GroupMemory.status): it fits; its peak is within the HBM's
 # headroom or over the HBM; it fits the HBM but not the host's memory; its peak is unknown (NaN: none of these); the
-# framework refuses it (REFUSED + i: ``rules[i]``, the first rule that does)
-FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, UNKNOWN, REFUSED = range(6)
+# framework refuses it (REFUSED_FIRST + i: ``rules[i]``, the first rule that does)
+FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, UNKNOWN, REFUSED_FIRST = range(6)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class GroupMemory:
     peak: np.ndarray
     host: np.ndarray
     status: np.ndarray
-    counts: np.ndarray  # combinations × statuses (REFUSED + len(rules) of them), in the least unsigned integer type
+    counts: np.ndarray  # combinations × statuses (REFUSED_FIRST + len(rules) of them), the least unsigned integer type
     rules: tuple[Refusal, ...]
     saved: dict[str, Saved]
     space: Space
@@ -88,7 +88,7 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
     peak, host = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
     status = np.empty(shape, dtype=np.uint8)
     rules = tuple(REFUSALS[name] for name in space.stack.supports.refuses)
-    counts = np.empty((len(pool), REFUSED + len(rules)), dtype=np.min_scalar_type(math.prod(shape[1:])))
+    counts = np.empty((len(pool), REFUSED_FIRST + len(rules)), dtype=np.min_scalar_type(math.prod(shape[1:])))
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
     for rows in _chunks(len(pool), chunk):
         index = np.arange(rows.start, rows.stop)
@@ -115,7 +115,7 @@ def _status(peak: np.ndarray, host: np.ndarray, refused: np.ndarray, limits: tup
     out = over.view(np.uint8) + (peak > capacity).view(np.uint8)
     out += np.uint8(OVER_HOST) * (under & ~(host <= host_capacity)).view(np.uint8)
     out += np.uint8(UNKNOWN) * (~(under | over)).view(np.uint8)
-    np.copyto(out, refused + np.uint8(REFUSED - 1), where=refused > 0)
+    np.copyto(out, refused + np.uint8(REFUSED_FIRST - 1), where=refused > 0)
     return out
 
 

@@ -246,7 +246,7 @@ def prime(model: ModelSpec, cluster: Cluster, plans: list[ServePlan], engine: En
     except TypeError:  # specs that do not hash are priced one by one
         return
     for quant in dict.fromkeys(p.quant for p in todo):
-        group = [p for p in todo if p.quant == quant][:MEMO_SIZE]
+        group = [p for p in todo if p.quant == quant][:GRID_MEMO_SIZE]
         if len(group) < 2:
             continue
         axes = [_axes(p, engine, longest) for p in group]
@@ -294,7 +294,7 @@ def _prime_lone(model: ModelSpec, cluster: Cluster, lones: list, how: tuple, axe
 
 def _keep(args: tuple, grid: Prices) -> None:
     _MEMO[args] = grid
-    if len(_MEMO) > MEMO_SIZE:
+    if len(_MEMO) > GRID_MEMO_SIZE:
         _MEMO.popitem(last=False)
 
 
@@ -367,4 +367,4 @@ def _finish(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine,
 
 # a few instances at a time (each holds an axis of every prompt length), the most recently read kept
 _MEMO: OrderedDict[tuple, Prices] = OrderedDict()
-MEMO_SIZE = 16
+GRID_MEMO_SIZE = 16
