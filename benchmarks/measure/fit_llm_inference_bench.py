@@ -15,7 +15,8 @@ Three constants, each a mechanism with its source in the preset that holds it:
 The objective is the median of |log(predicted / measured)| over each run's headline metric (total tokens/s); coordinate
 descent, golden-section search on each constant, two rounds over its bounds, then polishing rounds near the point found,
 from three starts for the two ROCm constants (``fit``: the two rounds alone once ended on a worse optimum than the
-shipped one, and left the shipped 0.0728 and 11.67 us at 0.099 where 0.0720 and 11.27 us nearby read 0.093). The values
+shipped one, and left the shipped 0.0728 and 11.67 us at 0.099 where 0.0720 and 11.27 us nearby read 0.093; from three
+starts it reaches 0.0665 and 8.35 us at 0.088, the shipped values since). The values
 printed are copied into the presets by hand (as benchmarks/measure/fit_inference.py's): updating them is an explicit
 act, as for golden outputs.
 

@@ -77,7 +77,7 @@ def _headroom() -> float:
 # configuration: no tuned GEMMs, HIP graphs; Llama 3.1 405B BF16 at tp 8, 1-256 prompts at once; dstack blog,
 # 2024-10-09, and dstackai/benchmarks@9ece943 amd/inference/vllm/data/serving_benchmarks_vllm_80.txt), priced with
 # the ROCm build's preset: 0.1357 and 4.54 us read their mean time per output token at 2.3 % median |error|, where
-# Argonne's fitted 0.0720 and 11.27 us read them 53 % too slow (benchmarks/measure/dstack_mi300x.py; with the TP
+# Argonne's fitted 0.0665 and 8.35 us read them 53 % too slow (benchmarks/measure/dstack_mi300x.py; with the TP
 # workers' look at the input queue priced, tp_broadcast_poll, the fit moves within a flat valley where the two trade
 # off, 0.1372 and 4.58 us at 2.2 %, a grid's best 0.129 and 3.8 us at 2.1 %: the values are kept). Within the two
 # bounds published before: Nscale's vLLM runs on MI300X gain "up to 7.2x" from GEMM tuning (Nscale blog, "AMD MI300X
