@@ -48,7 +48,7 @@ class SourceDefaults:
     # unless the config names one (deepspeed 0.19.8 runtime/engine.py:1718-1730): 2 gradient bytes for an fp16 run
     fp16_grads: bool = False
     # whether the source's times hold the recompute pass the record states: False where they are composed without it
-    # (vTrain's execution graph, VTRAIN_RECOMPUTE below); the Plan is then priced without recompute
+    # (vTrain's execution graph: source_vtrain.py); the Plan is then priced without recompute
     timed_recompute: bool = True
     # the model holds vocab_size // tp vocabulary rows a rank, unpadded (vTrain's ShardedGptModel), not V / tp
     vocab_floor: bool = False

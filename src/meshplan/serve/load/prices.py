@@ -25,6 +25,7 @@ from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
 from meshplan.serve.metrics import Setting
 from meshplan.serve.plan import PlanColumns, ServePlan, Workload
+from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.xp import Num
@@ -40,6 +41,25 @@ class _AtContext(Setting):
     def shape(self, decode: Num, prefill: Num, prompts: Num, prefix: Num) -> Shape:
         base = super().shape(decode, prefill, prompts, prefix)
         return Shape(**{**{f: getattr(base, f) for f in Shape.__slots__}, "context": self.context})
+
+
+def _at(model: ModelSpec, cluster: Cluster, cols: PlanColumns, quant: Quant, engine: Engine, eff: ServeEfficiency,
+        context: Num) -> _AtContext:
+    """One iteration of the instances ``cols`` attending to ``context`` tokens (the workload is not read)."""
+    return _AtContext(model, cluster, cols, quant, engine, Workload(input_len=1, output_len=1), eff, context=context)
+
+
+def _prefix_points(p: list[float], c: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The prefix grid's points flattened: (prompt tokens, prefix) over (p, c)."""
+    shape = (len(p), len(c))
+    return (np.broadcast_to(np.asarray(p).reshape(-1, 1), shape).ravel(), np.broadcast_to(np.asarray(c), shape).ravel())
+
+
+def _prefix_grid(values: np.ndarray, p: list[float], c: list[float]) -> list:
+    """A chunk after each prefix less the same chunk with none (the prefix-0 column: c[0] = 0), from ``values`` at
+    ``_prefix_points``."""
+    chunk = values.reshape(len(p), len(c))
+    return np.nan_to_num(chunk - chunk[:, :1]).tolist()
 
 
 # tokens between the points of the prompt-only axis (Prices.alone): every count, since a GEMM's price steps with its
@@ -255,7 +275,7 @@ def prime(model: ModelSpec, cluster: Cluster, plans: list[ServePlan], engine: En
         dd = np.array([d + [d[-1]] * (top - len(d)) for d, _, _ in axes]).reshape(-1, top, 1, 1)
         pp, cc = np.asarray(p).reshape(1, 1, -1, 1), np.asarray(c).reshape(1, 1, 1, -1)
         cols = _stacked(group, (-1, 1, 1, 1))
-        setting = _AtContext(model, cluster, cols, quant, engine, Workload(input_len=1, output_len=1), eff, context=cc)
+        setting = _at(model, cluster, cols, quant, engine, eff, cc)
         with np.errstate(all="ignore"):
             t = np.broadcast_to(np.asarray(setting.time(dd, pp, np.minimum(pp, 1.0), 0.0), dtype=float),
                                 (len(group), top, len(p), len(c)))
@@ -277,19 +297,17 @@ def _prime_lone(model: ModelSpec, cluster: Cluster, lones: list, how: tuple, axe
     top = max(len(s) for s in spans)
     dense = np.array([lone.points[np.concatenate((s, np.full(top - len(s), s[-1])))]  # padded with its last
                       for lone, s in zip(lones, spans, strict=True)])
-    grid_p = np.broadcast_to(np.asarray(p).reshape(-1, 1), (len(p), len(c))).ravel()
-    grid_q = np.broadcast_to(np.asarray(c), (len(p), len(c))).ravel()
+    grid_p, grid_q = _prefix_points(p, c)
     shape = (len(lones), top + len(grid_p))
     tokens = np.concatenate((dense, np.broadcast_to(grid_p, (len(lones), len(grid_p)))), axis=1)
     rows = np.concatenate((np.minimum(dense, 1.0), np.broadcast_to(np.minimum(grid_p, 1.0), (len(lones), len(grid_p)))),
                           axis=1)
     prefix = np.concatenate((np.zeros(dense.shape), np.broadcast_to(grid_q, (len(lones), len(grid_q)))), axis=1)
-    setting = _AtContext(model, cluster, cols, quant, engine, Workload(input_len=1, output_len=1), eff, context=0.0)
+    setting = _at(model, cluster, cols, quant, engine, eff, 0.0)
     with np.errstate(all="ignore"):
         value = np.broadcast_to(np.asarray(setting.time(0.0, tokens, rows, prefix), dtype=float), shape)
         for i, (lone, b, s) in enumerate(zip(lones, blocks, spans, strict=True)):
-            chunk = value[i, top:].reshape(len(p), len(c))
-            lone.preset(b, value[i, :len(s)], np.nan_to_num(chunk - chunk[:, :1]).tolist())
+            lone.preset(b, value[i, :len(s)], _prefix_grid(value[i, top:], p, c))
 
 
 def _keep(args: tuple, grid: Prices) -> None:
@@ -329,8 +347,7 @@ def _prices(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine,
     # priced once per (sequences, prompt tokens), not once per grid point; each point's value is the same
     dd, pp, cc = (np.asarray(axis).reshape(shape) for axis, shape in
                   ((d, (-1, 1, 1)), (p, (1, -1, 1)), (c, (1, 1, -1))))
-    setting = _AtContext(model, cluster, _columns(plan), plan.quant, engine, Workload(input_len=1, output_len=1), eff,
-                         context=cc)
+    setting = _at(model, cluster, _columns(plan), plan.quant, engine, eff, cc)
     with np.errstate(all="ignore"):
         t = setting.time(dd, pp, pp if sampled else np.minimum(pp, 1.0), 0.0)
     table = np.broadcast_to(np.asarray(t, dtype=float), (len(d), len(p), len(c)))
@@ -341,12 +358,10 @@ def _finish(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine,
             sampled: bool, axes: tuple[list[float], list[float], list[float]], table: np.ndarray) -> Prices:
     """The Prices of ``table`` on ``axes``, with its prompt-only axis and prefix grid priced when first read (Lone)."""
     d, p, c = axes
-    alone = _AtContext(model, cluster, _columns(plan), plan.quant, engine, Workload(input_len=1, output_len=1), eff,
-                       context=0.0)
-    # a chunk of p tokens after a prefix q of its prompt on (p, c), less the same chunk with none: the q = c[0] = 0
-    # column (each point's value is the one it has alone)
-    grid_p = np.broadcast_to(np.asarray(p).reshape(-1, 1), (len(p), len(c))).ravel()
-    grid_q = np.broadcast_to(np.asarray(c), (len(p), len(c))).ravel()
+    alone = _at(model, cluster, _columns(plan), plan.quant, engine, eff, 0.0)
+    # a chunk of p tokens after a prefix q of its prompt on (p, c), less the same chunk with none (_prefix_grid; each
+    # point's value is the one it has alone)
+    grid_p, grid_q = _prefix_points(p, c)
 
     def lone(points: np.ndarray, grid: bool) -> tuple[np.ndarray, list | None]:
         """Prompt tokens alone at ``points`` and, with ``grid``, the prefix grid, in one call (Lone)."""
@@ -356,8 +371,7 @@ def _finish(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine,
             prefix = np.concatenate((prefix, grid_q))
         with np.errstate(all="ignore"):
             value = np.broadcast_to(np.asarray(alone.time(0.0, tokens, rows, prefix), dtype=float), tokens.shape)
-            chunk = value[len(points):].reshape(len(p), len(c)) if grid else None
-            after = None if chunk is None else np.nan_to_num(chunk - chunk[:, :1]).tolist()
+            after = _prefix_grid(value[len(points):], p, c) if grid else None
         return value[:len(points)], after
 
     top = float(engine.max_batched_tokens)
