@@ -7,7 +7,7 @@ import math
 import os
 import signal
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,6 +46,8 @@ def worker_count(combos: list[Combo], workers: int) -> int:
     """``workers``, or for 0: up to 2 processes when the space is large, else 1."""
     if workers:
         return workers
+    if _FORKED:  # a worker of ``forked_map``: its siblings hold the other cores
+        return 1
     placed = sum(c.sizes for c in combos) * 8  # size combinations at about 8 placements each
     return min(2, os.cpu_count() or 1) if placed > PARALLEL_ABOVE else 1
 
@@ -157,6 +159,36 @@ def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list
 
 
 _SHARED: dict[str, Any] = {}  # the candidates and the finish, inherited by forked workers instead of pickled
+_FORKED: dict[str, Callable[[int], Any]] = {}  # forked_map's call, inherited by its workers (and: a worker is one)
+
+
+def forked_map(call: Callable[[int], T], order: Sequence[int], done: Callable[[int, int], None] | None = None
+               ) -> list[T]:
+    """``call(i)`` for every i of ``order``, in forked processes (one a core, at most one an i), which inherit
+    ``call``, each i's result pickled back; the i's handed out in ``order`` (the heaviest first: the longest
+    processing time first), the results in the order of the i's. ``done(finished, total)`` counts them. A search
+    in a worker runs in that process alone (``worker_count``). The GPU counts of a strong-scaling plan are
+    searches of their own: on two cores the 8-count's wall time ~0.6x (cli/plan.py)."""
+    import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
+
+    results: dict[int, T] = {}
+    _FORKED["call"] = call
+    try:
+        with multiprocessing.get_context("fork").Pool(min(os.cpu_count() or 1, len(order)),
+                                                        initializer=ignore_interrupts) as pool:
+            for i, result in pool.imap_unordered(_call_forked, order):
+                results[i] = result
+                if done:
+                    done(len(results), len(order))
+            pool.close()
+            pool.join()
+    finally:
+        _FORKED.clear()
+    return [results[i] for i in sorted(results)]
+
+
+def _call_forked(i: int) -> tuple[int, Any]:
+    return i, _FORKED["call"](i)
 
 
 def ignore_interrupts() -> None:
