@@ -158,37 +158,45 @@ def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list
     yield from pool.imap_unordered(_evaluate_shared, tasks)
 
 
-_SHARED: dict[str, Any] = {}  # the candidates and the finish, inherited by forked workers instead of pickled
-_FORKED: dict[str, Callable[[int], Any]] = {}  # forked_map's call, inherited by its workers (and: a worker is one)
-
 
 def forked_map(call: Callable[[int], T], order: Sequence[int], done: Callable[[int, int], None] | None = None
                ) -> list[T]:
     """``call(i)`` for every i of ``order``, in forked processes (one a core, at most one an i), which inherit
     ``call``, each i's result pickled back; the i's handed out in ``order`` (the heaviest first: the longest
-    processing time first), the results in the order of the i's. ``done(finished, total)`` counts them. A search
-    in a worker runs in that process alone (``worker_count``). The GPU counts of a strong-scaling plan are
-    searches of their own: on two cores the 8-count's wall time ~0.6x (cli/plan.py)."""
+    processing time first), the results in the order of the i's. ``done(finished, total)`` counts them. Where calls
+    fail, the error of the least i is raised, as a loop over the i's in order raises it. A search in a worker runs
+    in that process alone (``worker_count``). The GPU counts of a strong-scaling plan are searches of their own
+    (cli/plan.py)."""
     import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
 
-    results: dict[int, T] = {}
+    results: dict[int, tuple[bool, Any]] = {}
     _FORKED["call"] = call
     try:
         with multiprocessing.get_context("fork").Pool(min(os.cpu_count() or 1, len(order)),
                                                         initializer=ignore_interrupts) as pool:
-            for i, result in pool.imap_unordered(_call_forked, order):
-                results[i] = result
+            for i, ok, result in pool.imap_unordered(_call_forked, order):
+                results[i] = ok, result
                 if done:
                     done(len(results), len(order))
             pool.close()
             pool.join()
     finally:
         _FORKED.clear()
-    return [results[i] for i in sorted(results)]
+    failed = [i for i, (ok, _) in results.items() if not ok]
+    if failed:
+        raise results[min(failed)][1]
+    return [results[i][1] for i in sorted(results)]
 
 
-def _call_forked(i: int) -> tuple[int, Any]:
-    return i, _FORKED["call"](i)
+def _call_forked(i: int) -> tuple[int, bool, Any]:
+    try:
+        return i, True, _FORKED["call"](i)
+    except Exception as exc:  # noqa: BLE001  (raised by the parent: forked_map)
+        return i, False, exc
+
+
+_SHARED: dict[str, Any] = {}  # the candidates and the finish, inherited by forked workers instead of pickled
+_FORKED: dict[str, Callable[[int], Any]] = {}  # forked_map's call, inherited by its workers (and: a worker is one)
 
 
 def ignore_interrupts() -> None:
