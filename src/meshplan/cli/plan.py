@@ -140,8 +140,8 @@ def _no_planner_options(ctx: click.Context, options: dict[str, Any]) -> None:
 
 def _counts(spaces: list[tuple[Any, ...]], top_k: int, every: Any, rel: Any, as_json: bool) -> list[Any]:
     """Each GPU count's search (``spaces``: model, cluster priced, space, cluster shown); several counts run in forked
-    processes, the largest first (search/workers.forked_map), and those of one process share their unit keys' prices
-    (search/key_store.shared_units: the same keys, priced once for all)."""
+    processes where cores are idle, the largest first (search/workers.forked_map), and those of one process share
+    their unit keys' prices (search/key_store.shared_units: the same keys, priced once for all)."""
     if len(spaces) == 1:
         model, priced, space, shown = spaces[0]
         found = [_search(model, priced, space, top_k, every, rel, as_json, shown)]
