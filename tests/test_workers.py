@@ -112,3 +112,40 @@ def test_a_pool_is_ended_whatever_sigterm_handler_the_process_had():
         assert not hung, "Pool.terminate did not end a worker that inherited a SIGTERM handler"
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _square_or_fail(i: int) -> int:
+    if i in (2, 3):
+        raise ValueError(f"count {i}")
+    return i * i
+
+
+def test_forked_map_returns_in_index_order_and_raises_the_least_failure(monkeypatch):
+    """forked_map hands out the i's largest first and returns their results in the i's order, forked (two idle cores)
+    or in this process (none); where calls fail, the least i's error, as a loop over the i's in order raises."""
+    import pytest
+
+    from meshplan.search import workers
+
+    for idle in (1, 2):
+        monkeypatch.setattr(workers, "idle_cores", lambda idle=idle: idle)
+        seen: list[tuple[int, int]] = []
+        assert workers.forked_map(lambda i: i * i, [4, 0, 1, 3, 2], lambda d, t, seen=seen: seen.append((d, t))
+                                  ) == [0, 1, 4, 9, 16]  # 0², 1², 2², 3², 4²
+        assert seen == [(d, 5) for d in range(1, 6)]
+        with pytest.raises(ValueError, match="count 2"):
+            workers.forked_map(_square_or_fail, [3, 2, 1, 0])
+
+
+def test_a_search_in_a_forked_map_worker_runs_alone(monkeypatch):
+    """A worker of forked_map searches in its own process (worker_count 1): its siblings hold the other cores. A
+    space of 8·10^6 placed plans would fork two workers elsewhere (PARALLEL_ABOVE) on a machine of two cores."""
+    from types import SimpleNamespace
+
+    from meshplan.search import workers
+
+    large = [SimpleNamespace(sizes=10**6)]
+    monkeypatch.setattr(workers, "idle_cores", lambda: 2)
+    monkeypatch.setattr(workers.os, "cpu_count", lambda: 2)
+    assert workers.worker_count(large, 0) == 2
+    assert workers.forked_map(lambda i: workers.worker_count(large, 0), [0, 1]) == [1, 1]

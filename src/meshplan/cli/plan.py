@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 import click
@@ -140,21 +139,37 @@ def _no_planner_options(ctx: click.Context, options: dict[str, Any]) -> None:
 
 
 def _counts(spaces: list[tuple[Any, ...]], top_k: int, every: Any, rel: Any, as_json: bool) -> list[Any]:
-    """Each GPU count's search (``spaces``: model, cluster priced, space, cluster shown); several counts share their
-    unit keys' prices (search/key_store.shared_units: the same keys, priced once for all)."""
-    from meshplan.search.key_store import shared_units
+    """Each GPU count's search (``spaces``: model, cluster priced, space, cluster shown); several counts run in forked
+    processes where cores are idle, the largest first (search/workers.forked_map), and those of one process share
+    their unit keys' prices (search/key_store.shared_units: the same keys, priced once for all)."""
+    if len(spaces) == 1:
+        model, priced, space, shown = spaces[0]
+        found = [_search(model, priced, space, top_k, every, rel, as_json, shown)]
+    else:
+        from meshplan.search.key_store import shared_units
+        from meshplan.search.workers import forked_map
 
-    with shared_units() if len(spaces) > 1 else nullcontext():
-        return [_search(model, priced, space, top_k, every, rel, as_json, shown)
-                for model, priced, space, shown in spaces]
+        def one(i: int) -> tuple[Any, bool]:
+            model, priced, space, shown = spaces[i]
+            return _search(model, priced, space, top_k, every, rel, True, shown)
+
+        largest = sorted(range(len(spaces)), key=lambda i: -spaces[i][1].num_gpus)
+        with shared_units(), progress(as_json) as update:
+            found = forked_map(one, largest, update)
+    for _, exact in found:
+        if not exact:
+            click.echo("ranked by expected time among the fastest plans kept (the bound did not close)", err=True)
+    return [result for result, _ in found]
 
 
 def _search(model: ModelSpec, cluster: Any, space: Any, top_k: int, every: Any, rel: Any, as_json: bool,
-            shown: Any) -> Any:
+            shown: Any) -> tuple[Any, bool]:
     """One GPU count's search: by step time, or with failures (--mtbf) by expected time to train
-    (search/by_goodput.py); its plans read against ``shown`` (the GPUs without the stragglers' pace)."""
+    (search/by_goodput.py); its plans read against ``shown`` (the GPUs without the stragglers' pace), and whether
+    its ranking is exact (by_goodput's bound closed)."""
     from meshplan.search.variants import search_switches
 
+    exact = True
     with progress(as_json) as update:
         if rel is None:
             result = search_switches(model, cluster, space, top_k=top_k, progress=update, explore=every)
@@ -162,10 +177,7 @@ def _search(model: ModelSpec, cluster: Any, space: Any, top_k: int, every: Any, 
             from meshplan.search.by_goodput import search_by_goodput
 
             result, exact = search_by_goodput(model, cluster, space, rel, top_k=top_k)
-            if not exact:
-                click.echo("ranked by expected time among the fastest plans kept (the bound did not close)",
-                           err=True)
-    return result_on(result, shown)
+    return result_on(result, shown), exact
 
 
 def _check_recovery(rel: Any, stack: Stack, every: Any) -> None:
