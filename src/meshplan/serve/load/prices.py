@@ -74,7 +74,8 @@ LONE_BLOCK, LONE_CALLS = 512, 1
 
 class Lone:
     """The prompt-only axis's prices (``axis``: every ALONE_STEP tokens to the budget), priced when first read, a
-    block of ``LONE_BLOCK`` points at a time (after LONE_CALLS blocks, every other at once), with the prefix grid
+    block of ``LONE_BLOCK`` points at a time (after LONE_CALLS calls, prime's preset counting as one, every other
+    at once, as the whole axis), with the prefix grid
     (Prices.prefixed) in the first call: ``price(points, grid)`` gives the points' values and, with ``grid``, that
     grid (each call of Setting.time has a fixed cost of a few milliseconds, the size of a few thousand points' work).
     A point's value does not depend on the others priced beside it (Setting.time is element-wise), so the values
@@ -87,6 +88,7 @@ class Lone:
         self.blocks: set[int] = set()
         self.grid: list | None = None
         self.calls = 0
+        self.primed = False  # blocks preset by prime
 
     def __call__(self, x: float) -> float:
         """The price at ``x`` tokens, linear between the axis's points (prices._where)."""
@@ -119,14 +121,18 @@ class Lone:
             self.values[i] = v
         self.blocks.update(blocks)
         self.grid = grid
+        self.primed = True  # counted as a call of its own: the next miss prices every other block
 
     def _fill(self, wanted: set[int]) -> None:
         count = -(-len(self.axis) // LONE_BLOCK)
         self.calls += 1
-        todo = sorted((set(range(count)) if self.calls > LONE_CALLS else wanted) - self.blocks)
+        every = self.calls + self.primed > LONE_CALLS
+        todo = sorted((set(range(count)) if every else wanted) - self.blocks)
         if not todo and self.grid is not None:
             return
-        at = self.span(todo)
+        # every block at once is the whole axis again, those priced before too: the same question in the same bytes
+        # for each instance of the same GEMMs (tp, engine), whose tile choices gemm_shape then keeps (its _MEMO)
+        at = np.arange(len(self.axis)) if every else self.span(todo)
         values, grid = self.price(self.points[at], self.grid is None)
         for i, v in zip(at.tolist(), values.tolist(), strict=True):
             self.values[i] = v
