@@ -53,23 +53,28 @@ class _Instance(KVState):
         self.peak = 0.0
         self.longest = 0.0  # the longest single iteration (the simulation's granularity: tests' slack)
         self.prefilled_last = False  # the last iteration carried prompts only (Policy.alternate)
+        self.count, self.mixed = len(self.inp), sched.policy.mixed
 
     def step(self) -> bool:
         """One iteration, or a run of pure decode ones (module docstring); False when every request is done."""
         s = self.s
-        self.arrive()
+        if self.closed or (self.next < self.count and self.arr[self.next] <= self.now):
+            self.arrive()
         if not self.running and not self.waiting:
-            if self.closed or self.next >= len(self.inp):
+            if self.closed or self.next >= self.count:
                 return False
             self.now = max(self.now, self.arr[self.next])
             self.ratio = s.policy.init_new_token_ratio
             return True
         preempted = False
-        if s.policy.mixed:
-            preempted = self.make_room()
+        if self.mixed:
+            # make_room's, continued's and admit's own tests of whether they have anything to do, first (most steps)
+            if self.nd and (self.sum_base + self.step_tokens * (self.nd * self.it - self.sum_k0) + self.held_prefill
+                            + self.running * self.block / 2 + self.nd * self.step_tokens > self.kv):
+                preempted = self.make_room()
             budget = s.budget - self.nd * (1 + s.draft_tokens)
-            chunks, tokens = self.continued(budget)
-            if not preempted:
+            chunks, tokens = self.continued(budget) if self.prefilling else ([], 0)
+            if not preempted and self.waiting:
                 tokens = self.admit(tokens, budget, chunks)
             nd = self.nd
         else:
@@ -85,7 +90,7 @@ class _Instance(KVState):
             if self.running:
                 self.preempt_newest()
             return True
-        if nd and not chunks and not preempted and self.can_stretch():
+        if nd and not chunks and not preempted and not self.prefilling and self.can_stretch():
             self.decode_run()
             return True
         self.iteration(nd, chunks, tokens)
