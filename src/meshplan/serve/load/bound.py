@@ -45,9 +45,10 @@ def idle_latency(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Reque
         chunks = max(math.ceil(fresh / sched.budget), 1)
         t = chunks * price(0, min(fresh, sched.budget), 0.0)
         first[int(prompt)] = t + (price(1, 0, float(prompt)) if sched.last_token_decoded else 0.0)
-    ttft = np.array([first[int(p)] for p in reqs.input_len])
+    prompts = [int(p) for p in reqs.input_len.tolist()]  # (plain numbers: NumPy's own are slow to iterate)
+    ttft = np.array([first[p] for p in prompts])
     step = {int(c): price(1, 0, float(c)) for c in sorted(set((reqs.input_len + 1).tolist()))}
-    tpot = np.array([step[int(c)] for c in reqs.input_len + 1]) / sched.step_tokens
+    tpot = np.array([step[p + 1] for p in prompts]) / sched.step_tokens
     return ttft, tpot[reqs.output_len > 1]
 
 
@@ -60,11 +61,14 @@ def saturation(sched, price, context: float) -> float:
 
 def idle_bound(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Requests, engine: Engine, targets,
                cache: dict) -> bool:
-    """Whether ``targets`` can be met at their percentile by some replica count of ``one`` (module docstring)."""
+    """Whether ``targets`` can be met at their percentile by some replica count of ``one`` (module docstring);
+    ``cache``: one search's instances and answers (the same requests and targets throughout)."""
     if not targets.ttft and not targets.tpot:
         return True
-    ttft, tpot = idle_latency(model, cluster, one, reqs, engine, targets, cache)
-    p = targets.percentile
-    if targets.ttft and len(ttft) and percentile(ttft, p) > targets.ttft:
-        return False
-    return not (targets.tpot and len(tpot) and percentile(tpot, p) > targets.tpot)
+    key = ("idle", one.with_(replicas=1, prefill_replicas=0))  # the same requests and targets in one cache (a search)
+    if key not in cache:
+        ttft, tpot = idle_latency(model, cluster, one, reqs, engine, targets, cache)
+        p = targets.percentile
+        cache[key] = not ((targets.ttft and len(ttft) and percentile(ttft, p) > targets.ttft)
+                          or (targets.tpot and len(tpot) and percentile(tpot, p) > targets.tpot))
+    return cache[key]
