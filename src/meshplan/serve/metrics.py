@@ -178,10 +178,16 @@ def instance(s: Setting) -> Instance:
     m, prefill = _prefill_batch(s)
     if s.engine.last_prompt_token_decoded:  # a prefill instance runs its prompts to their first token
         prefill = prefill + s.time(m)
-    full = s.time(s.micro_batch)
+    full = decode if _same(running, s.micro_batch) else s.time(s.micro_batch)  # (element-wise: the same prices)
     return Instance(ttft=ttft, tpot=tpot, running=running * s.lanes, tokens_per_s=running * s.lanes / step,
                     decode_step=full, decode_tokens_per_s=s.micro_batch * s.lanes / full,
                     prefill_requests_per_s=m * s.lanes / prefill, split_ttft=prefill + kv_transfer(s) + full / 2)
+
+
+def _same(a: Num, b: Num) -> bool:
+    """Whether ``a`` and ``b`` are the same numbers in the same shape and type."""
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.all(a == b))
 
 
 def deployment(one: Instance, replicas: Num, prefill_replicas: Num, output_len: int) -> Metrics[Num]:
