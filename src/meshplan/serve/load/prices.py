@@ -65,10 +65,9 @@ def _prefix_grid(values: np.ndarray, p: list[float], c: list[float]) -> list:
 # tokens between the points of the prompt-only axis (Prices.alone): every count, since a GEMM's price steps with its
 # tiles (a 992-token prefill of Llama 3 8B on an A100 takes 71.0 ms, 1,000 tokens 72.2 ms, 1,008 tokens 72.3 ms)
 ALONE_STEP = 1
-# that axis is priced as the simulation reads it: the block of points first read (a run of one prompt length reads
-# one: most of the budget's thousands of points are never read), and at the next miss every other block at once.
-# A call of Setting.time costs about 4.5 ms of CPU whatever its size, all 8,193 points of vLLM's budget about 12 ms
-# (Llama 3 70B on H100s, tp 2 pp 2): a second block alone would cost nearly what the rest does
+# that axis is priced as the simulation reads it: the block first read (a run of one prompt length reads one: most of
+# the budget's points are never read), at the next miss every other block. A call of Setting.time costs about 4.5 ms
+# of CPU whatever its size, all 8,193 points of vLLM's budget about 12 ms (Llama 3 70B on H100s, tp 2 pp 2)
 LONE_BLOCK, LONE_CALLS = 512, 1
 
 
@@ -190,11 +189,12 @@ class Prices:
         once: the same arithmetic, term by term (at the axis's own points g = 0, and 1 at the last, clamped)."""
         i, a = _where(self.d, decode / self.lanes)
         j, b = _where(self.p, 0.0)
-        lines = [[self._line(i + n, j), self._line(i + n, j + 1)] for n in (0, 1)]  # (i, j) … (i + 1, j + 1)
+        (r0, r1), (s0, s1) = ((self._line(i + n, j), self._line(i + n, j + 1)) for n in (0, 1))
         out = []
-        for k, g in self._at_points:
-            lo = _bilinear(lines[0], 0, k, b, g)
-            hi = _bilinear(lines[1], 0, k, b, g)
+        for k, g in self._at_points:  # _bilinear at i, then at i + 1, written out
+            lo0, hi0 = r0[k] + g * (r0[k + 1] - r0[k]), r1[k] + g * (r1[k + 1] - r1[k])
+            lo1, hi1 = s0[k] + g * (s0[k + 1] - s0[k]), s1[k] + g * (s1[k + 1] - s1[k])
+            lo, hi = lo0 + b * (hi0 - lo0), lo1 + b * (hi1 - lo1)
             out.append(lo + a * (hi - lo) + 0.0)
         return out
 
