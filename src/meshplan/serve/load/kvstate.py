@@ -61,10 +61,12 @@ class KVState:
                 self.waiting.append(self.next)
                 self.next += 1
             return
-        while self.next < n and self.arr[self.next] <= self.now:
-            self.lag += self.now - self.arr[self.next]
-            self.waiting.append(self.next)
-            self.next += 1
+        arr, now, waiting, at, lag = self.arr, self.now, self.waiting, self.next, self.lag
+        while at < n and arr[at] <= now:
+            lag += now - arr[at]
+            waiting.append(at)
+            at += 1
+        self.next, self.lag = at, lag
 
     def release(self, r: int) -> None:
         """A finished or refused request; a closed loop's client sends its next one now."""
@@ -180,8 +182,12 @@ class KVState:
             return tokens
         p, waiting, inp, out, gen, memo = s.policy, self.waiting, self.inp, self.out, self.gen, self._cached
         limit, chunked, max_seqs = p.max_prefill_tokens or budget, p.chunked, s.max_seqs
-        # on demand (most engines): _fits's test written out, the room its watermark leaves computed once
+        # on demand (most engines): _fits's test written out, the room its watermark leaves computed once, and the
+        # decodes' tokens (self.used()'s first terms) and next tokens, which no admission moves
         room = s.kv_tokens * (1 - p.watermark) if p.admission == "on_demand" else None
+        decoding = self.sum_base + self.step_tokens * (self.nd * self.it - self.sum_k0)
+        next_tokens = self.nd * self.step_tokens
+        block, kv, last_decoded = self.block, self.kv, s.last_token_decoded
         while waiting and self.running < max_seqs and tokens < budget:
             r = waiting[0]
             made = gen[r]
@@ -192,11 +198,11 @@ class KVState:
                     cached = memo[prompt] = s.cached(prompt)
             else:
                 cached = 0
-            if s.last_token_decoded and not made:
+            if last_decoded and not made:
                 prompt -= 1  # the context step leaves the last prompt token to the next decode
             fresh = prompt - cached
             whole = inp[r] + out[r]
-            if whole + self.block > self.kv or (not chunked and fresh > s.budget):
+            if whole + block > kv or (not chunked and fresh > s.budget):
                 waiting.popleft()
                 self.refused += 1
                 self.release(r)
@@ -205,9 +211,8 @@ class KVState:
             if (not chunked and take < fresh) or (tokens and tokens + take > limit):
                 break
             if room is not None:
-                if not (self.sum_base + self.step_tokens * (self.nd * self.it - self.sum_k0) + self.held_prefill
-                        + self.running * self.block / 2 + self.nd * self.step_tokens + cached + take
-                        + self.block <= room):  # self.used() + … as _fits adds them
+                if not (decoding + self.held_prefill + self.running * block / 2 + next_tokens + cached + take
+                        + block <= room):  # self.used() + … as _fits adds them
                     break
             elif not self._fits(r, cached, take, fresh):
                 break
