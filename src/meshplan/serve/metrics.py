@@ -178,10 +178,16 @@ def instance(s: Setting) -> Instance:
     m, prefill = _prefill_batch(s)
     if s.engine.last_prompt_token_decoded:  # a prefill instance runs its prompts to their first token
         prefill = prefill + s.time(m)
-    full = s.time(s.micro_batch)
+    full = decode if _same(running, s.micro_batch) else s.time(s.micro_batch)  # (element-wise: the same prices)
     return Instance(ttft=ttft, tpot=tpot, running=running * s.lanes, tokens_per_s=running * s.lanes / step,
                     decode_step=full, decode_tokens_per_s=s.micro_batch * s.lanes / full,
                     prefill_requests_per_s=m * s.lanes / prefill, split_ttft=prefill + kv_transfer(s) + full / 2)
+
+
+def _same(a: Num, b: Num) -> bool:
+    """Whether ``a`` and ``b`` are the same numbers in the same shape and type."""
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.all(a == b))
 
 
 def deployment(one: Instance, replicas: Num, prefill_replicas: Num, output_len: int) -> Metrics[Num]:
@@ -231,16 +237,17 @@ def _chunked(s: Setting) -> tuple[Num, Num, Num, Num, Num]:
     carried = minimum(need / chunk, 1.0)  # the share of the iterations that carry a chunk
     decode = s.time(running)
     mixed_at = (running, chunk, chunk / share, cached + (inp - share) / 2)
-    step = _with_chunks(s, carried, decode, mixed_at)
     others, busy = _others(s)
-    tpot = _with_chunks(s, carried * others, decode, mixed_at)
+    step, tpot = _with_chunks(s, (carried, carried * others), decode, mixed_at)
     first = minimum(inp, budget)
     ttft = np.ceil(inp / budget) * s.time(running * others, first, 1.0, cached + (inp - first) / 2) + busy * tpot / 2
     return ttft, tpot, running, decode, step
 
 
-def _with_chunks(s: Setting, carried: Num, decode: Num, mixed_at: tuple[Num, Num, Num, Num]) -> Num:
-    """The mean token step when a share ``carried`` of each attention group's iterations carries a prompt chunk.
+def _with_chunks(s: Setting, shares: tuple[Num, ...], decode: Num, mixed_at: tuple[Num, Num, Num, Num]
+                 ) -> list[Num]:
+    """The mean token step when a share ``carried`` of each attention group's iterations carries a prompt chunk, for
+    each such share of ``shares`` (the mixed step priced once for them all).
     One group (dpa = 1, or groups that take their chunks in the same iterations: ``Engine.dp_balance``): that share
     of the steps is the mixed one. dpa = n groups that schedule their own prompts meet at every MoE layer, so an
     iteration lasts as long as its slowest group ("the iteration time is dominated by the slowest rank", TensorRT-LLM
@@ -250,11 +257,14 @@ def _with_chunks(s: Setting, carried: Num, decode: Num, mixed_at: tuple[Num, Num
     mixed = s.time(*mixed_at)
     n = np.asarray(s.cols["dpa"], dtype=float)
     if s.engine.dp_balance or not np.any(n > 1):
-        return carried * mixed + (1 - carried) * decode
-    somewhere = 1 - (1 - carried) ** n
-    chunks = np.where(somewhere > 0, carried * n / np.maximum(somewhere, 1e-30), 1.0)
+        return [carried * mixed + (1 - carried) * decode for carried in shares]
     shared = s.expert_time(*mixed_at) - s.expert_time(mixed_at[0])
-    return somewhere * (mixed - (1 - chunks / n) * shared) + (1 - somewhere) * decode
+    out = []
+    for carried in shares:
+        somewhere = 1 - (1 - carried) ** n
+        chunks = np.where(somewhere > 0, carried * n / np.maximum(somewhere, 1e-30), 1.0)
+        out.append(somewhere * (mixed - (1 - chunks / n) * shared) + (1 - somewhere) * decode)
+    return out
 
 
 def _separate(s: Setting) -> tuple[Num, Num, Num, Num, Num]:

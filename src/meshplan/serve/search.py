@@ -127,8 +127,8 @@ def deployments(keys: dict[str, np.ndarray], num_gpus: int, disaggregate: bool) 
 def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 10,
            eff: ServeEfficiency = SERVE_DEFAULT, keep: bool = False) -> ServeSearchResult:
     """Every configuration of ``space``; the ``top_k`` feasible ones re-estimated (module docstring; 0: none, no
-    plan listed, for a caller that reads the ``weighed`` table alone). ``keep``: every configuration's figures too
-    (``weighed``, for the report)."""
+    plan listed and no band, for a caller that reads the ``weighed`` table alone). ``keep``: every configuration's
+    figures too (``weighed``, for the report)."""
     start = time.perf_counter()
     check.servable(model)
     keys = shapes(model, cluster, space)
@@ -156,7 +156,8 @@ def search(model: ModelSpec, cluster: Cluster, space: ServeSpace, top_k: int = 1
         ranked += [(score[i], tiebreak[i], qi, index[i], replicas[i], prefill[i]) for i in best]
         pool.append((qi, ok, score, tiebreak, index, replicas, prefill))
     ranked.sort(key=lambda r: (-r[0], r[1]))
-    band = serving_ranking_band(search_regime(model, cluster, space)) if space.prefer_simple else 0.0
+    # (no plan listed, no band: the error tables' file is not read)
+    band = serving_ranking_band(search_regime(model, cluster, space)) if space.prefer_simple and top_k > 0 else 0.0
     rows = ranked[: 2 * top_k + 2] + _simple_rows(pool, keys, band, space, top_k) if top_k > 0 else []
     plans = [_estimate(model, cluster, space, keys, r, workload, eff) for r in dict.fromkeys(rows)]
     plans = _ordered([e for e in plans if e.fits and _meets(e, space)], space, band)

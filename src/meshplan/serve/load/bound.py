@@ -30,24 +30,28 @@ from meshplan.specs.model import ModelSpec
 
 
 def idle_latency(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Requests, engine: Engine, targets,
-                 cache: dict) -> tuple[np.ndarray, np.ndarray]:
+                 cache: dict, need: tuple[bool, bool] = (True, True)) -> tuple[np.ndarray, np.ndarray]:
     """Each request's TTFT and TPOT alone on an idle instance of ``one`` (module docstring; at most one price per
-    distinct prompt or context)."""
+    distinct prompt or context); ``need``: whether each is wanted (an unwanted one is empty: a TTFT reads the
+    prompt-only prices of every prompt length, which may price a whole axis of them, prices.Lone)."""
     longest = int((reqs.input_len + reqs.output_len).max())
     key = (one.with_(replicas=1, prefill_replicas=0), longest)
     if key not in cache:
         cache[key] = load_instance(model, cluster, one, engine, longest, targets.choices)
     sched, price = cache[key]
     first: dict[int, float] = {}
-    for prompt in sorted(set(reqs.input_len.tolist())):  # (np.unique would import numpy.ma: start-up)
+    for prompt in sorted(set(reqs.input_len.tolist())) if need[0] else ():  # (np.unique would import numpy.ma)
         p = int(prompt) - (1 if sched.last_token_decoded else 0)
         fresh = max(p - sched.cached(p), 0)
         chunks = max(math.ceil(fresh / sched.budget), 1)
         t = chunks * price(0, min(fresh, sched.budget), 0.0)
         first[int(prompt)] = t + (price(1, 0, float(prompt)) if sched.last_token_decoded else 0.0)
-    ttft = np.array([first[int(p)] for p in reqs.input_len])
+    prompts = [int(p) for p in reqs.input_len.tolist()]  # (plain numbers: NumPy's own are slow to iterate)
+    ttft = np.array([first[p] for p in prompts] if need[0] else [], dtype=float)
+    if not need[1]:
+        return ttft, np.zeros(0)
     step = {int(c): price(1, 0, float(c)) for c in sorted(set((reqs.input_len + 1).tolist()))}
-    tpot = np.array([step[int(c)] for c in reqs.input_len + 1]) / sched.step_tokens
+    tpot = np.array([step[p + 1] for p in prompts]) / sched.step_tokens
     return ttft, tpot[reqs.output_len > 1]
 
 
@@ -60,11 +64,15 @@ def saturation(sched, price, context: float) -> float:
 
 def idle_bound(model: ModelSpec, cluster: Cluster, one: ServePlan, reqs: Requests, engine: Engine, targets,
                cache: dict) -> bool:
-    """Whether ``targets`` can be met at their percentile by some replica count of ``one`` (module docstring)."""
+    """Whether ``targets`` can be met at their percentile by some replica count of ``one`` (module docstring);
+    ``cache``: one search's instances and answers (the same requests and targets throughout)."""
     if not targets.ttft and not targets.tpot:
         return True
-    ttft, tpot = idle_latency(model, cluster, one, reqs, engine, targets, cache)
-    p = targets.percentile
-    if targets.ttft and len(ttft) and percentile(ttft, p) > targets.ttft:
-        return False
-    return not (targets.tpot and len(tpot) and percentile(tpot, p) > targets.tpot)
+    key = ("idle", one.with_(replicas=1, prefill_replicas=0))  # the same requests and targets in one cache (a search)
+    if key not in cache:
+        ttft, tpot = idle_latency(model, cluster, one, reqs, engine, targets, cache,
+                                  (bool(targets.ttft), bool(targets.tpot)))
+        p = targets.percentile
+        cache[key] = not ((targets.ttft and len(ttft) and percentile(ttft, p) > targets.ttft)
+                          or (targets.tpot and len(tpot) and percentile(tpot, p) > targets.tpot))
+    return cache[key]

@@ -22,8 +22,8 @@ class KVState:
         self.s = sched
         # the scheduler's sizes the loop reads at every step, as plain attributes (a frozen record's are slower)
         self.step_tokens, self.block, self.kv = sched.step_tokens, sched.block_size, sched.kv_tokens
-        self.arr = [float(v) for v in reqs.arrival]
-        self.inp, self.out = [int(v) for v in reqs.input_len], [int(v) for v in reqs.output_len]
+        self.arr = [float(v) for v in reqs.arrival.tolist()]
+        self.inp, self.out = _ints(reqs.input_len), _ints(reqs.output_len)
         n = len(self.inp)
         self.first, self.done, self.last_token = [math.nan] * n, [math.nan] * n, [math.nan] * n
         self.gen, self.k0, self.base, self.version = [0] * n, [0] * n, [0] * n, [0] * n
@@ -37,6 +37,7 @@ class KVState:
         self.it, self.now, self.next, self.preemptions, self.refused = 0, 0.0, 0, 0, 0
         self.closed = reqs.concurrency
         self.ratio = sched.policy.init_new_token_ratio  # SGLang's new_token_ratio
+        self._cached: dict[int, int] = {}  # sched.cached by prompt length (admit)
         # request-seconds in the system before the iteration start at which each request is first counted (it arrived
         # during the iteration before): what the timeline's per-iteration counts leave out
         self.lag = 0.0
@@ -60,10 +61,12 @@ class KVState:
                 self.waiting.append(self.next)
                 self.next += 1
             return
-        while self.next < n and self.arr[self.next] <= self.now:
-            self.lag += self.now - self.arr[self.next]
-            self.waiting.append(self.next)
-            self.next += 1
+        arr, now, waiting, at, lag = self.arr, self.now, self.waiting, self.next, self.lag
+        while at < n and arr[at] <= now:
+            lag += now - arr[at]
+            waiting.append(at)
+            at += 1
+        self.next, self.lag = at, lag
 
     def release(self, r: int) -> None:
         """A finished or refused request; a closed loop's client sends its next one now."""
@@ -177,18 +180,29 @@ class KVState:
         s = self.s
         if not self.waiting or self.running >= s.max_seqs or tokens >= budget:  # nothing to admit (most steps)
             return tokens
-        p, waiting, inp, out, gen = s.policy, self.waiting, self.inp, self.out, self.gen
+        p, waiting, inp, out, gen, memo = s.policy, self.waiting, self.inp, self.out, self.gen, self._cached
         limit, chunked, max_seqs = p.max_prefill_tokens or budget, p.chunked, s.max_seqs
+        # on demand (most engines): _fits's test written out, the room its watermark leaves computed once, and the
+        # decodes' tokens (self.used()'s first terms) and next tokens, which no admission moves
+        room = s.kv_tokens * (1 - p.watermark) if p.admission == "on_demand" else None
+        decoding = self.sum_base + self.step_tokens * (self.nd * self.it - self.sum_k0)
+        next_tokens = self.nd * self.step_tokens
+        block, kv, last_decoded = self.block, self.kv, s.last_token_decoded
         while waiting and self.running < max_seqs and tokens < budget:
             r = waiting[0]
             made = gen[r]
             prompt = inp[r] + made
-            cached = s.cached(prompt) if made == 0 else 0
-            if s.last_token_decoded and not made:
+            if made == 0:
+                cached = memo.get(prompt)
+                if cached is None:
+                    cached = memo[prompt] = s.cached(prompt)
+            else:
+                cached = 0
+            if last_decoded and not made:
                 prompt -= 1  # the context step leaves the last prompt token to the next decode
             fresh = prompt - cached
             whole = inp[r] + out[r]
-            if whole + self.block > self.kv or (not chunked and fresh > s.budget):
+            if whole + block > kv or (not chunked and fresh > s.budget):
                 waiting.popleft()
                 self.refused += 1
                 self.release(r)
@@ -196,7 +210,11 @@ class KVState:
             take = min(fresh, budget - tokens)
             if (not chunked and take < fresh) or (tokens and tokens + take > limit):
                 break
-            if not self._fits(r, cached, take, fresh):
+            if room is not None:
+                if not (decoding + self.held_prefill + self.running * block / 2 + next_tokens + cached + take
+                        + block <= room):  # self.used() + … as _fits adds them
+                    break
+            elif not self._fits(r, cached, take, fresh):
                 break
             waiting.popleft()
             self.state[r], self.running = 1, self.running + 1
@@ -208,3 +226,8 @@ class KVState:
             chunks.append((entry, take))
             tokens += take
         return tokens
+
+
+def _ints(values) -> list[int]:
+    """``[int(v) for v in values]`` (an integer array's own list where it is one)."""
+    return values.tolist() if values.dtype.kind in "iu" else [int(v) for v in values]

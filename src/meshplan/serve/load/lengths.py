@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from dataclasses import dataclass
@@ -178,6 +177,8 @@ def read_columns(path: str, field: str, names: tuple[str, ...]) -> tuple[tuple, 
     length columns whole and positive, every value finite and at least 0."""
     text = read_text(path, field)
     if Path(path).suffix.lower() == ".csv":
+        import csv  # noqa: PLC0415  (a CSV file's reader: not every load's start-up)
+
         rows = list(csv.DictReader(io.StringIO(text)))
     else:
         try:

@@ -22,11 +22,11 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, fields
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
+from meshplan.files import PRESETS
 from meshplan.serve.engine import Engine
 
 ADMISSIONS = ("on_demand", "reserve", "new_token_ratio")
@@ -98,10 +98,10 @@ def _from_dict(data: dict[str, Any], where: str) -> Policy:
 @cache
 def policies() -> dict[str, Policy]:
     """Every scheduler preset by name."""
-    root = resources.files("meshplan") / "presets" / "schedulers"
+    root = PRESETS / "schedulers"  # (as plain files: importlib.resources's readers are start-up, files.PRESETS)
     out = {}
     for path in sorted((p for p in root.iterdir() if p.name.endswith(".toml")), key=lambda p: p.name):
-        policy = _from_dict(tomllib.loads(path.read_text()), f"scheduler preset {path.name}")
+        policy = _from_dict(tomllib.loads(path.read_text(encoding="utf-8")), f"scheduler preset {path.name}")
         out[policy.name] = policy
     return out
 

@@ -65,18 +65,18 @@ def _prefix_grid(values: np.ndarray, p: list[float], c: list[float]) -> list:
 # tokens between the points of the prompt-only axis (Prices.alone): every count, since a GEMM's price steps with its
 # tiles (a 992-token prefill of Llama 3 8B on an A100 takes 71.0 ms, 1,000 tokens 72.2 ms, 1,008 tokens 72.3 ms)
 ALONE_STEP = 1
-# that axis is priced as the simulation reads it: the block of points first read (a run of one prompt length reads
-# one: most of the budget's thousands of points are never read), and at the next miss every other block at once.
-# A call of Setting.time costs about 4.5 ms of CPU whatever its size, all 8,193 points of vLLM's budget about 12 ms
-# (Llama 3 70B on H100s, tp 2 pp 2): a second block alone would cost nearly what the rest does
+# that axis is priced as the simulation reads it: the block first read (a run of one prompt length reads one: most of
+# the budget's points are never read), at the next miss every other block. A call of Setting.time costs about 4.5 ms
+# of CPU whatever its size, all 8,193 points of vLLM's budget about 12 ms (Llama 3 70B on H100s, tp 2 pp 2)
 LONE_BLOCK, LONE_CALLS = 512, 1
 
 
 class Lone:
     """The prompt-only axis's prices (``axis``: every ALONE_STEP tokens to the budget), priced when first read, a
-    block of ``LONE_BLOCK`` points at a time (after LONE_CALLS blocks, every other at once), with the prefix grid
-    (Prices.prefixed) in the first call: ``price(points, grid)`` gives the points' values and, with ``grid``, that
-    grid (each call of Setting.time has a fixed cost of a few milliseconds, the size of a few thousand points' work).
+    block of ``LONE_BLOCK`` points at a time (after LONE_CALLS calls, prime's preset counting as one, every other
+    at once, as the whole axis), with the prefix grid (Prices.prefixed) in the first call: ``price(points, grid)``
+    gives the points' values and, with ``grid``, that grid (each call of Setting.time has a fixed cost of a few
+    milliseconds, the size of a few thousand points' work).
     A point's value does not depend on the others priced beside it (Setting.time is element-wise), so the values
     are those of the whole axis priced at once."""
 
@@ -86,7 +86,7 @@ class Lone:
         self.values: list[float] = [0.0] * len(axis)
         self.blocks: set[int] = set()
         self.grid: list | None = None
-        self.calls = 0
+        self.calls, self.primed = 0, False  # fills, and whether prime preset a block
 
     def __call__(self, x: float) -> float:
         """The price at ``x`` tokens, linear between the axis's points (prices._where)."""
@@ -119,14 +119,17 @@ class Lone:
             self.values[i] = v
         self.blocks.update(blocks)
         self.grid = grid
+        self.primed = True  # counted as a call of its own: the next miss prices every other block
 
     def _fill(self, wanted: set[int]) -> None:
         count = -(-len(self.axis) // LONE_BLOCK)
         self.calls += 1
-        todo = sorted((set(range(count)) if self.calls > LONE_CALLS else wanted) - self.blocks)
+        every = self.calls + self.primed > LONE_CALLS
+        todo = sorted((set(range(count)) if every else wanted) - self.blocks)
         if not todo and self.grid is not None:
             return
-        at = self.span(todo)
+        # every block: the whole axis, the same bytes for instances of the same GEMMs (gemm_shape._MEMO keeps them)
+        at = np.arange(len(self.axis)) if every else self.span(todo)
         values, grid = self.price(self.points[at], self.grid is None)
         for i, v in zip(at.tolist(), values.tolist(), strict=True):
             self.values[i] = v
@@ -152,12 +155,24 @@ class Prices:
         # an iteration of prompt tokens alone, on a dense axis (every ALONE_STEP tokens): a lone request's prefill
         # exactly as serve prices it (the low-rate limit), where the grid's prompt axis is √2-spaced
         self.alone = alone
-        self.table = table.tolist()  # nested lists: faster to index from Python than an array
+        # lists along the context (faster to index than an array), each made when first read (all: ~3.5 ms a table)
+        self._array, self._lines = table, [[None] * len(p) for _ in d]
         # seconds a chunk's attention to its prompt's cached prefix adds, over (prompt tokens, prefix) on (p, c)
         self.prefixed = None if prefixed is None else prefixed.tolist()  # else alone's, when first read
         self._knots: dict[float, list[float]] = {}
         self._d_last, self._p_last, self._c_last = len(d) - 2, len(p) - 2, len(c) - 2
         self._at_points = [_where(c, x) for x in c]  # each context point's segment and weight (``knots``)
+
+    @property
+    def table(self) -> list:
+        """The whole table as nested lists (sequences, prompt tokens, context)."""
+        return [[self._line(i, j) for j in range(len(self.p))] for i in range(len(self.d))]
+
+    def _line(self, i: int, j: int) -> list[float]:  # the table along the context at point (i, j)
+        line = self._lines[i][j]
+        if line is None:
+            line = self._lines[i][j] = self._array[i][j].tolist()
+        return line
 
     def knots(self, decode: float) -> tuple[list[float], list[float]]:
         """A pure decode iteration's price at ``decode`` sequences as a function of the context: its values at the
@@ -174,11 +189,12 @@ class Prices:
         once: the same arithmetic, term by term (at the axis's own points g = 0, and 1 at the last, clamped)."""
         i, a = _where(self.d, decode / self.lanes)
         j, b = _where(self.p, 0.0)
-        lo_rows, hi_rows = self.table[i], self.table[i + 1]
+        (r0, r1), (s0, s1) = ((self._line(i + n, j), self._line(i + n, j + 1)) for n in (0, 1))
         out = []
-        for k, g in self._at_points:
-            lo = _bilinear(lo_rows, j, k, b, g)
-            hi = _bilinear(hi_rows, j, k, b, g)
+        for k, g in self._at_points:  # _bilinear at i, then at i + 1, written out
+            lo0, hi0 = r0[k] + g * (r0[k + 1] - r0[k]), r1[k] + g * (r1[k + 1] - r1[k])
+            lo1, hi1 = s0[k] + g * (s0[k + 1] - s0[k]), s1[k] + g * (s1[k + 1] - s1[k])
+            lo, hi = lo0 + b * (hi0 - lo0), lo1 + b * (hi1 - lo1)
             out.append(lo + a * (hi - lo) + 0.0)
         return out
 
@@ -200,12 +216,12 @@ class Prices:
         k = bisect_right(c, context) - 1
         k = 0 if k < 0 else (self._c_last if k > self._c_last else k)
         g = (context - c[k]) / (c[k + 1] - c[k])
-        t0, t1 = self.table[i], self.table[i + 1]
-        r0, r1 = t0[j], t0[j + 1]
+        t0, t1 = self._lines[i], self._lines[i + 1]
+        r0, r1 = t0[j] or self._line(i, j), t0[j + 1] or self._line(i, j + 1)
         lo0 = r0[k] + g * (r0[k + 1] - r0[k])
         hi0 = r1[k] + g * (r1[k + 1] - r1[k])
         lo = lo0 + b * (hi0 - lo0)
-        r0, r1 = t1[j], t1[j + 1]
+        r0, r1 = t1[j] or self._line(i + 1, j), t1[j + 1] or self._line(i + 1, j + 1)
         lo1 = r0[k] + g * (r0[k + 1] - r0[k])
         hi1 = r1[k] + g * (r1[k + 1] - r1[k])
         hi = lo1 + b * (hi1 - lo1)

@@ -53,23 +53,30 @@ class _Instance(KVState):
         self.peak = 0.0
         self.longest = 0.0  # the longest single iteration (the simulation's granularity: tests' slack)
         self.prefilled_last = False  # the last iteration carried prompts only (Policy.alternate)
+        # the policy's choices the loop reads at every step, as plain attributes
+        self.count, self.mixed = len(self.inp), sched.policy.mixed
+        self.reserve, self.ratio_rule = sched.policy.admission == "reserve", sched.policy.admission == "new_token_ratio"
 
     def step(self) -> bool:
         """One iteration, or a run of pure decode ones (module docstring); False when every request is done."""
         s = self.s
-        self.arrive()
+        if self.closed or (self.next < self.count and self.arr[self.next] <= self.now):
+            self.arrive()
         if not self.running and not self.waiting:
-            if self.closed or self.next >= len(self.inp):
+            if self.closed or self.next >= self.count:
                 return False
             self.now = max(self.now, self.arr[self.next])
             self.ratio = s.policy.init_new_token_ratio
             return True
         preempted = False
-        if s.policy.mixed:
-            preempted = self.make_room()
+        if self.mixed:
+            # make_room's, continued's and admit's own tests of whether they have anything to do, first (most steps)
+            if self.nd and (self.sum_base + self.step_tokens * (self.nd * self.it - self.sum_k0) + self.held_prefill
+                            + self.running * self.block / 2 + self.nd * self.step_tokens > self.kv):
+                preempted = self.make_room()
             budget = s.budget - self.nd * (1 + s.draft_tokens)
-            chunks, tokens = self.continued(budget)
-            if not preempted:
+            chunks, tokens = self.continued(budget) if self.prefilling else ([], 0)
+            if not preempted and self.waiting:
                 tokens = self.admit(tokens, budget, chunks)
             nd = self.nd
         else:
@@ -85,7 +92,7 @@ class _Instance(KVState):
             if self.running:
                 self.preempt_newest()
             return True
-        if nd and not chunks and not preempted and self.can_stretch():
+        if nd and not chunks and not preempted and not self.prefilling and self.can_stretch():
             self.decode_run()
             return True
         self.iteration(nd, chunks, tokens)
@@ -99,16 +106,23 @@ class _Instance(KVState):
 
     def iteration(self, nd: int, chunks: list, tokens: int) -> None:
         """One iteration of ``nd`` decodes and the prompt ``chunks`` (``tokens`` in all)."""
-        held = self.decode_tokens()
+        held = self.sum_base + self.step_tokens * (self.nd * self.it - self.sum_k0)  # self.decode_tokens()
         # the chunks' mean prefix: the tokens of their prompts already cached (earlier chunks, prefix-cache hits)
-        prefix = sum(take * entry[2] for entry, take in chunks) / tokens if tokens else 0.0
+        if not tokens:
+            prefix = 0.0
+        elif len(chunks) == 1:  # (whole numbers: the sum of one is its term)
+            prefix = chunks[0][1] * chunks[0][0][2] / tokens
+        else:
+            prefix = sum(take * entry[2] for entry, take in chunks) / tokens
         dt = self.price(nd, tokens, held / self.nd if self.nd else 0.0, prefix)
         if dt > self.longest:
             self.longest = dt
         used = held + self.held_prefill + self.running * self.block / 2  # self.used(), before and after the clock
         self.rows.append((self.now, dt, used / self.kv, self.running, len(self.waiting)))
         self.now += dt
-        self.peak = max(self.peak, (used + nd * self.step_tokens + tokens) / self.kv)
+        peak = (used + nd * self.step_tokens + tokens) / self.kv
+        if peak > self.peak:  # max(self.peak, peak)
+            self.peak = peak
         if nd:
             self.decoded(dt)
             self.finish_decodes(1)
@@ -122,10 +136,10 @@ class _Instance(KVState):
     def decoded(self, dt: float) -> None:
         """The gaps of the decode iteration that just ended: the sequences that decoded in the last one waited since
         its end, those that joined since their last token; TurboMind's newcomers get their first token."""
-        s, now, joined, pending = self.s, self.now, self.joined, self.pending_first
+        now, joined, pending, last = self.now, self.joined, self.pending_first, self.last_decode
         new = len(joined) + len(pending)
-        if self.nd > new and self.last_decode == self.last_decode:  # not NaN
-            self.gaps.append((now - self.last_decode, 0.0, 1, float(self.nd - new)))
+        if self.nd > new and last == last:  # not NaN
+            self.gaps.append((now - last, 0.0, 1, float(self.nd - new)))
         if joined:
             self.gaps.extend([(now - t, 0.0, 1, 1.0) for t in joined])
             joined.clear()
@@ -134,31 +148,41 @@ class _Instance(KVState):
                 self.first[r] = now
             pending.clear()
         self.last_decode = now
-        if s.policy.admission == "new_token_ratio":
-            self.ratio = max(self.ratio - s.policy.new_token_ratio_decay, s.policy.min_new_token_ratio)
+        if self.ratio_rule:
+            p = self.s.policy
+            self.ratio = max(self.ratio - p.new_token_ratio_decay, p.min_new_token_ratio)
 
     def decode_run(self) -> None:
         """Pure decode iterations until the next finish, arrival or full cache (stretch.py)."""
-        s = self.s
-        held = self.decode_tokens()
+        s, nd, step, kv = self.s, self.nd, self.step_tokens, self.kv
+        held = self.sum_base + step * (nd * self.it - self.sum_k0)  # self.decode_tokens()
         used = held + self.held_prefill + self.running * self.block / 2  # self.used(); decoded() below moves none
         most = self.heap[0][0] - self.it + 1 if self.heap else 1
-        if s.policy.admission != "reserve":
-            most = min(most, max(int((s.kv_tokens - used) // (self.nd * s.step_tokens)), 1))
-        until = self.arr[self.next] - self.now if not self.closed and self.next < len(self.arr) else math.inf
-        count, elapsed, first_dt, second, last = stretch(self.price.knots(self.nd), held / self.nd, s.step_tokens,
-                                                         max(most, 1), max(until, 1e-15))
-        self.rows.append((self.now, elapsed, used / s.kv_tokens, self.running, len(self.waiting)))
-        self.longest = max(self.longest, first_dt, last)
+        if not self.reserve:
+            room = int((kv - used) // (nd * step))
+            room = room if room > 1 else 1
+            most = most if most < room else room  # min(most, max(room, 1))
+        until = self.arr[self.next] - self.now if not self.closed and self.next < self.count else math.inf
+        count, elapsed, first_dt, second, last = stretch(self.price.knots(nd), held / nd, step,
+                                                         most if most > 1 else 1, until if until > 1e-15 else 1e-15)
+        self.rows.append((self.now, elapsed, used / kv, self.running, len(self.waiting)))
+        longest = self.longest  # max(self.longest, first_dt, last)
+        if first_dt > longest:
+            longest = first_dt
+        if last > longest:
+            longest = last
+        self.longest = longest
         start = self.now
         self.now = start + first_dt
         self.decoded(first_dt)
         self.now = start + elapsed
         self.last_decode = self.now
         if count > 1:
-            self.gaps.append((second, last, count - 1, float(self.nd)))
-        self.peak = max(self.peak, (used + self.nd * s.step_tokens * count) / s.kv_tokens)
-        if s.policy.admission == "new_token_ratio":
+            self.gaps.append((second, last, count - 1, float(nd)))
+        peak = (used + nd * step * count) / kv
+        if peak > self.peak:  # max(self.peak, peak)
+            self.peak = peak
+        if self.ratio_rule:
             self.ratio = max(self.ratio - (count - 1) * s.policy.new_token_ratio_decay, s.policy.min_new_token_ratio)
         self.finish_decodes(count)
 
@@ -186,7 +210,8 @@ class _Instance(KVState):
             self.pending_first.append(r)
         else:
             gen[r] += 1
-            if math.isnan(self.first[r]):
+            first = self.first[r]
+            if first != first:  # NaN: its first token
                 self.first[r] = now
             elif self.last_token[r] == self.last_token[r]:  # a recomputed sequence's token after its wait
                 self.gaps.append((now - self.last_token[r], 0.0, 1, 1.0))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -92,7 +93,7 @@ def _weighted(gaps: list[tuple[float, float, int, float]]) -> tuple[dict[int, fl
     ``weight`` sequences (simulate.Run), a run of many spread over GAP_POINTS points."""
     if not gaps:
         return dict.fromkeys(PERCENTILES, float("nan")), float("nan")
-    g = np.asarray(gaps, dtype=float)
+    g = np.fromiter(chain.from_iterable(gaps), dtype=float, count=4 * len(gaps)).reshape(-1, 4)  # np.asarray's
     k = np.minimum(g[:, 2], GAP_POINTS)
     at = np.repeat(np.arange(len(g)), k.astype(int))
     step = np.arange(len(at)) - np.repeat(np.cumsum(k) - k, k.astype(int))  # 0 … k − 1 within each row

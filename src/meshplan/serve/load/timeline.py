@@ -3,6 +3,8 @@ occupancy (a share of its capacity), the running and the waiting requests."""
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 
@@ -21,7 +23,8 @@ class LoadTimeline:
         """start_s, length_s, kv_occupancy, running, waiting: one array each."""
         if self._built != len(self.rows):
             self._built = len(self.rows)
-            table = np.asarray(self.rows, dtype=float).reshape(-1, 5)
+            # the rows' numbers in one pass (np.asarray of a list of tuples is about twice as slow), the same floats
+            table = np.fromiter(chain.from_iterable(self.rows), dtype=float, count=5 * len(self.rows)).reshape(-1, 5)
             self._columns = {name: table[:, i] for i, name in enumerate(("start_s", "length_s", "kv_occupancy",
                                                                           "running", "waiting"))}
         return self._columns
