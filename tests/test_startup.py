@@ -45,7 +45,7 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 UNUSED_AT_START = ("meshplan.cost.mamba", "meshplan.cost.summa", "meshplan.cli.mixed", "meshplan.search.by_goodput",
                    "difflib", "meshplan.specs.stragglers", "meshplan.specs.background")
 CASES = {
-    "help": (["--help"], 8, 180, (*HEAVY, "numpy", "rich")),
+    "help": (["--help"], 8, 180, (*HEAVY, "numpy", "rich", "importlib.metadata", "email")),
     "plan": (["plan", *QUICK], 138, 285, (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.specs.hf",
                                           "meshplan.report.vega", "meshplan.configs", "numpy.ma", *UNUSED_AT_START)),
     "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 110, 285,
@@ -122,3 +122,17 @@ def test_every_block_kind_has_its_mixer():
     for kind in MIXER_COSTS:
         block = mixer(kind)
         assert callable(block) and block.__name__ == MIXER_COSTS[kind][1], kind
+
+
+def test_the_plugins_are_the_entry_points_importlib_metadata_finds():
+    """`meshplan --help` lists the other packages' commands from their entry points read without importlib.metadata
+    (cli/lazy.entry_points): the same names and values in the same order, and the same object loaded."""
+    import importlib.metadata
+
+    from meshplan.cli.lazy import entry_points
+
+    for group in ("meshplan.commands", "meshplan.research", "console_scripts"):
+        ours, theirs = entry_points(group), list(importlib.metadata.entry_points(group=group))
+        assert [(e.name, e.value) for e in ours] == [(e.name, e.value) for e in theirs], group
+    assert [e.load() for e in entry_points("meshplan.commands")] == \
+        [e.load() for e in importlib.metadata.entry_points(group="meshplan.commands")]
