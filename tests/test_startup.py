@@ -136,3 +136,18 @@ def test_the_plugins_are_the_entry_points_importlib_metadata_finds():
         assert [(e.name, e.value) for e in ours] == [(e.name, e.value) for e in theirs], group
     assert [e.load() for e in entry_points("meshplan.commands")] == \
         [e.load() for e in importlib.metadata.entry_points(group="meshplan.commands")]
+
+
+def test_the_console_script_collects_again_once_its_command_is_imported():
+    """The console script imports with the cyclic collector off and, once the command is imported, freezes what
+    start-up made and turns it on again (cli/main.py: STARTUP); a program that imports meshplan keeps its collector."""
+    probe = ("import contextlib, gc, io, sys\n"
+             "sys.argv[0] = sys.argv[1]\n"
+             "from meshplan.cli import main\n"
+             "held = not gc.isenabled()\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    main(['presets'])\n"
+             "print(held, gc.isenabled(), gc.get_freeze_count() > 0)\n")
+    for argv0, expected in (("/usr/bin/meshplan", "True True True"), ("/usr/bin/python", "False True False")):
+        done = subprocess.run([sys.executable, "-c", probe, argv0], capture_output=True, text=True, check=True)
+        assert done.stdout.split("\n")[-2] == expected, (argv0, done.stdout, done.stderr)
