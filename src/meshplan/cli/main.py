@@ -84,8 +84,13 @@ class _Group(click.Group):
 
     def resolve_command(self, ctx: click.Context,
                         args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        script = STARTUP["collector held"]  # the console script, its command not yet imported
+        if script:
+            from meshplan.cli.codecache import install_presets  # noqa: PLC0415  (its presets parsed once)
+
+            install_presets()
         found = super().resolve_command(ctx, args)
-        if STARTUP["collector held"]:  # the command is imported: start-up is over (STARTUP)
+        if script:  # the command is imported: start-up is over (STARTUP)
             STARTUP["collector held"] = False
             gc.freeze()
             gc.enable()
