@@ -22,7 +22,6 @@ import click
 from meshplan import interrupt
 from meshplan.cli.lazy import Commands, Lazy
 from meshplan.errors import MeshplanError
-from meshplan.fields import one_line
 from meshplan.interrupt import by_interrupt
 
 # Every command of the core, imported when it runs (or its own --help is asked for): name, module, attribute and the
@@ -135,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         if os.environ.get("MESHPLAN_DEBUG"):
             raise
+        from meshplan.fields import one_line  # noqa: PLC0415  (its dataclasses: not for `meshplan --help`)
+
         if _out_of_memory(exc):  # what the command asked of this host's or GPU's memory: too much, not a bug
             return _error(f"out of memory: {type(exc).__name__}: {one_line(str(exc))[:200]} (this host or GPU has "
                           "less than the command asked for: smaller inputs, model, batch or fewer ranks)")
@@ -180,6 +181,8 @@ MAX_ERROR = 400
 
 
 def _error(message: str) -> int:
+    from meshplan.fields import one_line  # noqa: PLC0415  (its dataclasses: not for `meshplan --help`)
+
     line = one_line(message)
     if len(line) > MAX_ERROR:
         line = f"{line[:MAX_ERROR]}… ({len(line) - MAX_ERROR:,} more characters)"
