@@ -151,3 +151,24 @@ def test_the_console_script_collects_again_once_its_command_is_imported():
     for argv0, expected in (("/usr/bin/meshplan", "True True True"), ("/usr/bin/python", "False True False")):
         done = subprocess.run([sys.executable, "-c", probe, argv0], capture_output=True, text=True, check=True)
         assert done.stdout.split("\n")[-2] == expected, (argv0, done.stdout, done.stderr)
+
+
+def test_the_console_script_asks_openblas_for_one_thread_unless_told():
+    """A command that makes no BLAS call (cli/main.py: BLAS_FREE) loads NumPy with one OpenBLAS thread in the console
+    script; a number the user set, or a program that imports meshplan, keeps OpenBLAS's own choice."""
+    import os
+
+    probe = ("import contextlib, io, os, sys\n"
+             "sys.argv[0] = sys.argv[1]\n"
+             "from meshplan.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    main(['presets'])\n"
+             "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+    told = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+    bare = {k: v for k, v in os.environ.items() if k not in told}
+    cases = (("/usr/bin/meshplan", {}, "1"), ("/usr/bin/meshplan", {"OMP_NUM_THREADS": "3"}, "None"),
+             ("/usr/bin/python", {}, "None"))
+    for argv0, extra, expected in cases:
+        done = subprocess.run([sys.executable, "-c", probe, argv0], capture_output=True, text=True, check=True,
+                              env={**bare, **extra})
+        assert done.stdout.split()[-1] == expected, (argv0, extra, done.stderr)

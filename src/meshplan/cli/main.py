@@ -65,6 +65,14 @@ COMMANDS = [
 # later collections pass it by) and the collector is on again for the command's own work (37 collections, 10 ms).
 STARTUP = {"collector held": False}
 
+# OpenBLAS starts a pool of threads, one per core, when NumPy loads: about 20 ms of CPU on a 2-core host (`import numpy`
+# 129 -> 108 ms, the least of 15), more with more cores. These commands make no BLAS call (no matmul, dot or linalg in
+# what they run: NumPy's element-wise arrays alone), so their console script asks OpenBLAS for one thread, unless the
+# user chose a number (OpenBLAS reads these three, openblas_get_num_threads' order); check-step, calibrate and trace,
+# which may run PyTorch on this host's CPU, keep the default.
+BLAS_FREE = frozenset({"plan", "estimate", "serve", "presets", "report", "sweep", "rl"})
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
 
 class _PipeClosed(Exception):
     """stdout's reader has gone (BrokenPipeError), carried past click, which would exit 1 on it."""
@@ -88,6 +96,9 @@ class _Group(click.Group):
             from meshplan.cli.codecache import install_presets  # noqa: PLC0415  (its presets parsed once)
 
             install_presets()
+            if args and args[0] in BLAS_FREE and "numpy" not in sys.modules and \
+                    not any(os.environ.get(name) for name in BLAS_THREADS):
+                os.environ["OPENBLAS_NUM_THREADS"] = "1"
         found = super().resolve_command(ctx, args)
         if script:  # the command is imported: start-up is over (STARTUP)
             STARTUP["collector held"] = False
