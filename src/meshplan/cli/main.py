@@ -68,8 +68,8 @@ STARTUP = {"collector held": False}
 # OpenBLAS starts a pool of threads, one per core, when NumPy loads: about 20 ms of CPU on a 2-core host (`import numpy`
 # 129 -> 108 ms, the least of 15), more with more cores. These commands make no BLAS call (no matmul, dot or linalg in
 # what they run: NumPy's element-wise arrays alone), so their console script asks OpenBLAS for one thread, unless the
-# user chose a number (OpenBLAS reads these three, openblas_get_num_threads' order); check-step, calibrate and trace,
-# which may run PyTorch on this host's CPU, keep the default.
+# user chose a number (OpenBLAS reads these three, in this order: driver/others/openblas_env.c); check-step,
+# calibrate and trace, which may run PyTorch on this host's CPU, keep the default.
 BLAS_FREE = frozenset({"plan", "estimate", "serve", "presets", "report", "sweep", "rl"})
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
