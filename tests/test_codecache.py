@@ -103,3 +103,50 @@ def test_the_file_is_read_when_the_first_text_comes(tmp_path):
     space: dict = {}
     compiled.exec("x = 1", space)
     assert space["x"] == 1 and compiled.compiled == 0 and list(compiled.codes) == ["x = 1"]
+
+
+PRESET = 'name = "x"\nsource = "a table"\nflops = 9.89e14\nsizes = [1, 2, 4]\n[tier]\nbw = 4.5e11\nfree = true\n'
+
+
+def test_a_preset_from_the_file_is_the_preset_parsed_afresh(tmp_path):
+    """The presets' store (Parsed): a text parsed once comes back from the file as tomllib parses it, a fresh copy
+    each time (a caller may change its own), and an edited preset is a new text, parsed again."""
+    import tomllib
+
+    path = tmp_path / "presets.marshal"
+    first = codecache.Parsed()
+    assert first.get(PRESET) is None
+    first.put(PRESET, tomllib.loads(PRESET))
+    codecache.write_codes(str(path), first.kept())
+    again = codecache.Parsed(str(path))
+    one, two = again.get(PRESET), again.get(PRESET)
+    assert one == two == tomllib.loads(PRESET) and one is not two and again.added == 0
+    assert repr(one) == repr(tomllib.loads(PRESET))  # the same types and order: 9.89e14 a float, [1, 2, 4] ints
+    assert again.get(PRESET.replace("4.5e11", "9e11")) is None
+
+
+def test_a_preset_with_a_date_is_not_kept():
+    """marshal writes no datetime: such a document is parsed each time, not kept."""
+    import tomllib
+
+    parsed, text = codecache.Parsed(), "when = 2024-06-01\n"
+    parsed.put(text, tomllib.loads(text))
+    assert parsed.get(text) is None and parsed.added == 0
+
+
+def test_the_console_script_parses_each_preset_once(tmp_path):
+    """The console script's presets come from the store (meshplan.files.PARSED): a second run parses none with
+    tomllib; a program that imports meshplan parses them (PARSED None) and writes nothing."""
+    probe = ("import contextlib, io, sys\n"
+             "sys.argv[0] = sys.argv[1]\n"
+             "from meshplan.cli import main, codecache\n"
+             "codecache.cache_path = lambda kind='dataclass-methods': sys.argv[2] + kind\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    main(['estimate', '--model', 'llama3-8b', '--system', 'h100', '--gpus', '8', '--global-batch', '8'])\n"
+             "print('tomllib' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    runs = [subprocess.run([sys.executable, "-c", probe, argv0, str(tmp_path / "c-")], capture_output=True,
+                           text=True, check=True, env=env).stdout.split()[-1]
+            for argv0 in ("/usr/bin/meshplan", "/usr/bin/meshplan", "/usr/bin/python")]
+    assert runs == ["True", "False", "True"]
+    assert (tmp_path / "c-presets-parsed").exists()

@@ -45,7 +45,7 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 UNUSED_AT_START = ("meshplan.cost.mamba", "meshplan.cost.summa", "meshplan.cli.mixed", "meshplan.search.by_goodput",
                    "difflib", "meshplan.specs.stragglers", "meshplan.specs.background")
 CASES = {
-    "help": (["--help"], 8, 180, (*HEAVY, "numpy", "rich")),
+    "help": (["--help"], 8, 180, (*HEAVY, "numpy", "rich", "importlib.metadata", "email")),
     "plan": (["plan", *QUICK], 138, 285, (*HEAVY, "meshplan.serve", "meshplan.autoshard", "meshplan.specs.hf",
                                           "meshplan.report.vega", "meshplan.configs", "numpy.ma", *UNUSED_AT_START)),
     "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 110, 285,
@@ -122,3 +122,53 @@ def test_every_block_kind_has_its_mixer():
     for kind in MIXER_COSTS:
         block = mixer(kind)
         assert callable(block) and block.__name__ == MIXER_COSTS[kind][1], kind
+
+
+def test_the_plugins_are_the_entry_points_importlib_metadata_finds():
+    """`meshplan --help` lists the other packages' commands from their entry points read without importlib.metadata
+    (cli/lazy.entry_points): the same names and values in the same order, and the same object loaded."""
+    import importlib.metadata
+
+    from meshplan.cli.lazy import entry_points
+
+    for group in ("meshplan.commands", "meshplan.research", "console_scripts"):
+        ours, theirs = entry_points(group), list(importlib.metadata.entry_points(group=group))
+        assert [(e.name, e.value) for e in ours] == [(e.name, e.value) for e in theirs], group
+    assert [e.load() for e in entry_points("meshplan.commands")] == \
+        [e.load() for e in importlib.metadata.entry_points(group="meshplan.commands")]
+
+
+def test_the_console_script_collects_again_once_its_command_is_imported():
+    """The console script imports with the cyclic collector off and, once the command is imported, freezes what
+    start-up made and turns it on again (cli/main.py: STARTUP); a program that imports meshplan keeps its collector."""
+    probe = ("import contextlib, gc, io, sys\n"
+             "sys.argv[0] = sys.argv[1]\n"
+             "from meshplan.cli import main\n"
+             "held = not gc.isenabled()\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    main(['presets'])\n"
+             "print(held, gc.isenabled(), gc.get_freeze_count() > 0)\n")
+    for argv0, expected in (("/usr/bin/meshplan", "True True True"), ("/usr/bin/python", "False True False")):
+        done = subprocess.run([sys.executable, "-c", probe, argv0], capture_output=True, text=True, check=True)
+        assert done.stdout.split("\n")[-2] == expected, (argv0, done.stdout, done.stderr)
+
+
+def test_the_console_script_asks_openblas_for_one_thread_unless_told():
+    """A command that makes no BLAS call (cli/main.py: BLAS_FREE) loads NumPy with one OpenBLAS thread in the console
+    script; a number the user set, or a program that imports meshplan, keeps OpenBLAS's own choice."""
+    import os
+
+    probe = ("import contextlib, io, os, sys\n"
+             "sys.argv[0] = sys.argv[1]\n"
+             "from meshplan.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    main(['presets'])\n"
+             "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+    told = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+    bare = {k: v for k, v in os.environ.items() if k not in told}
+    cases = (("/usr/bin/meshplan", {}, "1"), ("/usr/bin/meshplan", {"OMP_NUM_THREADS": "3"}, "None"),
+             ("/usr/bin/python", {}, "None"))
+    for argv0, extra, expected in cases:
+        done = subprocess.run([sys.executable, "-c", probe, argv0], capture_output=True, text=True, check=True,
+                              env={**bare, **extra})
+        assert done.stdout.split()[-1] == expected, (argv0, extra, done.stderr)

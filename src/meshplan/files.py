@@ -15,7 +15,6 @@ import json
 import os
 import re
 import stat
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -168,8 +167,27 @@ def read_json(path: str | Path, field: str) -> Any:
     return parse_json(read_text(path, field), f"{field}={str(path)!r}")
 
 
+# The console script's parsed presets (cli/codecache.py installs a Parsed: text → document, kept between its runs);
+# None in a program that imports meshplan, whose presets are parsed each time.
+PARSED: Any = None
+
+
+def preset_toml(text: str, where: str) -> dict[str, Any]:
+    """A built-in preset's TOML document: parsed before (PARSED) or now."""
+    if PARSED is not None:
+        found = PARSED.get(text)
+        if found is not None:
+            return found
+    document = parse_toml(text, where)
+    if PARSED is not None:
+        PARSED.put(text, document)
+    return document
+
+
 def parse_toml(text: str, where: str) -> dict[str, Any]:
     """One TOML document (tomllib's own error says where in it); ``where`` names the file."""
+    import tomllib  # noqa: PLC0415  (a console script's presets come parsed: PARSED)
+
     try:
         return tomllib.loads(text)
     except (ValueError, RecursionError) as exc:  # tomllib.TOMLDecodeError is a ValueError

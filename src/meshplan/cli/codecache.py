@@ -58,23 +58,71 @@ class Compiled:
 
     def kept(self) -> dict[str, CodeType]:
         """What the file keeps: every text, or this run's alone once there are more than ``MAX_TEXTS``."""
-        if len(self.codes) <= MAX_TEXTS:
-            return self.codes
-        return {text: self.codes[text] for text in self.used}
+        return within_limit(self.codes, self.used)
 
 
-def cache_path() -> str | None:
+def within_limit(store: dict[str, Any], used: set[str]) -> dict[str, Any]:
+    """``store`` whole, or the texts of ``used`` alone once it holds more than ``MAX_TEXTS``."""
+    return store if len(store) <= MAX_TEXTS else {text: store[text] for text in used}
+
+
+class Parsed:
+    """A preset's TOML text → its document as ``tomllib`` parses it, kept as marshal's bytes (each ``get`` a fresh
+    copy, as a parse gives: a caller may change it); those of the file at ``path`` read when the first text comes.
+    The text is the key, as for the methods' code: a preset changed is a new text, parsed afresh."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        self.documents: dict[str, bytes] = {}
+        self.used: set[str] = set()
+        self.added = 0
+
+    def _read(self) -> None:
+        if self.path is not None:
+            self.documents = read_kept(self.path, bytes) | self.documents
+            self.path = None
+
+    def kept(self) -> dict[str, bytes]:
+        """What the file keeps (``Compiled.kept``)."""
+        return within_limit(self.documents, self.used)
+
+    def get(self, text: str) -> Any:
+        """The document of ``text`` parsed before, None if it was not."""
+        self._read()
+        found = self.documents.get(text)
+        if found is None:
+            return None
+        self.used.add(text)
+        return marshal.loads(found)
+
+    def put(self, text: str, document: dict[str, Any]) -> None:
+        """``document``, parsed from ``text``, kept; not one with a TOML date or time (marshal writes none)."""
+        self._read()
+        try:
+            self.documents[text] = marshal.dumps(document)
+        except ValueError:
+            return
+        self.used.add(text)
+        self.added += 1
+
+
+def cache_path(kind: str = "dataclass-methods") -> str | None:
     """The file beside the package's bytecode; None where the interpreter writes no bytecode versions."""
     tag = sys.implementation.cache_tag
     if tag is None:
         return None
     package = os.path.dirname(os.path.dirname(__file__))  # meshplan's own folder
-    return os.path.join(package, "__pycache__", f"dataclass-methods.{tag}.marshal")
+    return os.path.join(package, "__pycache__", f"{kind}.{tag}.marshal")
 
 
 def read_codes(path: str) -> dict[str, CodeType]:
-    """The texts and code objects kept at ``path``; none when it is missing, unreadable, not such a file or written by
-    another interpreter build (``sys.version``: marshal's format of code objects is that build's)."""
+    """The texts and code objects kept at ``path`` (``read_kept``)."""
+    return read_kept(path, CodeType)
+
+
+def read_kept(path: str, kind: type) -> dict[str, Any]:
+    """The texts and their ``kind`` values kept at ``path``; none when it is missing, unreadable, not such a file or
+    written by another interpreter build (``sys.version``: marshal's format of code objects is that build's)."""
     try:
         with open(path, "rb") as f:
             kept = marshal.loads(f.read())  # marshal.load(f) reads the file in small pieces: ten times slower
@@ -82,10 +130,10 @@ def read_codes(path: str) -> dict[str, CodeType]:
         return {}
     if not (isinstance(kept, tuple) and len(kept) == 2 and kept[0] == sys.version and isinstance(kept[1], dict)):
         return {}
-    return {k: v for k, v in kept[1].items() if isinstance(k, str) and isinstance(v, CodeType)}
+    return {k: v for k, v in kept[1].items() if isinstance(k, str) and isinstance(v, kind)}
 
 
-def write_codes(path: str, codes: dict[str, CodeType]) -> None:
+def write_codes(path: str, codes: dict[str, Any]) -> None:
     """``codes`` to ``path`` whole or not at all (a temporary file renamed over it); nothing where it cannot write."""
     temporary = f"{path}.{os.getpid()}.tmp"
     try:
@@ -113,3 +161,22 @@ def install() -> Compiled | None:
 
     atexit.register(save)
     return compiled
+
+
+def install_presets() -> Parsed | None:
+    """For the console script, when its command is about to be imported (cli/main.py; ``meshplan --help`` imports no
+    preset reader): the presets' TOML parsed through a ``Parsed`` of its own file (meshplan.files.PARSED), written
+    back at exit when something new was parsed and bytecode writing is on. None where there is no file to keep."""
+    from meshplan import files  # noqa: PLC0415  (its pathlib and json: not for --help)
+
+    path = cache_path("presets-parsed")
+    if path is None or files.PARSED is not None:
+        return None
+    parsed = files.PARSED = Parsed(path)
+
+    def save() -> None:
+        if parsed.added and not sys.dont_write_bytecode:
+            write_codes(path, parsed.kept())
+
+    atexit.register(save)
+    return parsed

@@ -8,6 +8,7 @@ command loads only what it needs. Any bad input becomes one line on stderr and e
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import signal
@@ -21,7 +22,6 @@ import click
 from meshplan import interrupt
 from meshplan.cli.lazy import Commands, Lazy
 from meshplan.errors import MeshplanError
-from meshplan.fields import one_line
 from meshplan.interrupt import by_interrupt
 
 # Every command of the core, imported when it runs (or its own --help is asked for): name, module, attribute and the
@@ -59,6 +59,21 @@ COMMANDS = [
 ]
 
 
+# The console script imports with the cyclic garbage collector off (cli/__init__.py): `meshplan plan`'s start-up makes
+# some 47,000 tracked objects, nearly all kept for the process's life, and 90 collections passing over them again and
+# again took about 4 % of its time (25 ms). Once the command is imported, what start-up made is frozen (gc.freeze:
+# later collections pass it by) and the collector is on again for the command's own work (37 collections, 10 ms).
+STARTUP = {"collector held": False}
+
+# OpenBLAS starts a pool of threads, one per core, when NumPy loads: about 20 ms of CPU on a 2-core host (`import numpy`
+# 129 -> 108 ms, the least of 15), more with more cores. These commands make no BLAS call (no matmul, dot or linalg in
+# what they run: NumPy's element-wise arrays alone), so their console script asks OpenBLAS for one thread, unless the
+# user chose a number (OpenBLAS reads these three, in this order: driver/others/openblas_env.c); check-step,
+# calibrate and trace, which may run PyTorch on this host's CPU, keep the default.
+BLAS_FREE = frozenset({"plan", "estimate", "serve", "presets", "report", "sweep", "rl"})
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
 class _PipeClosed(Exception):
     """stdout's reader has gone (BrokenPipeError), carried past click, which would exit 1 on it."""
 
@@ -73,6 +88,23 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except BrokenPipeError:
             raise _PipeClosed from None
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        script = STARTUP["collector held"]  # the console script, its command not yet imported
+        if script:
+            from meshplan.cli.codecache import install_presets  # noqa: PLC0415  (its presets parsed once)
+
+            install_presets()
+            if args and args[0] in BLAS_FREE and "numpy" not in sys.modules and \
+                    not any(os.environ.get(name) for name in BLAS_THREADS):
+                os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        found = super().resolve_command(ctx, args)
+        if script:  # the command is imported: start-up is over (STARTUP)
+            STARTUP["collector held"] = False
+            gc.freeze()
+            gc.enable()
+        return found
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """click's listing, of each command as listed (a stand-in with its summary until it is imported)."""
@@ -113,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         if os.environ.get("MESHPLAN_DEBUG"):
             raise
+        from meshplan.fields import one_line  # noqa: PLC0415  (its dataclasses: not for `meshplan --help`)
+
         if _out_of_memory(exc):  # what the command asked of this host's or GPU's memory: too much, not a bug
             return _error(f"out of memory: {type(exc).__name__}: {one_line(str(exc))[:200]} (this host or GPU has "
                           "less than the command asked for: smaller inputs, model, batch or fewer ranks)")
@@ -158,6 +192,8 @@ MAX_ERROR = 400
 
 
 def _error(message: str) -> int:
+    from meshplan.fields import one_line  # noqa: PLC0415  (its dataclasses: not for `meshplan --help`)
+
     line = one_line(message)
     if len(line) > MAX_ERROR:
         line = f"{line[:MAX_ERROR]}… ({len(line) - MAX_ERROR:,} more characters)"
