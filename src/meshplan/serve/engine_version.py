@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import calendar
 import re
-import tomllib
 from functools import cache
 from typing import Any
 
-from meshplan.files import PRESETS
+from meshplan.files import PRESETS, preset_toml
 
 VERSION = re.compile(r"(?<![\w.])v?(\d+)\.(\d+)(?:\.(\d+))?")
 # a version that is a wildcard ("0.5.x") or one end of a range ("0.5-0.6.1", "0.5 to 0.6"): no single version
@@ -30,7 +29,7 @@ NAMED_DATE = re.compile(r"\b(" + "|".join(MONTHS) + r")[a-z]*\.?\s+(20\d\d)\b", 
 @cache
 def version_table() -> tuple[dict[str, Any], ...]:
     text = (PRESETS / "engine_versions.toml").read_text()
-    return tuple(tomllib.loads(text)["row"])
+    return tuple(preset_toml(text, "preset engine_versions.toml")["row"])
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:

@@ -19,14 +19,13 @@ from a user's file takes the one its own fields describe (``from_engine``).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
-from meshplan.files import PRESETS
+from meshplan.files import PRESETS, preset_toml
 from meshplan.serve.engine import Engine
 
 ADMISSIONS = ("on_demand", "reserve", "new_token_ratio")
@@ -101,7 +100,8 @@ def policies() -> dict[str, Policy]:
     root = PRESETS / "schedulers"  # (as plain files: importlib.resources's readers are start-up, files.PRESETS)
     out = {}
     for path in sorted((p for p in root.iterdir() if p.name.endswith(".toml")), key=lambda p: p.name):
-        policy = _from_dict(tomllib.loads(path.read_text(encoding="utf-8")), f"scheduler preset {path.name}")
+        policy = _from_dict(preset_toml(path.read_text(encoding="utf-8"), f"scheduler preset {path.name}"),
+                            f"scheduler preset {path.name}")
         out[policy.name] = policy
     return out
 
