@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,7 @@ class Pairwise:
 
     def add(self, u: int, v: int, m: np.ndarray) -> None:
         key, m = ((u, v), m) if u < v else ((v, u), m.T)
-        self.edges[key] = _same(("add",), (self.edges[key], m), np.add) if key in self.edges else m
+        self.edges[key] = same(("add",), (self.edges[key], m), np.add) if key in self.edges else m
 
 
 MEMO = 8192  # profiles remembered: the planner's Lagrangian rounds solve programs that differ at a few nodes only
@@ -75,24 +76,24 @@ def digest(m: np.ndarray) -> bytes:
 
 def restrict(pw: Pairwise, key: int, keep: np.ndarray, near: set[int] | None = None) -> None:
     """Keep only the strategies ``keep`` (reduced indices) of node ``key``; ``near``: its neighbours, where the
-    caller knows them (else every edge is looked at). The arrays kept are ``_same``'s: the same objects for the same
+    caller knows them (else every edge is looked at). The arrays kept are ``same``'s: the same objects for the same
     arrays and ``keep``."""
-    pw.costs[key] = _same(("rows",), (pw.costs[key], keep), lambda c, k: c[k])
+    pw.costs[key] = same(("take",), (pw.costs[key], keep), lambda c, k: c[k])
     pw.ids[key] = pw.ids[key][keep]
     if key in pw.memory:
         pw.memory[key] = pw.memory[key][keep]
     pairs = list(pw.edges) if near is None else [(key, v) if key < v else (v, key) for v in near]
     for u, v in pairs:
         if u == key:
-            pw.edges[(u, v)] = _same(("rows",), (pw.edges[(u, v)], keep), lambda m, k: m[k, :])
+            pw.edges[(u, v)] = same(("rows",), (pw.edges[(u, v)], keep), lambda m, k: m[k, :])
         elif v == key:
-            pw.edges[(u, v)] = _same(("cols",), (pw.edges[(u, v)], keep), lambda m, k: m[:, k])
+            pw.edges[(u, v)] = same(("cols",), (pw.edges[(u, v)], keep), lambda m, k: m[:, k])
 
 
 _SAME: dict[tuple, tuple[tuple, Any]] = {}  # (operation, ids of its arguments) -> (the arguments, the result)
 
 
-def _same(op: tuple, args: tuple, compute: Callable[..., Any]) -> Any:
+def same(op: tuple, args: tuple, compute: Callable[..., Any]) -> Any:
     """``compute(*args)``, or the very object it returned before for the same argument objects. The program's arrays
     are replaced, never written (ilp.py, and here), so an object's value never changes; the arguments are kept
     beside the result, so their ids are not reused while it is remembered. A plan's Lagrangian rounds price memory
@@ -103,8 +104,9 @@ def _same(op: tuple, args: tuple, compute: Callable[..., Any]) -> Any:
     if hit is not None and all(a is b for a, b in zip(hit[0], args, strict=True)):
         return hit[1]
     out = compute(*args)
-    if len(_SAME) > MEMO:
-        _SAME.clear()
+    if len(_SAME) > MEMO:  # the older half goes (a dict keeps the order of insertion): the last rounds' stay
+        for old in list(islice(_SAME, MEMO // 2)):
+            del _SAME[old]
     _SAME[tag] = (args, out)
     return out
 
@@ -117,7 +119,7 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
     near = sorted(around)
     pairs = [(key, v) if key < v else (v, key) for v in near]
     arrays = (pw.costs[key], pw.memory.get(key), *(pw.edges[p] for p in pairs))
-    return _same(("strong" if strong else "plain", *(p[0] == key for p in pairs)), arrays,
+    return same(("strong" if strong else "plain", *(p[0] == key for p in pairs)), arrays,
                  lambda *_: _profiled(pw, key, near, strong))
 
 
@@ -247,7 +249,7 @@ def _eliminate(pw: Pairwise, v: int, near: list[int], around: dict[int, set[int]
         around[u].discard(v)
     if near and len(c) == 1:  # one strategy: its edges' one column is each neighbour's cost
         for u in near:
-            pw.costs[u] = _same(("one", u < v), (pw.costs[u], pw.edges[(u, v) if u < v else (v, u)]),
+            pw.costs[u] = same(("one", u < v), (pw.costs[u], pw.edges[(u, v) if u < v else (v, u)]),
                                 lambda cost, edge, first=u < v: cost + (edge[:, 0] if first else edge[0, :]))
             pw.edges.pop((u, v) if u < v else (v, u))
         near = []
@@ -259,15 +261,15 @@ def _eliminate(pw: Pairwise, v: int, near: list[int], around: dict[int, set[int]
         pw.constant += float(c.min())
         return
     mats = [pw.matrix(u, v) for u in near]
-    stored = tuple(pw.edges.pop((u, v) if u < v else (v, u)) for u in near)  # the objects ``_same`` knows
+    stored = tuple(pw.edges.pop((u, v) if u < v else (v, u)) for u in near)  # the objects ``same`` knows
     if len(near) == 1:
-        cost, best = _same(("leaf", near[0] < v), (pw.costs[near[0]], c, *stored),
+        cost, best = same(("leaf", near[0] < v), (pw.costs[near[0]], c, *stored),
                            lambda cost, c, _: _leaf(cost, mats[0] + c[None, :]))
         pw.costs[near[0]] = cost
         pw.history.append((v, ids, (near[0], pw.ids[near[0]].copy()), best))
         return
     u, w = near
-    joined, best = _same(("series", u < v, w < v), (c, *stored), lambda c, *_: _series(mats[0], c, mats[1]))
+    joined, best = same(("series", u < v, w < v), (c, *stored), lambda c, *_: _series(mats[0], c, mats[1]))
     pw.add(u, w, joined)
     pw.history.append((v, ids, (u, pw.ids[u].copy()), (w, pw.ids[w].copy()), best))
 
