@@ -130,6 +130,7 @@ def test_the_shrunk_program_has_the_same_objective(spec, gpus, monkeypatch):
     shrunk = [ilp.solve(problem, 1, [], penalty=p) for p in penalties]
     monkeypatch.setattr(reductions, "_goldstein", lambda profile, blocks, held: np.arange(len(profile)))
     monkeypatch.setattr(reductions, "_KEPT", {})  # the strategies kept, remembered by profile: not the shrunk ones
+    monkeypatch.setattr(reductions, "_SAME", {})  # nor by the arrays' identity
     whole = [ilp.solve(problem, 1, [], penalty=p) for p in penalties]
     lp = [a and b for a, b in zip(integral[:len(shrunk)], integral[len(shrunk):], strict=True)]
     for a, b, exact in zip(shrunk, whole, lp, strict=True):

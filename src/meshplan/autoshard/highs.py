@@ -266,8 +266,8 @@ def _read_solved(h: Any, path: Path | None, cols: int, rows: int) -> Any:
         return None
     lut = np.array([h.HighsBasisStatus(int(v)) for v in range(5)], dtype=object)
     basis = h.HighsBasis()
-    basis.col_status = list(lut[states[:cols]])
-    basis.row_status = list(lut[states[cols:]])
+    basis.col_status = lut[states[:cols]].tolist()  # a list of the enum's objects, as the bindings take it
+    basis.row_status = lut[states[cols:]].tolist()
     basis.valid = True
     return basis
 
@@ -304,9 +304,9 @@ def _carried(h: Any, named: tuple, cols: np.ndarray, rows: np.ndarray) -> Any:
         at = np.minimum(np.searchsorted(old, names), len(old) - 1)
         found = np.where(old[at] == names, state[at], default)
         if side == 0:
-            basis.col_status = list(lut[found])
+            basis.col_status = lut[found].tolist()
         else:
-            basis.row_status = list(lut[found])
+            basis.row_status = lut[found].tolist()
     basis.alien = True
     basis.valid = True
     return basis

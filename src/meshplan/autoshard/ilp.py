@@ -27,7 +27,7 @@ import numpy as np
 
 from meshplan.autoshard.highs import Coo, Names, relax
 from meshplan.autoshard.problem import Edge, Problem
-from meshplan.autoshard.reduce import MEMO, Pairwise, digest, expand_choice, reduce, restrict
+from meshplan.autoshard.reduce import MEMO, Pairwise, digest, expand_choice, reduce, restrict, same
 from meshplan.errors import MissingDependency
 from meshplan.xp import unique_rows
 
@@ -136,7 +136,7 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
     if not keys:  # the reduction decided every op (a one-op chain): nothing is left to solve
         return Solution(choice=expand_choice(pw, {}), objective=pw.constant, status="optimal",
                         seconds=time.perf_counter() - started, variables=0, constraints=0)
-    edges = [(key, *_classes(m)) for key, m in sorted(pw.edges.items())]
+    edges = [(key, *same(("classes",), (m,), _classes)) for key, m in sorted(pw.edges.items())]  # by identity first
     c_parts = [pw.costs[k] for k in keys]
     e_offset = []
     for _, m, _, _ in edges:

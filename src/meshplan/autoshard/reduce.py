@@ -26,7 +26,10 @@ eliminated node's (chosen by its neighbours) would not.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +58,7 @@ class Pairwise:
 
     def add(self, u: int, v: int, m: np.ndarray) -> None:
         key, m = ((u, v), m) if u < v else ((v, u), m.T)
-        self.edges[key] = self.edges[key] + m if key in self.edges else m
+        self.edges[key] = same(("add",), (self.edges[key], m), np.add) if key in self.edges else m
 
 
 MEMO = 8192  # profiles remembered: the planner's Lagrangian rounds solve programs that differ at a few nodes only
@@ -73,17 +76,39 @@ def digest(m: np.ndarray) -> bytes:
 
 def restrict(pw: Pairwise, key: int, keep: np.ndarray, near: set[int] | None = None) -> None:
     """Keep only the strategies ``keep`` (reduced indices) of node ``key``; ``near``: its neighbours, where the
-    caller knows them (else every edge is looked at)."""
-    pw.costs[key] = pw.costs[key][keep]
+    caller knows them (else every edge is looked at). The arrays kept are ``same``'s: the same objects for the same
+    arrays and ``keep``."""
+    pw.costs[key] = same(("take",), (pw.costs[key], keep), lambda c, k: c[k])
     pw.ids[key] = pw.ids[key][keep]
     if key in pw.memory:
         pw.memory[key] = pw.memory[key][keep]
     pairs = list(pw.edges) if near is None else [(key, v) if key < v else (v, key) for v in near]
     for u, v in pairs:
         if u == key:
-            pw.edges[(u, v)] = pw.edges[(u, v)][keep, :]
+            pw.edges[(u, v)] = same(("rows",), (pw.edges[(u, v)], keep), lambda m, k: m[k, :])
         elif v == key:
-            pw.edges[(u, v)] = pw.edges[(u, v)][:, keep]
+            pw.edges[(u, v)] = same(("cols",), (pw.edges[(u, v)], keep), lambda m, k: m[:, k])
+
+
+_SAME: dict[tuple, tuple[tuple, Any]] = {}  # (operation, ids of its arguments) -> (the arguments, the result)
+
+
+def same(op: tuple, args: tuple, compute: Callable[..., Any]) -> Any:
+    """``compute(*args)``, or the very object it returned before for the same argument objects. The program's arrays
+    are replaced, never written (ilp.py, and here), so an object's value never changes; the arguments are kept
+    beside the result, so their ids are not reused while it is remembered. A plan's Lagrangian rounds price memory
+    at a few nodes only (Llama-3-8B on 64 H100s: 35 of 166): elsewhere each round repeats the last one's reductions
+    on the same arrays, and gets the same objects back, which ``_dominated`` then recognises by identity alone."""
+    tag = (*op, *map(id, args))
+    hit = _SAME.get(tag)
+    if hit is not None and all(a is b for a, b in zip(hit[0], args, strict=True)):
+        return hit[1]
+    out = compute(*args)
+    if len(_SAME) > MEMO:  # the older half goes (a dict keeps the order of insertion): the last rounds' stay
+        for old in list(islice(_SAME, MEMO // 2)):
+            del _SAME[old]
+    _SAME[tag] = (args, out)
+    return out
 
 
 def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -> np.ndarray:
@@ -91,7 +116,16 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
     profiles (cost, edge rows, bytes), each strategy that no strategy kept before it beats (costs no more, to within
     1e-15, everywhere). Which strategy beats which is one array; only a strategy beaten by one before it in the order
     can be dropped, and those are decided in order. ``strong``: Goldstein's criterion instead (``_goldstein``)."""
-    blocks = [pw.matrix(key, v) for v in sorted(around)]
+    near = sorted(around)
+    pairs = [(key, v) if key < v else (v, key) for v in near]
+    arrays = (pw.costs[key], pw.memory.get(key), *(pw.edges[p] for p in pairs))
+    return same(("strong" if strong else "plain", *(p[0] == key for p in pairs)), arrays,
+                 lambda *_: _profiled(pw, key, near, strong))
+
+
+def _profiled(pw: Pairwise, key: int, near: list[int], strong: bool) -> np.ndarray:
+    """``_dominated`` of a profile not met by identity: remembered by the profile's digest."""
+    blocks = [pw.matrix(key, v) for v in near]
     parts = [pw.costs[key][:, None], *blocks]
     if key in pw.memory:
         parts.append(pw.memory[key])
@@ -125,7 +159,8 @@ def _goldstein(profile: np.ndarray, blocks: list[np.ndarray], held: bool) -> np.
         beats &= np.all(profile[None, :, at:] <= profile[:, None, at:] + 1e-15, axis=2)
     np.fill_diagonal(beats, False)
     alive = np.ones(len(cost), dtype=bool)
-    for a in np.lexsort(profile.T[::-1])[::-1]:
+    order = np.lexsort(profile.T[::-1])[::-1]
+    for a in order[beats.any(axis=1)[order]]:  # one that nothing beats stays, whatever goes before it
         if (beats[a] & alive).any():
             alive[a] = False
     return np.flatnonzero(alive)
@@ -214,7 +249,8 @@ def _eliminate(pw: Pairwise, v: int, near: list[int], around: dict[int, set[int]
         around[u].discard(v)
     if near and len(c) == 1:  # one strategy: its edges' one column is each neighbour's cost
         for u in near:
-            pw.costs[u] = pw.costs[u] + pw.matrix(u, v)[:, 0]
+            pw.costs[u] = same(("one", u < v), (pw.costs[u], pw.edges[(u, v) if u < v else (v, u)]),
+                                lambda cost, edge, first=u < v: cost + (edge[:, 0] if first else edge[0, :]))
             pw.edges.pop((u, v) if u < v else (v, u))
         near = []
     if len(near) == 2:  # the series reduction joins the two
@@ -225,17 +261,28 @@ def _eliminate(pw: Pairwise, v: int, near: list[int], around: dict[int, set[int]
         pw.constant += float(c.min())
         return
     mats = [pw.matrix(u, v) for u in near]
-    for u in near:
-        pw.edges.pop((u, v) if u < v else (v, u))
+    stored = tuple(pw.edges.pop((u, v) if u < v else (v, u)) for u in near)  # the objects ``same`` knows
     if len(near) == 1:
-        total = mats[0] + c[None, :]
-        pw.costs[near[0]] = pw.costs[near[0]] + total.min(axis=1)
-        pw.history.append((v, ids, (near[0], pw.ids[near[0]].copy()), total.argmin(axis=1)))
+        cost, best = same(("leaf", near[0] < v), (pw.costs[near[0]], c, *stored),
+                           lambda cost, c, _: _leaf(cost, mats[0] + c[None, :]))
+        pw.costs[near[0]] = cost
+        pw.history.append((v, ids, (near[0], pw.ids[near[0]].copy()), best))
         return
     u, w = near
-    total = mats[0][:, :, None] + c[None, :, None] + mats[1].T[None, :, :]  # (a, b, c)
-    pw.add(u, w, total.min(axis=1))
-    pw.history.append((v, ids, (u, pw.ids[u].copy()), (w, pw.ids[w].copy()), total.argmin(axis=1)))
+    joined, best = same(("series", u < v, w < v), (c, *stored), lambda c, *_: _series(mats[0], c, mats[1]))
+    pw.add(u, w, joined)
+    pw.history.append((v, ids, (u, pw.ids[u].copy()), (w, pw.ids[w].copy()), best))
+
+
+def _leaf(cost: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A leaf's neighbour's new costs and the leaf's best strategy for each of its strategies."""
+    return cost + total.min(axis=1), total.argmin(axis=1)
+
+
+def _series(left: np.ndarray, c: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The edge a node of two neighbours leaves between them, and its best strategy for each pair of theirs."""
+    total = left[:, :, None] + c[None, :, None] + right.T[None, :, :]  # (a, b, c)
+    return total.min(axis=1), total.argmin(axis=1)
 
 
 def expand_choice(pw: Pairwise, choice: dict[int, int]) -> dict[int, int]:
