@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "meshplan"
 LIMIT = 18  # 83 when the test was written (85 before the research code left); 64 after configs, sweep, measure, ranges;
 # 62 after the engines shared one physics
@@ -85,19 +87,23 @@ ALLOWED = {  # name: the modules (under meshplan) defining it
 }
 
 
-FOUND = duplicates(sorted(SRC.rglob("*.py")))
+@pytest.fixture(scope="module")
+def found() -> dict[str, tuple[str, ...]]:
+    """The duplicates of src/meshplan, read once for the tests that ask (not as the file is collected, which every
+    pytest-xdist worker does: a second and a half of parsing)."""
+    return duplicates(sorted(SRC.rglob("*.py")))
 
 
-def test_no_new_duplicate_public_names():
+def test_no_new_duplicate_public_names(found):
     """A name defined again (a new name, or an allowed one in a module more) is a fork of one concept: import the
     definition that exists, or give the new one a name of its own."""
-    new = {n: m for n, m in FOUND.items() if not set(m) <= set(ALLOWED.get(n, ()))}
+    new = {n: m for n, m in found.items() if not set(m) <= set(ALLOWED.get(n, ()))}
     assert not new, f"public names newly defined in two or more modules:\n{listing(new)}"
 
 
-def test_the_allowed_list_holds_only_current_duplicates():
+def test_the_allowed_list_holds_only_current_duplicates(found):
     """The list shrinks as the duplicates go: an entry no longer duplicated is removed (then lower LIMIT)."""
-    gone = {n: m for n, m in ALLOWED.items() if n not in FOUND}
+    gone = {n: m for n, m in ALLOWED.items() if n not in found}
     assert not gone, f"no longer duplicated, remove from ALLOWED (and lower LIMIT):\n{listing(gone)}"
 
 
@@ -116,5 +122,6 @@ def test_a_planted_duplicate_is_found(tmp_path):
 
 
 if __name__ == "__main__":
+    FOUND = duplicates(sorted(SRC.rglob("*.py")))
     print(listing(FOUND))
     print(f"{len(FOUND)} public names defined in two or more modules of src/meshplan")

@@ -14,6 +14,7 @@ Imports inside functions and under ``TYPE_CHECKING`` count as imports.
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,18 @@ def imports(module: str) -> set[str]:
     return found
 
 
-GRAPH = {m: imports(m) for m in MODULES}
+@cache
+def graph() -> dict[str, set[str]]:
+    """Each module's imports (``imports``): read when a test first asks (a second or two of parsing), not as the file
+    is collected, which every pytest-xdist worker does."""
+    return {m: imports(m) for m in MODULES}
+
+
+def __getattr__(name: str) -> object:
+    """``GRAPH``, the import graph, read on first use (benchmarks/docs/architecture_doc.py reads it by that name)."""
+    if name == "GRAPH":
+        return graph()
+    raise AttributeError(name)
 
 
 def test_every_module_has_a_layer():
@@ -96,7 +108,7 @@ def test_every_module_has_a_layer():
 def test_imports_follow_the_data_flow(module):
     if layer(module) < 0:
         return
-    upward = sorted(f"{m} (layer {layer(m)})" for m in GRAPH[module] if layer(m) > layer(module))
+    upward = sorted(f"{m} (layer {layer(m)})" for m in graph()[module] if layer(m) > layer(module))
     assert not upward, f"{module} (layer {layer(module)}) imports from later layers: {', '.join(upward)}"
 
 
@@ -105,12 +117,12 @@ CORE = [m for m in MODULES if m.startswith("meshplan.") or m == "meshplan"]
 
 @pytest.mark.parametrize("package", OUTSIDE)
 def test_the_core_never_imports_the_packages_beside_it(package):
-    leaks = [(m, i) for m in CORE for i in GRAPH[m] if i.split(".")[0] == package]
+    leaks = [(m, i) for m in CORE for i in graph()[m] if i.split(".")[0] == package]
     assert not leaks, f"the core imports {package}: {leaks}"
 
 
 def test_the_packages_beside_the_core_do_not_import_each_other():
-    leaks = [(m, i) for m in MODULES for i in GRAPH[m]
+    leaks = [(m, i) for m in MODULES for i in graph()[m]
              if m.split(".")[0] in OUTSIDE and i.split(".")[0] in OUTSIDE and i.split(".")[0] != m.split(".")[0]]
     assert not leaks
 
@@ -118,19 +130,19 @@ def test_the_packages_beside_the_core_do_not_import_each_other():
 def test_the_research_package_is_read():
     """The checks above see the research package: its learned predictor imports its features and the core's
     records (at run time), and no module of the core names it."""
-    assert {"meshplan_research.features", "meshplan.measure.records"} <= GRAPH["meshplan_research.learned"]
+    assert {"meshplan_research.features", "meshplan.measure.records"} <= graph()["meshplan_research.learned"]
     assert "meshplan.measure.learned" not in MODULES and "meshplan.measure.zoo" not in MODULES
 
 
 def test_no_import_cycles():
     """Depth-first search for a back edge among the modules (packages' __init__ re-exports included)."""
-    cycle = find_cycle(GRAPH)
+    cycle = find_cycle(graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_the_layers_are_checked_on_something():
     """The test reads the real tree: the core has dozens of modules and the estimator imports from the specs."""
-    assert len(MODULES) > 40 and "meshplan.specs.plan" in GRAPH["meshplan.estimate"]
+    assert len(MODULES) > 40 and "meshplan.specs.plan" in graph()["meshplan.estimate"]
 
 
 def private_imports(module: str) -> list[str]:
@@ -194,7 +206,10 @@ def top_names(path: Path) -> set[str]:
     return found
 
 
-BENCH_GRAPH = {s: {n for n in top_names(p) if n in SCRIPTS and n != s} for s, p in SCRIPTS.items()}
+@cache
+def bench_graph() -> dict[str, set[str]]:
+    """Which scripts each script imports (read on first use, as ``graph``)."""
+    return {s: {n for n in top_names(p) if n in SCRIPTS and n != s} for s, p in SCRIPTS.items()}
 
 
 def code_strings(path: Path) -> list[str]:
@@ -217,8 +232,17 @@ def writes_docs(path: Path) -> bool:
 
 MEASUREMENTS = {s for s, p in SCRIPTS.items() if p.parent.name == "measure"}
 DOCUMENTS = {s for s, p in SCRIPTS.items() if p.parent.name == "docs"}
-GENERATORS = {s for s in DOCUMENTS if writes_docs(SCRIPTS[s])}
-SECTIONS = DOCUMENTS - GENERATORS  # render a part of a document for the generator that imports them, write nothing
+
+
+@cache
+def generators() -> set[str]:
+    """The documents that write under docs/ (read on first use, as ``graph``)."""
+    return {s for s in DOCUMENTS if writes_docs(SCRIPTS[s])}
+
+
+def sections() -> set[str]:
+    """The documents that render a part of a document for the generator that imports them, and write nothing."""
+    return DOCUMENTS - generators()
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -242,7 +266,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_benchmark_scripts_import_no_circle():
-    cycle = find_cycle(BENCH_GRAPH)
+    cycle = find_cycle(bench_graph())
     assert cycle is None, "benchmarks/ import cycle: " + " -> ".join(cycle or [])
 
 
@@ -258,7 +282,7 @@ def test_no_benchmark_script_imports_the_tests():
 
 
 def test_no_measurement_imports_a_document():
-    found = {(m, d) for m in MEASUREMENTS for d in BENCH_GRAPH[m] & DOCUMENTS}
+    found = {(m, d) for m in MEASUREMENTS for d in bench_graph()[m] & DOCUMENTS}
     assert found <= MEASUREMENT_EXCEPTIONS.keys(), f"measurements importing documents: {sorted(found)}"
     stale = MEASUREMENT_EXCEPTIONS.keys() - found
     assert not stale, f"exceptions no longer needed: {stale}"
@@ -277,10 +301,10 @@ def test_the_classification_reads_the_scripts():
     """Every section of docs/ is imported by a generator and names no docs/ path itself; every ``*_doc`` script is a
     document; the split holds both kinds in numbers (the generators of docs/ACCURACY.md and docs/SPEED.md among the
     documents, the timed search and the GPU runs among the measurements)."""
-    for section in SECTIONS:
-        assert any(section in BENCH_GRAPH[g] for g in GENERATORS), f"{section}: imported by no generator"
-    assert {"accuracy_doc", "autoshard_doc", "measured_doc", "deepspeed_engine_doc", "mds_gpu_doc"} <= SECTIONS
+    for section in sections():
+        assert any(section in bench_graph()[g] for g in generators()), f"{section}: imported by no generator"
+    assert {"accuracy_doc", "autoshard_doc", "measured_doc", "deepspeed_engine_doc", "mds_gpu_doc"} <= sections()
     assert {s for s in SCRIPTS if s.endswith("_doc")} <= DOCUMENTS
-    assert {"accuracy", "speed_doc", "small_work_gpu_doc"} <= GENERATORS
+    assert {"accuracy", "speed_doc", "small_work_gpu_doc"} <= generators()
     assert {"search_speed", "small_work_gpu", "small_work", "small_work_common"} <= MEASUREMENTS
-    assert len(GENERATORS) >= 10 and len(MEASUREMENTS) >= 40
+    assert len(generators()) >= 10 and len(MEASUREMENTS) >= 40

@@ -32,7 +32,19 @@ def hf_dict(name: str) -> dict:
 BOTH = ["preset", "config.json"]
 
 
-@pytest.mark.parametrize("spec", [load_model("llama3-8b"), fixture("llama-3-8b")], ids=BOTH)
+def both(preset: str, config: str) -> list[tuple[str, str]]:
+    """The two readings of one model, named here and read in the test (the ``spec`` fixture): a config.json is read
+    through transformers' model on the meta device (seconds), which collection would otherwise do in every worker."""
+    return [("preset", preset), ("config.json", config)]
+
+
+@pytest.fixture
+def spec(request: pytest.FixtureRequest) -> ModelSpec:
+    kind, name = request.param
+    return load_model(name) if kind == "preset" else fixture(name)
+
+
+@pytest.mark.parametrize("spec", both("llama3-8b", "llama-3-8b"), ids=BOTH, indirect=True)
 def test_llama3_8b(spec: ModelSpec) -> None:
     # attention: q 4096*4096 + k, v 2*4096*1024 + o 4096*4096 = 16,777,216 + 8,388,608 + 16,777,216
     assert spec.attention_params() == 41_943_040
@@ -42,7 +54,7 @@ def test_llama3_8b(spec: ModelSpec) -> None:
     assert spec.params() == 6_979_584_000 + 1_050_673_152 + 4_096 == 8_030_261_248
 
 
-@pytest.mark.parametrize("spec", [load_model("mixtral-8x7b"), fixture("mixtral-8x7b")], ids=BOTH)
+@pytest.mark.parametrize("spec", both("mixtral-8x7b", "mixtral-8x7b"), ids=BOTH, indirect=True)
 def test_mixtral_8x7b(spec: ModelSpec) -> None:
     # attention as Llama-3-8B: 41,943,040; router 4096*8 = 32,768; experts 8 * 3*4096*14336 = 1,409,286,144
     assert spec.moe_params() == 32_768 + 1_409_286_144
@@ -53,7 +65,7 @@ def test_mixtral_8x7b(spec: ModelSpec) -> None:
     assert spec.params(active=True) == 12_617_777_152 + 262_144_000 + 4_096 == 12_879_925_248
 
 
-@pytest.mark.parametrize("spec", [load_model("gpt2"), fixture("gpt2")], ids=BOTH)
+@pytest.mark.parametrize("spec", both("gpt2", "gpt2"), ids=BOTH, indirect=True)
 def test_gpt2_small(spec: ModelSpec) -> None:
     # c_attn 768*2304 + 2304 = 1,771,776; attn.c_proj 768*768 + 768 = 590,592
     assert spec.attention_params() == 1_771_776 + 590_592
@@ -63,7 +75,7 @@ def test_gpt2_small(spec: ModelSpec) -> None:
     assert spec.params() == 85_054_464 + 38_597_376 + 786_432 + 1_536 == 124_439_808
 
 
-@pytest.mark.parametrize("spec", [load_model("qwen3-30b-a3b"), fixture("qwen3-30b-a3b")], ids=BOTH)
+@pytest.mark.parametrize("spec", both("qwen3-30b-a3b", "qwen3-30b-a3b"), ids=BOTH, indirect=True)
 def test_qwen3_30b_a3b(spec: ModelSpec) -> None:
     # head_dim 128: q 2048*4096 + k, v 2*2048*512 + o 4096*2048 + q_norm, k_norm 2*128
     assert spec.attention_params() == 8_388_608 + 2_097_152 + 8_388_608 + 256 == 18_874_624
