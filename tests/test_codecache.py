@@ -142,7 +142,8 @@ def test_the_console_script_parses_each_preset_once(tmp_path):
              "from meshplan.cli import main, codecache\n"
              "codecache.cache_path = lambda kind='dataclass-methods': sys.argv[2] + kind\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n"
-             "    main(['estimate', '--model', 'llama3-8b', '--system', 'h100', '--gpus', '8', '--global-batch', '8'])\n"
+             "    main(['estimate', '--model', 'llama3-8b', '--system', 'h100', '--gpus', '8',\n"
+             "          '--global-batch', '8'])\n"
              "print('tomllib' in sys.modules)\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     runs = [subprocess.run([sys.executable, "-c", probe, argv0, str(tmp_path / "c-")], capture_output=True,
