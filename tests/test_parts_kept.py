@@ -67,6 +67,24 @@ def test_a_caller_changing_its_parts_does_not_change_the_next():
     assert second.ops["dense"] and second == _timed(model, cluster, plan, stack, DEFAULT, None, ())
 
 
+def test_kept_units_survive_their_store_filling(monkeypatch):
+    """A plan's units asked for in two modes, the first kept: when the store is full as the second is computed, it is
+    cleared, and the answer still holds both modes (the suite's process once filled it: a KeyError in --emit)."""
+    import meshplan.step.units as units_module  # noqa: PLC0415
+
+    model, cluster, stack = load_model("llama3-8b"), load_system("h100").cluster(8), load_stack("megatron-core")
+    plan = search(model, cluster, Space(global_batch=64, stack=stack), top_k=1, workers=1).plans[0].plan
+    parts = timed_parts(model, cluster, plan, stack, DEFAULT, works=())
+    units_module._UNITS.clear()
+    units_for_recomputes(model, plan, stack, parts, ("none",))  # one entry kept
+    monkeypatch.setattr(units_module, "_UNITS_KEPT", 1)  # full: the next miss clears it
+    both = units_for_recomputes(model, plan, stack, parts, ("none", "full"))
+    assert set(both) == {"none", "full"}
+    fresh = units_for_recomputes(model, plan, stack, _timed(model, cluster, plan, stack, DEFAULT, None, ()),
+                                 ("none", "full"))
+    assert both == fresh
+
+
 def test_counts_share_the_parts_of_plans_differing_in_dp_alone():
     """A strong-scaling sweep's plans at each GPU count differ in dp alone: they share one timing of their ops
     where their groups split over the tiers alike, and each gets its own plan's ops and times."""

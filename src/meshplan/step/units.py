@@ -333,13 +333,15 @@ def _kept_units(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomp
     """``units_for_recomputes`` of kept parts, each mode's units computed once (``_UNITS``): the modes not yet known
     computed together, as ``units_for_recomputes`` computes them (each mode's from the shared plain layer and ends)."""
     key = (parts.kept, model, stack, eff)
-    missing = tuple(dict.fromkeys(rc for rc in recomputes if (key, rc) not in _UNITS))
+    known = {rc: _UNITS[(key, rc)] for rc in recomputes if (key, rc) in _UNITS}  # read before a full store clears
+    missing = tuple(dict.fromkeys(rc for rc in recomputes if rc not in known))
     if missing:
         if len(_UNITS) >= _UNITS_KEPT:
             _UNITS.clear()
         fresh = units_for_recomputes(model, plan, stack, replace(parts, kept=None), missing, eff)
         _UNITS.update({(key, rc): u for rc, u in fresh.items()})
-    return {rc: _UNITS[(key, rc)] for rc in recomputes}
+        known.update(fresh)
+    return {rc: known[rc] for rc in recomputes}
 
 
 def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomputes: tuple[str, ...],
