@@ -5,16 +5,20 @@ the dev extra's pins): where they are, how a launch script hands them its argume
   first on PATH that records the arguments bash hands it and the environment it exported: what the framework's
   parser then reads is exactly what bash passed, quoting and arrays included.
 - ``megatron_lm``: Megatron-LM's ``parse_args`` + ``validate_args`` + ``core_transformer_config_from_args``
-  (tests/megatron_lm_check.py) on many command lines in one subprocess (its imports take seconds).
+  (tests/megatron_lm_check.py) in one child that a test file keeps for all its tests (its imports take ~10 s, a
+  command line then ~0.2 s): each call hands it a list of command lines and reads back their verdicts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -68,18 +72,33 @@ def megatron_arguments(script: Path, *extra: str) -> tuple[list[str], dict[str, 
     return argv[argv.index("pretrain_gpt.py") + 1:], exported
 
 
-def megatron_lm(cases: list[dict]) -> list[dict]:
-    """Megatron-LM's verdict on each case (tests/megatron_lm_check.py: argv, env, world_size, capability)."""
-    path = parser_path("megatron-lm")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(cases, f)
-    try:
-        result = subprocess.run([sys.executable, str(HERE / "megatron_lm_check.py"), f.name], capture_output=True,
-                                text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(path)})
-    finally:
-        os.unlink(f.name)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+@contextlib.contextmanager
+def megatron_lm() -> Iterator[Callable[[list[dict]], list[dict]]]:
+    """A child that imported Megatron-LM once (tests/megatron_lm_check.py) and, per call, gives Megatron-LM's verdict
+    on each case (argv, env, world_size, capability), each case from the child's starting state (its docstring)."""
+    env = {**os.environ, "PYTHONPATH": str(parser_path("megatron-lm"))}
+    env.pop("COLUMNS", None)  # as every test sees it (conftest.py), argparse's usage lines included
+    with tempfile.TemporaryFile("w+") as log, subprocess.Popen(
+            [sys.executable, str(HERE / "megatron_lm_check.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=log, text=True, env=env) as child:
+        assert child.stdin and child.stdout
+
+        def verdicts(cases: list[dict]) -> list[dict]:
+            child.stdin.write(json.dumps(cases) + "\n")
+            child.stdin.flush()
+            answered = select.select([child.stdout], [], [], 600)[0]  # the timeout of one run before
+            line = child.stdout.readline() if answered else ""
+            if not line:
+                child.kill()
+                log.seek(0)
+            assert line, log.read()[-3000:]
+            return json.loads(line)
+
+        try:
+            yield verdicts
+        finally:
+            child.stdin.close()  # the child ends at the end of its input
+            child.wait(timeout=60)
 
 
 def engine_parsers(commands: list[tuple[str, list[str]]]) -> list[dict]:

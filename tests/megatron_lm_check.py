@@ -1,9 +1,9 @@
 """Run in a subprocess whose path starts with Megatron-LM's own code (tests/framework_parsers.py: megatron-core 0.17.0's
-wheel, ``megatron/training`` and ``megatron/core`` of tag core_v0.17.0): for each case of the JSON file given, what
+wheel, ``megatron/training`` and ``megatron/core`` of tag core_v0.17.0): for each case it is handed, what
 pretrain_gpt.py does with its command line before it builds a model (megatron/training/initialize.py
 ``initialize_megatron``: ``parse_args``, then ``validate_args``; pretrain_gpt.py's ``model_provider`` then
 ``core_transformer_config_from_args``, which builds Megatron-Core's TransformerConfig / MLATransformerConfig and
-runs its checks). Prints one JSON list: per case ``{"ok": true}`` or ``{"ok": false, "error": "..."}``.
+runs its checks). Its verdict on a case: ``{"ok": true, ...}`` (what Megatron built) or ``{"ok": false, "error": ...}``.
 
 A case: ``argv`` (the arguments bash handed pretrain_gpt.py), ``env`` (the variables the script exported),
 ``world_size`` (torchrun's WORLD_SIZE) and ``capability`` (the GPU's compute capability: the two device queries
@@ -11,6 +11,15 @@ validate_args makes, ``torch.cuda.get_device_capability`` for grouped GEMM and `
 for CUDA_DEVICE_MAX_CONNECTIONS, answered as the target GPU would, since this machine has none). RoPE fusion is
 set off before the TransformerConfig is built: it is Transformer Engine's kernel, and TransformerConfig refuses it
 where TE is not installed (a CUDA build), whatever the arguments.
+
+One process serves many cases (its imports take ~10 s, a case ~0.2 s): it reads one JSON list of cases a line on
+stdin and answers each line with one line of verdicts (a JSON list) on stdout, until its input ends. Each case starts
+from the process's starting state in what this path reads: ``sys.argv`` and the device queries are set per case, and
+``os.environ`` is put back to the environment the process started with (less the two variables a script exports)
+before the case's own are set. ``parse_args`` builds a new parser and namespace each time; ``validate_args`` and
+``core_transformer_config_from_args`` change that namespace and the config they build, and of Megatron's globals
+only caches of installed packages' versions (megatron/core/utils.py ``get_te_version`` and its kin) and the
+multi-storage-client flag (megatron/core/msc_utils.py, off where the package is absent, as here).
 """
 
 from __future__ import annotations
@@ -22,7 +31,6 @@ import os
 import sys
 import types
 import warnings
-from pathlib import Path
 
 
 def _device(capability: list[int]) -> None:
@@ -33,12 +41,12 @@ def _device(capability: list[int]) -> None:
     torch.cuda.get_device_properties = lambda *args, **kwargs: types.SimpleNamespace(major=major, minor=minor)
 
 
-def _run(case: dict) -> dict:
+def _run(case: dict, environ: dict[str, str]) -> dict:
     from megatron.training.arguments import core_transformer_config_from_args, parse_args, validate_args
 
     _device(case["capability"])
-    for name in ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_CPU_OFFLOAD_V1"):
-        os.environ.pop(name, None)
+    os.environ.clear()  # what an earlier case exported is gone
+    os.environ.update(environ)
     os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(case["world_size"]), **case["env"]})
     sys.argv = ["pretrain_gpt.py", *case["argv"]]
     err = io.StringIO()
@@ -62,6 +70,36 @@ def _run(case: dict) -> dict:
             "num_layers": config.num_layers, "experts": config.num_moe_experts}
 
 
-if __name__ == "__main__":
+def _field_docstrings_once() -> None:
+    """``parse_args`` builds its parser anew for each case, and its ArgumentGroupFactory reads the help text of each
+    config class's fields by parsing the class's source (megatron/training/argument_utils.py ``_get_field_docstrings``,
+    inspect.getsource + ast.parse: ~90 % of a case). The source does not change while this process runs: each class's
+    are read once, and each parser gets the same help text (a copy) as before."""
+    from megatron.training.argument_utils import ArgumentGroupFactory
+
+    read, seen = ArgumentGroupFactory._get_field_docstrings, {}
+
+    def once(self, src_cfg_class: type) -> dict[str, str]:
+        if src_cfg_class not in seen:
+            seen[src_cfg_class] = read(self, src_cfg_class)
+        return dict(seen[src_cfg_class])
+
+    ArgumentGroupFactory._get_field_docstrings = once
+
+
+def main() -> None:
     warnings.simplefilter("ignore")  # Megatron warns that Transformer Engine and Apex are missing
-    print(json.dumps([_run(case) for case in json.loads(Path(sys.argv[1]).read_text())]))
+    replies = os.fdopen(os.dup(1), "w")  # the verdicts' own channel; whatever else writes to stdout goes to stderr
+    os.dup2(2, 1)
+    import megatron.training.arguments  # noqa: F401  the seconds of imports, while the parent writes its first cases
+    _field_docstrings_once()
+
+    environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_CPU_OFFLOAD_V1")}
+    for line in sys.stdin:
+        replies.write(json.dumps([_run(case, environ) for case in json.loads(line)]) + "\n")
+        replies.flush()
+    os._exit(0)  # nothing to tidy: the interpreter's teardown of torch takes seconds
+
+
+if __name__ == "__main__":
+    main()

@@ -39,8 +39,16 @@ def _case(tmp_path: Path, text: str, gpus: int, label: str, capability: list[int
     return {"argv": argv, "env": env, "world_size": gpus, "capability": capability, "label": label}
 
 
-def _verdicts(cases: list[dict]) -> list[tuple[dict, dict]]:
-    return list(zip(cases, megatron_lm(cases), strict=True))
+@pytest.fixture(scope="module")
+def megatron():
+    """Megatron-LM in one child for the whole file (tests/megatron_lm_check.py): its imports, ~10 s, paid once, not
+    once per test; each case still goes through its parse_args and validate_args from the child's starting state."""
+    with megatron_lm() as verdicts:
+        yield verdicts
+
+
+def _verdicts(megatron, cases: list[dict]) -> list[tuple[dict, dict]]:
+    return list(zip(cases, megatron(cases), strict=True))
 
 
 def _failures(pairs: list[tuple[dict, dict]]) -> list[str]:
@@ -58,7 +66,7 @@ def _basic_plan(name: str) -> Plan:
                 micro_batch=1, global_batch=64, zero=1)
 
 
-def test_every_model_preset_is_read_by_megatron_lm(tmp_path):
+def test_every_model_preset_is_read_by_megatron_lm(tmp_path, megatron):
     cases, refused = [], {}
     for name in preset_names():
         try:
@@ -67,7 +75,7 @@ def test_every_model_preset_is_read_by_megatron_lm(tmp_path):
             refused[name] = str(e)
             continue
         cases.append(_case(tmp_path, text, 16, name))
-    pairs = _verdicts(cases)
+    pairs = _verdicts(megatron, cases)
     assert not _failures(pairs)
     assert len(cases) >= 60, refused
     by_name = {case["label"]: verdict for case, verdict in pairs}
@@ -117,7 +125,7 @@ FEATURES = [
 ]
 
 
-def test_every_plan_feature_is_read_by_megatron_lm(tmp_path):
+def test_every_plan_feature_is_read_by_megatron_lm(tmp_path, megatron):
     cases, plans = [], []
     for label, name, fields, stack in FEATURES:
         model = load_model(name)
@@ -126,7 +134,7 @@ def test_every_plan_feature_is_read_by_megatron_lm(tmp_path):
         text = emit("megatron", model, plan, MCORE.with_(**stack))
         cases.append(_case(tmp_path, text, plan.num_gpus, label))
         plans.append(plan)
-    pairs = _verdicts(cases)
+    pairs = _verdicts(megatron, cases)
     assert not _failures(pairs)
     for plan, (_, verdict) in zip(plans, pairs, strict=True):  # what Megatron built is the plan
         assert verdict["sizes"] == [plan.tp, plan.pp, plan.cp, plan.ep, plan.vpp]
@@ -140,7 +148,7 @@ SEARCHES = [("qwen3-30b-a3b", "h100", 64), ("llama3-70b", "h100", 256), ("llama3
             ("mixtral-8x7b", "h100", 64), ("deepseek-v3", "h200", 1024)]
 
 
-def test_the_searchs_leading_plans_pass_validate_args(tmp_path):
+def test_the_searchs_leading_plans_pass_validate_args(tmp_path, megatron):
     from meshplan.cli.common import default_global_batch
     from meshplan.search import Space, search
     from meshplan.specs.hardware import load_system
@@ -154,11 +162,11 @@ def test_the_searchs_leading_plans_pass_validate_args(tmp_path):
         for rank, est in enumerate(result.plans, 1):
             text = emit("megatron", model, est.plan, est.stack)
             cases.append(_case(tmp_path, text, gpus, f"{name} on {gpus} {system} #{rank} {est.plan.describe()}"))
-    assert not _failures(_verdicts(cases))
+    assert not _failures(_verdicts(megatron, cases))
 
 
 @pytest.mark.parametrize(("name", "gpus"), [("llama3-70b", 256), ("qwen3-30b-a3b", 64)])
-def test_plan_emit_megatron_writes_what_megatron_lm_runs(tmp_path, name, gpus):
+def test_plan_emit_megatron_writes_what_megatron_lm_runs(tmp_path, megatron, name, gpus):
     """The issue's two commands, as typed: the file `plan --emit megatron --emit-to` writes passes validate_args,
     names the release it targets, and exports what validate_args asks of the environment."""
     path = tmp_path / "args.sh"
@@ -167,11 +175,11 @@ def test_plan_emit_megatron_writes_what_megatron_lm_runs(tmp_path, name, gpus):
     assert result.exit_code == 0, result.output
     text = path.read_text()
     assert "Megatron-LM core_v0.17.0" in text.splitlines()[2]
-    ((_, verdict),) = _verdicts([_case(tmp_path, text, gpus, name)])
+    ((_, verdict),) = _verdicts(megatron, [_case(tmp_path, text, gpus, name)])
     assert verdict["ok"], verdict
 
 
-def test_megatron_lm_refuses_what_meshplan_wrote_before(tmp_path):
+def test_megatron_lm_refuses_what_meshplan_wrote_before(tmp_path, megatron):
     """The parser can fail: the scripts of main at 7fd4a7b (issue 80) are refused, each for its reason."""
     model = load_model("llama3-8b")
     plan = replace(_basic_plan("llama3-8b"), offload_optimizer=True)
@@ -185,7 +193,7 @@ def test_megatron_lm_refuses_what_meshplan_wrote_before(tmp_path):
               "offload": "must be used in conjunction with `--use-precision-aware-optimizer`",
               "env": "CUDA_DEVICE_MAX_CONNECTIONS to 1"}
     cases = [_case(tmp_path, text, 16, key) for key, text in old.items()]
-    for case, verdict in _verdicts(cases):
+    for case, verdict in _verdicts(megatron, cases):
         assert not verdict["ok"] and errors[case["label"]] in verdict["error"], (case["label"], verdict)
     for key in ("vpp", "offload"):  # the --from reader refuses them too, naming Megatron-LM's lines
         with pytest.raises(SpecError, match="Megatron-LM refuses .*arguments.py"):
@@ -228,7 +236,7 @@ RULE_EXAMPLES = [
 ]
 
 
-def test_each_reader_rule_is_one_validate_args_refuses(tmp_path):
+def test_each_reader_rule_is_one_validate_args_refuses(tmp_path, megatron):
     model = load_model("llama3-8b")
     plan = Plan(dp=2, tp=2, pp=4, vpp=2, schedule="interleaved", sequence_parallel=True, micro_batch=1,
                 global_batch=64, zero=1, optimizer="adam-bf16")
@@ -245,7 +253,7 @@ def test_each_reader_rule_is_one_validate_args_refuses(tmp_path):
             read("megatron", model, gpus, text=text)
         cases.append(_case(tmp_path, text, gpus, name))
     cases.append(_case(tmp_path, good, plan.num_gpus, "unchanged"))
-    pairs = _verdicts(cases)
+    pairs = _verdicts(megatron, cases)
     for (case, verdict), example in zip(pairs[:-1], RULE_EXAMPLES, strict=True):
         assert not verdict["ok"] and example[2] in verdict["error"], (case["label"], verdict)
     assert pairs[-1][1]["ok"], pairs[-1]
