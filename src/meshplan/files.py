@@ -184,6 +184,11 @@ def preset_toml(text: str, where: str) -> dict[str, Any]:
     return document
 
 
+def read_preset(relative: str, where: str) -> dict[str, Any]:
+    """The TOML document of the built-in preset at ``relative`` under PRESETS (``preset_toml``)."""
+    return preset_toml((PRESETS / relative).read_text(encoding="utf-8"), where)
+
+
 def parse_toml(text: str, where: str) -> dict[str, Any]:
     """One TOML document (tomllib's own error says where in it); ``where`` names the file."""
     import tomllib  # noqa: PLC0415  (a console script's presets come parsed: PARSED)

@@ -158,7 +158,6 @@ def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list
     yield from pool.imap_unordered(_evaluate_shared, tasks)
 
 
-
 def forked_map(call: Callable[[int], T], order: Sequence[int], done: Callable[[int, int], None] | None = None
                ) -> list[T]:
     """``call(i)`` for every i of ``order``, in forked processes (one an idle core, at most one an i: ``idle_cores``),

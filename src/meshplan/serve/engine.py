@@ -36,7 +36,7 @@ import numpy as np
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
-from meshplan.files import PRESETS, preset_toml, read_toml
+from meshplan.files import PRESETS, read_preset, read_toml
 from meshplan.serve.plan import Workload
 from meshplan.specs.host_cost import HostCost
 
@@ -379,5 +379,4 @@ def load_engine(ref: str | Engine, field_name: str = "engine") -> Engine:
 def _preset_engine(name: str) -> Engine:
     """An engine preset read once per process: the package's presets do not change under it, and Engine is frozen
     (an evaluation of every published serving run asks for its engine's preset thousands of times)."""
-    text = (PRESETS / "engines" / f"{name}.toml").read_text()
-    return engine_from_dict(preset_toml(text, f"preset {name}"), f"preset {name}")
+    return engine_from_dict(read_preset(f"engines/{name}.toml", f"preset {name}"), f"preset {name}")

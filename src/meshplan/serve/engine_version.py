@@ -16,7 +16,7 @@ import re
 from functools import cache
 from typing import Any
 
-from meshplan.files import PRESETS, preset_toml
+from meshplan.files import read_preset
 
 VERSION = re.compile(r"(?<![\w.])v?(\d+)\.(\d+)(?:\.(\d+))?")
 # a version that is a wildcard ("0.5.x") or one end of a range ("0.5-0.6.1", "0.5 to 0.6"): no single version
@@ -28,8 +28,7 @@ NAMED_DATE = re.compile(r"\b(" + "|".join(MONTHS) + r")[a-z]*\.?\s+(20\d\d)\b", 
 
 @cache
 def version_table() -> tuple[dict[str, Any], ...]:
-    text = (PRESETS / "engine_versions.toml").read_text()
-    return tuple(preset_toml(text, "preset engine_versions.toml")["row"])
+    return tuple(read_preset("engine_versions.toml", "preset engine_versions.toml")["row"])
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from meshplan.errors import SpecError
 from meshplan.fields import not_a_preset, require_fields, unknown_field
-from meshplan.files import PRESETS, preset_toml, read_json, read_toml
+from meshplan.files import PRESETS, read_json, read_preset, read_toml
 from meshplan.specs.hub_cache import cached_config, is_hub_id
 from meshplan.specs.model import ModelSpec
 
@@ -68,8 +68,7 @@ def load_model(ref: str) -> ModelSpec:
 @cache
 def _preset_model(name: str) -> ModelSpec:
     """A model preset read once per process: the package's presets do not change under it, and ModelSpec is frozen."""
-    text = (PRESETS / "models" / f"{name}.toml").read_text()
-    return model_from_dict(preset_toml(text, f"preset {name}"), where=f"preset {name}")
+    return model_from_dict(read_preset(f"models/{name}.toml", f"preset {name}"), where=f"preset {name}")
 
 
 def _from_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:

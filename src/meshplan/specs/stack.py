@@ -22,7 +22,7 @@ from typing import Any
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import check_types, not_a_preset, unknown_field
-from meshplan.files import PRESETS, preset_toml, read_toml
+from meshplan.files import PRESETS, read_preset, read_toml
 from meshplan.specs import stack_variants as variants
 from meshplan.specs.fsdp_modes import FSDP_NAMES as FSDP
 from meshplan.specs.fsdp_modes import FsdpMode, fsdp_of
@@ -330,8 +330,7 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
 def _preset_stack(name: str) -> Stack:
     """A stack preset read once per process: the package's presets do not change under it, and Stack is frozen
     (ranking a search's plans asks, per plan, which framework presets run it: hundreds of reads of the same files)."""
-    text = (PRESETS / "stacks" / f"{name}.toml").read_text()
-    return stack_from_dict(preset_toml(text, f"preset {name}"), f"preset {name}")
+    return stack_from_dict(read_preset(f"stacks/{name}.toml", f"preset {name}"), f"preset {name}")
 
 
 FRAMEWORK_STACK = load_stack(DEFAULT_FRAMEWORK)  # the stack of DEFAULT_FRAMEWORK: estimate's and Space's default
