@@ -141,10 +141,30 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
     weights = sharded(3, WEIGHT_BYTES)
     if schedule_of(plan.schedule).weight_versions is not one_version:
         weights = weights + (weight_versions(plan, last) - 1) * sharded(3, WEIGHT_BYTES, train)
-    grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan, stack) + lp_gradients(train, plan, stack)
-    optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_STATE[plan.optimizer].state, train)
+    state, grad = optimizer_bytes(plan, stack)
+    grads = sharded(2, grad, train) * chunk_gradient_share(plan, stack) + lp_gradients(train, plan, stack)
+    if stack.accumulate_unsharded and z >= 2:  # gradient sync on the last micro-batch only (optimizer_bytes)
+        grads = where(plan.grad_accum > 1, plan.grad_bytes * train.total, grads)
+    optimizer = 0.0 if plan.offload_optimizer else sharded(1, state, train)
     copies = schedule_of(plan.schedule).weight_copies  # DualPipe: two stages per rank (its record)
     return weights * copies, grads * copies, optimizer * copies
+
+
+def optimizer_bytes(plan: Plan, stack: Stack) -> tuple[float, float]:
+    """(optimizer state, stored gradient) bytes per trained parameter. With ``stack.master_weights`` the table's K
+    and ``plan.grad_bytes``. Without (KempnerForge's ``model.to(dtype=bf16)``, KempnerInstitute/KempnerForge
+    kempnerforge/distributed/parallel.py build_parallel_model @01b461a), torch.optim's state tensors take the 16-bit
+    weights' dtype (``per_parameter_byte``, master=False: Adam's m and v, 2 + 2) and so does the gradient it reads
+    (FSDP2 casts the reduced shard to the parameter's dtype: torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
+    foreach_reduce, ``_to_dtype_if_needed(reduce_output, orig_dtype)``, torch 2.11-2.13). ``stack.accumulate_unsharded``
+    (KempnerForge's maybe_no_sync, kempnerforge/training/grad.py @01b461a, calls set_requires_gradient_sync(False)
+    before every micro-batch but the last): FSDP2 then keeps each parameter's whole gradient, cast to the reduce dtype
+    (``FSDPParam.to_accumulated_grad_if_needed``: ``unsharded_accumulated_grad``, _fsdp_param.py; FSDPParamGroup.
+    post_backward skips the reduce-scatter while ``reduce_grads`` is false, _fsdp_param_group.py), from the first
+    micro-batch's backward to the last's: ``plan.grad_bytes`` a parameter, unsharded, in place of the shard."""
+    if stack.master_weights:
+        return OPTIMIZER_STATE[plan.optimizer].state, plan.grad_bytes
+    return per_parameter_byte(plan.optimizer, WEIGHT_BYTES, master=False)[0] * WEIGHT_BYTES, WEIGHT_BYTES
 
 
 def lp_gradients(train: StageParams, plan: Plan, stack: Stack) -> Num:
