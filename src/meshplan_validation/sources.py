@@ -325,8 +325,9 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # memory.optimizer_bytes. Its peak memory is torch.cuda.max_memory_allocated / 1024**3 (metrics/memory.py
     # get_memory_stats "peak_gb"), the allocated peak meshplan prices, in GiB.
     replace(pytorch_fsdp("KempnerForge", r"kempnerforge", "fsdp2", 4,
-                         "KempnerForge (FSDP2 + TP): gradients reduced in fp32 (default_mp_policy reduce_dtype float32) "
-                         "and accumulated unsharded between syncs, the model in bf16 without an fp32 master copy"),
+                         "KempnerForge (FSDP2 + TP): gradients reduced in fp32 (default_mp_policy reduce_dtype "
+                         "float32) and accumulated unsharded between syncs, the model in bf16 without an fp32 master "
+                         "copy"),
             stack=SDPA_ERA.with_(fsdp="fsdp2", accumulate_unsharded=True, master_weights=False)),
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
