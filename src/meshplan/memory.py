@@ -152,16 +152,18 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
 
 def optimizer_bytes(plan: Plan, stack: Stack) -> tuple[float, float]:
     """(optimizer state, stored gradient) bytes per trained parameter. With ``stack.master_weights`` the table's K
-    and ``plan.grad_bytes``. Without (KempnerForge's ``model.to(dtype=bf16)``, KempnerInstitute/KempnerForge
-    kempnerforge/distributed/parallel.py build_parallel_model @01b461a), torch.optim's state tensors take the 16-bit
-    weights' dtype (``per_parameter_byte``, master=False: Adam's m and v, 2 + 2) and so does the gradient it reads
-    (FSDP2 casts the reduced shard to the parameter's dtype: torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
-    foreach_reduce, ``_to_dtype_if_needed(reduce_output, orig_dtype)``, torch 2.11-2.13). ``stack.accumulate_unsharded``
-    (KempnerForge's maybe_no_sync, kempnerforge/training/grad.py @01b461a, calls set_requires_gradient_sync(False)
-    before every micro-batch but the last): FSDP2 then keeps each parameter's whole gradient, cast to the reduce dtype
-    (``FSDPParam.to_accumulated_grad_if_needed``: ``unsharded_accumulated_grad``, _fsdp_param.py; FSDPParamGroup.
-    post_backward skips the reduce-scatter while ``reduce_grads`` is false, _fsdp_param_group.py), from the first
-    micro-batch's backward to the last's: ``plan.grad_bytes`` a parameter, unsharded, in place of the shard."""
+    and ``plan.grad_bytes``. Without (KempnerForge casts its model to bf16 after sharding it, KempnerInstitute/
+    KempnerForge kempnerforge/distributed/parallel.py:207-209 @01b461a), torch.optim's state takes the 16-bit weights'
+    dtype (``per_parameter_byte``, master=False: Adam's m and v, 2 + 2), and so does the gradient it reads: FSDP2 takes
+    the parameters' dtype at its first forward (_fsdp_param_group.py:273-286 _init_mp_dtypes, _fsdp_param.py:586-600)
+    and casts each reduced shard to it (_fsdp_collectives.py:696). ``stack.accumulate_unsharded`` (KempnerForge's
+    maybe_no_sync, kempnerforge/training/grad.py:17-40 @01b461a: set_requires_gradient_sync(False) before every
+    micro-batch but the last): FSDP2 then skips the reduce-scatter (_fsdp_param_group.py:607-611) and keeps each
+    parameter's whole gradient, in the reduce dtype where it differs (_fsdp_param.py:802-820,
+    ``unsharded_accumulated_grad``), from the first micro-batch's backward to the last's: ``plan.grad_bytes`` a
+    parameter, unsharded, in place of the shard. (torch/distributed/fsdp/_fully_shard/ of torch 2.13.0, cf30153c; the
+    runs used 2.11.0. KempnerForge's own words: "FSDP2 retains the unsharded fp32 gradient across microbatches",
+    benchmarks/175b_360gpu/README.md @b62d2e36, where grad_accum_steps=8 ran out of memory.)"""
     if stack.master_weights:
         return OPTIMIZER_STATE[plan.optimizer].state, plan.grad_bytes
     return per_parameter_byte(plan.optimizer, WEIGHT_BYTES, master=False)[0] * WEIGHT_BYTES, WEIGHT_BYTES
