@@ -9,7 +9,9 @@ The levels go from the plan's whole regime to every run, dropping first what the
 (one NVLink domain or more), the model's size, the stack within its family, then the family, then the GPU, then the
 model kind; the work per kernel last, since small work is where meshplan reads worst. Serving drops the model's size
 first, then its kind, the GPU, the engine; its batch last. A band rests on at least ``MIN_RUNS`` runs (peak memory:
-``MIN_MEMORY_RUNS``, since only torchtitan's tables measured it).
+``MIN_MEMORY_RUNS``, since three sources measured it: torchtitan's 18 runs and KempnerForge's 11 on Hopper,
+BigScience's 30 BLOOM runs on Ampere; a memory regime is GPU, framework family and model kind, and its errors are the
+runs' in-sample ones, which no fitted constant moves).
 
 Run: python benchmarks/docs/error_bands.py [--out DIR] [--from FILE]   (reads docs/out_of_source.json; a second)
 """

@@ -141,10 +141,32 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
     weights = sharded(3, WEIGHT_BYTES)
     if schedule_of(plan.schedule).weight_versions is not one_version:
         weights = weights + (weight_versions(plan, last) - 1) * sharded(3, WEIGHT_BYTES, train)
-    grads = sharded(2, plan.grad_bytes, train) * chunk_gradient_share(plan, stack) + lp_gradients(train, plan, stack)
-    optimizer = 0.0 if plan.offload_optimizer else sharded(1, OPTIMIZER_STATE[plan.optimizer].state, train)
+    state, grad = optimizer_bytes(plan, stack)
+    grads = sharded(2, grad, train) * chunk_gradient_share(plan, stack) + lp_gradients(train, plan, stack)
+    if stack.accumulate_unsharded and z >= 2:  # gradient sync on the last micro-batch only (optimizer_bytes)
+        grads = where(plan.grad_accum > 1, plan.grad_bytes * train.total, grads)
+    optimizer = 0.0 if plan.offload_optimizer else sharded(1, state, train)
     copies = schedule_of(plan.schedule).weight_copies  # DualPipe: two stages per rank (its record)
     return weights * copies, grads * copies, optimizer * copies
+
+
+def optimizer_bytes(plan: Plan, stack: Stack) -> tuple[float, float]:
+    """(optimizer state, stored gradient) bytes per trained parameter. With ``stack.master_weights`` the table's K
+    and ``plan.grad_bytes``. Without (KempnerForge casts its model to bf16 after sharding it, KempnerInstitute/
+    KempnerForge kempnerforge/distributed/parallel.py:207-209 @01b461a), torch.optim's state takes the 16-bit weights'
+    dtype (``per_parameter_byte``, master=False: Adam's m and v, 2 + 2), and so does the gradient it reads: FSDP2 takes
+    the parameters' dtype at its first forward (_fsdp_param_group.py:273-286 _init_mp_dtypes, _fsdp_param.py:586-600)
+    and casts each reduced shard to it (_fsdp_collectives.py:696). ``stack.accumulate_unsharded`` (KempnerForge's
+    maybe_no_sync, kempnerforge/training/grad.py:17-40 @01b461a: set_requires_gradient_sync(False) before every
+    micro-batch but the last): FSDP2 then skips the reduce-scatter (_fsdp_param_group.py:607-611) and keeps each
+    parameter's whole gradient, in the reduce dtype where it differs (_fsdp_param.py:802-820,
+    ``unsharded_accumulated_grad``), from the first micro-batch's backward to the last's: ``plan.grad_bytes`` a
+    parameter, unsharded, in place of the shard. (torch/distributed/fsdp/_fully_shard/ of torch 2.13.0, cf30153c; the
+    runs used 2.11.0. KempnerForge's own words: "FSDP2 retains the unsharded fp32 gradient across microbatches",
+    benchmarks/175b_360gpu/README.md @b62d2e36, where grad_accum_steps=8 ran out of memory.)"""
+    if stack.master_weights:
+        return OPTIMIZER_STATE[plan.optimizer].state, plan.grad_bytes
+    return per_parameter_byte(plan.optimizer, WEIGHT_BYTES, master=False)[0] * WEIGHT_BYTES, WEIGHT_BYTES
 
 
 def lp_gradients(train: StageParams, plan: Plan, stack: Stack) -> Num:

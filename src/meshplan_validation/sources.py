@@ -317,6 +317,18 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # unless the record names it): torchtitan's stack without torchtitan's name. A bare "FSDP" names no stack (Llama
     # 3's "DP(=FSDP)" is Meta's own, with fused kernels): the generic profile, sharding as map_training.zero_stage
     # reads it.
+    # KempnerForge (KempnerInstitute/KempnerForge @01b461a, 3ad9d9a, 5666d0d; torch 2.11.0 in its uv.lock): the FSDP2
+    # profile, with its model cast to bf16 before training (kempnerforge/distributed/parallel.py build_parallel_model:
+    # model.to(dtype=param_dtype), bf16 by default in config/schema.py) so AdamW keeps bf16 moments and no fp32 master,
+    # and its gradient accumulation without communication (training/grad.py maybe_no_sync:
+    # set_requires_gradient_sync(False) on every micro-batch but the last; MixedPrecisionPolicy reduce_dtype float32):
+    # memory.optimizer_bytes. Its peak memory is torch.cuda.max_memory_allocated / 1024**3 (metrics/memory.py
+    # get_memory_stats "peak_gb"), the allocated peak meshplan prices, in GiB.
+    replace(pytorch_fsdp("KempnerForge", r"kempnerforge", "fsdp2", 4,
+                         "KempnerForge (FSDP2 + TP): gradients reduced in fp32 (default_mp_policy reduce_dtype "
+                         "float32) and accumulated unsharded between syncs, the model in bf16 without an fp32 master "
+                         "copy"),
+            stack=SDPA_ERA.with_(fsdp="fsdp2", accumulate_unsharded=True, master_weights=False)),
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),

@@ -105,6 +105,15 @@ class Stack:
     # ---- runtime --------------------------------------------------------------------------------------------
     fsdp: str = _choice("none", FSDP, "data parallelism by PyTorch FSDP (its per-micro-batch gradient "
                                       "preparation): fsdp1 (FlatParameter), fsdp2 (fully_shard) or none")
+    accumulate_unsharded: bool = _flag(False, "gradient accumulation without communication: the gradient sync "
+                                              "skipped on every micro-batch but the last (FSDP2 "
+                                              "set_requires_gradient_sync(False)), so under ZeRO 2 / 3 each GPU "
+                                              "keeps its gradients unsharded in the reduce dtype until the last "
+                                              "backward (memory.model_states); prices the memory only")
+    master_weights: bool = _flag(True, "an fp32 master copy of the 16-bit weights beside them (mixed precision); "
+                                       "false: the model is cast to 16 bits and torch.optim updates it in place, "
+                                       "its state and gradients in the weights' dtype (memory.model_states); "
+                                       "prices the memory only")
     pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch: "
                                                                   "megatron (Megatron-Core) or torch (pipelining)")
     cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")
