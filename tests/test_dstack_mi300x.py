@@ -1,6 +1,6 @@
-"""dstack's vLLM runs on 8x MI300X (data/serving/dstack_mi300x.jsonl, data/serving/README.md): a second source for vLLM's
-untuned ROCm build, priced with upstream's ROCm preset from v0.6.2 (presets/engines/vllm-v0.6.2-rocm.toml), held out
-by source like every other run (issue 79)."""
+"""dstack's vLLM runs on 8x MI300X (data/serving/dstack_mi300x.jsonl, data/serving/README.md): a second source for
+vLLM's untuned ROCm build, priced with upstream's ROCm preset from v0.6.2 (presets/engines/vllm-v0.6.2-rocm.toml),
+held out by source like every other run (issue 79)."""
 
 from __future__ import annotations
 
