@@ -229,8 +229,7 @@ README_LABELS = {("training", "published"): "training: published runs", ("traini
                  "(released half)", ("training", "independent"): "training: independent runs from other sources",
                  ("training", "all"): "every training run", ("serving", "published"): "serving: published runs",
                  ("serving", "small_work"): "serving: small-work runs", ("serving", "argonne"): "serving: Argonne "
-                 "LLM-Inference-Bench, vLLM (released half)", ("serving", "dstack"): "serving: dstack's vLLM runs on "
-                 "8x MI300X", ("serving", "all"): "every serving run"}
+                 "LLM-Inference-Bench, vLLM (released half)", ("serving", "all"): "every serving run"}
 
 
 def readme_rows() -> list[str]:
