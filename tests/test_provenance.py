@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES = ("data/validation/published_runs.jsonl", "data/validation/small_work.jsonl",
          "data/validation/vtrain_single_node_dev.jsonl", "benchmarks/data/independent_runs.jsonl",
          "data/serving/published_serving.jsonl", "data/serving/small_work.jsonl", "data/serving/load_tests.jsonl",
-         "data/serving/llm_inference_bench_dev.jsonl")
+         "data/serving/llm_inference_bench_dev.jsonl", "data/serving/dstack_mi300x.jsonl")
 
 
 @pytest.mark.parametrize("path", FILES)

@@ -33,7 +33,7 @@ TRAINING = {"published": "data/validation/published_runs.jsonl", "small_work": "
             "vtrain": "data/validation/vtrain_single_node_dev.jsonl",
             "independent": "benchmarks/data/independent_runs.jsonl"}
 SERVING = {"published": "data/serving/published_serving.jsonl", "small_work": "data/serving/small_work.jsonl",
-           "argonne": "data/serving/llm_inference_bench_dev.jsonl"}
+           "argonne": "data/serving/llm_inference_bench_dev.jsonl", "dstack": "data/serving/dstack_mi300x.jsonl"}
 OUT = ROOT / "docs" / "out_of_source.json"
 
 

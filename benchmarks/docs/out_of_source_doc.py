@@ -23,7 +23,8 @@ FILES = {"published": "published training runs (data/validation/published_runs.j
          "independent": "independent training runs (benchmarks/data/independent_runs.jsonl)"}
 SERVING_FILES = {"published": "published serving runs (data/serving/published_serving.jsonl)",
                  "small_work": "small-work serving runs (data/serving/small_work.jsonl)",
-                 "argonne": "Argonne LLM-Inference-Bench, released half (data/serving/llm_inference_bench_dev.jsonl)"}
+                 "argonne": "Argonne LLM-Inference-Bench, released half (data/serving/llm_inference_bench_dev.jsonl)",
+                 "dstack": "dstack's vLLM runs on 8x MI300X (data/serving/dstack_mi300x.jsonl)"}
 
 
 def load() -> tuple[dict[str, Any], dict[str, Any]]:

@@ -44,8 +44,8 @@ from meshplan_validation.serving_eval import results
 ROOT = Path(__file__).resolve().parents[2]
 DEV = ROOT / "data" / "serving" / "llm_inference_bench_dev.jsonl"
 PUBLISHED = ROOT / "data" / "serving" / "published_serving.jsonl"
-V0 = ("vllm-v0.5", "vllm-v0", "vllm-v0.5-rocm", "vllm-v0.6-rocm")
-ROCM = ("vllm-v0.5-rocm", "vllm-v0.6-rocm")
+ROCM = ("vllm-v0.5-rocm", "vllm-v0.6-rocm", "vllm-v0.6.2-rocm")
+V0 = ("vllm-v0.5", "vllm-v0", *ROCM)
 REFITS = ROOT / "data" / "serving" / "llm_inference_bench_refits.json"
 REFITS_ABOUT = ("benchmarks/measure/fit_llm_inference_bench.py --write: each subset of "
                 "data/serving/llm_inference_bench_dev.jsonl that a shipped constant was fitted on (key: "

@@ -75,11 +75,12 @@ def _headroom() -> float:
 # vLLM ROCm skinny_gemm_rate and kernel_gap without Argonne's runs: fitted jointly on the one other published measure of
 # vLLM's untuned ROCm build of 2024 on MI300X, dstack's runs of upstream vLLM 0.6.3.dev on ROCm 6.1 (default
 # configuration: no tuned GEMMs, HIP graphs; Llama 3.1 405B BF16 at tp 8, 1-256 prompts at once; dstack blog,
-# 2024-10-09, and dstackai/benchmarks@9ece943 amd/inference/vllm/data/serving_benchmarks_vllm_80.txt), priced with
-# the ROCm build's preset: 0.1357 and 4.54 us read their mean time per output token at 2.3 % median |error|, where
-# Argonne's fitted 0.0665 and 8.35 us read them 53 % too slow (benchmarks/measure/dstack_mi300x.py; with the TP
-# workers' look at the input queue priced, tp_broadcast_poll, the fit moves within a flat valley where the two trade
-# off, 0.1372 and 4.58 us at 2.2 %, a grid's best 0.129 and 3.8 us at 2.1 %: the values are kept). Within the two
+# 2024-10-09; its nine runs of up to 256 prompts at once are data/serving/dstack_mi300x.jsonl), priced with the preset
+# of upstream's ROCm build (vllm-v0.6.2-rocm): 0.1357 and 4.54 us read their mean time per output token at 2.3 %
+# median |error|, where Argonne's fitted 0.0665 and 8.35 us read them 53 % too slow
+# (benchmarks/measure/dstack_mi300x.py; with the TP workers' look at the input queue priced, tp_broadcast_poll, the
+# fit moves within a flat valley where the two trade off, 0.1372 and 4.58 us at 2.2 %, a grid's best 0.129 and 3.8 us
+# at 2.1 %: the values are kept). Within the two
 # bounds published before: Nscale's vLLM runs on MI300X gain "up to 7.2x" from GEMM tuning (Nscale blog, "AMD MI300X
 # GPUs with GEMM tuning improves throughput and latency by up to 7.2x", 2024), and a step's GEMMs gain at least what
 # the whole step gains, so an untuned GEMM runs at most 1 / 7.2 = 0.139 of the tuned rate; Kog AI measured about

@@ -33,10 +33,10 @@ COORDS = EFFICIENCY + tuple(Coordinate(engine, bounds, log=False, step=step)
                             for engine, (_, _, bounds, step) in ENGINES.items())
 # constants fitted on one source only: without it they fall to their priors (fitted.py), otherwise they keep their
 # shipped values (no refit needed): (registry name, the engine presets that carry it, the field)
-SINGLE = (("vLLM V0 iteration_latency", ("vllm-v0.5", "vllm-v0", "vllm-v0.5-rocm", "vllm-v0.6-rocm"),
-           "iteration_latency"),
-          ("vLLM ROCm skinny_gemm_rate", ("vllm-v0.5-rocm", "vllm-v0.6-rocm"), "skinny_gemm_rate"),
-          ("vLLM ROCm kernel_gap", ("vllm-v0.5-rocm", "vllm-v0.6-rocm"), "kernel_gap"))
+ROCM = ("vllm-v0.5-rocm", "vllm-v0.6-rocm", "vllm-v0.6.2-rocm")  # vLLM's untuned ROCm builds (engine_versions.toml)
+SINGLE = (("vLLM V0 iteration_latency", ("vllm-v0.5", "vllm-v0", *ROCM), "iteration_latency"),
+          ("vLLM ROCm skinny_gemm_rate", ROCM, "skinny_gemm_rate"),
+          ("vLLM ROCm kernel_gap", ROCM, "kernel_gap"))
 GRACE = "Grace interpreter_host"  # a cluster field: the hosts at python_host >= 2 (specs/regime.py SLOW_HOST)
 
 

@@ -71,6 +71,8 @@ SOURCES: tuple[Source, ...] = (
            "SGLang's benchmark/benchmark_vllm_060 README (load tests)"),
     Source("gpustack_perf_lab", r"^gpustack_", "GPUStack performance lab pages (gpustack/gpustack "
            "docs/performance-lab): vLLM / SGLang / TensorRT-LLM load tests"),
+    Source("dstack", r"^dstack_", "dstack's benchmarks of vLLM on 8x MI300X (dstack blog, October 2024; "
+           "dstackai/benchmarks amd/inference)"),
     Source("argonne_bench", r"^argonne_llm_inference_bench",
            "Argonne LLM-Inference-Bench (Chitty-Venkata et al. 2024)"),
 )
