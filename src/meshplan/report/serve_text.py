@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from meshplan.report.fold import listing_tables
+from meshplan.report.fold import Table, listing_tables
 from meshplan.report.ranked_serving import fastest_line, from_serving
 from meshplan.serve.plan import cached_note
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
@@ -15,6 +15,7 @@ from meshplan.units import fmt_bytes, fmt_count, fmt_time
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from meshplan.report.console import PlainConsole
     from meshplan.serve.estimate import ServeEstimate
     from meshplan.serve.search import ServeSearchResult
 
@@ -42,12 +43,10 @@ def _summary_rows(e: ServeEstimate, price: float | None, targets: list[dict]) ->
     return rows + ([("cost", f"${cost:,.3g} per million output tokens")] if cost is not None else [])
 
 
-def serving_estimate_tables(e: ServeEstimate, console: Console, price: float | None = None,
+def serving_estimate_tables(e: ServeEstimate, console: Console | PlainConsole, price: float | None = None,
                     targets: list[dict] | None = None) -> None:
     """One configuration: whether it fits and meets ``targets`` (check.targets), its metrics, memory per GPU and
     the decode step's time by op."""
-    from rich.table import Table
-
     mem = e.memory
     title = (f"{e.model.name} on {e.plan.num_gpus} x {e.cluster.accelerator.name}: {e.plan.describe()}, "
              f"{e.workload.input_len} in{cached_note(e.workload.cached_len)} / {e.workload.output_len} out, "
@@ -84,12 +83,12 @@ def print_serve(result: ServeSearchResult, price: float | None, as_json: bool) -
 
     import click
 
-    from meshplan.report.console import terminal_console
+    from meshplan.report.console import plain_console
 
     if as_json:
         click.echo(json.dumps(result.to_dict(price)))
         return
-    console = terminal_console()
+    console = plain_console()
     ranked = from_serving(result, price)
     if result.plans:
         for r in listing_tables(ranked.table, console.width):
