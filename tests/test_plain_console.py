@@ -10,7 +10,7 @@ import pytest
 
 from meshplan.report import console as con
 from meshplan.report.console import PlainConsole, terminal_console
-from meshplan.report.fold import Styled, Table
+from meshplan.report.fold import Styled, TermTable
 
 WORDS = ("a", "bb", "tp=4", "word", "longer-word", "x" * 30, "·", "≈", "±11%", "4.23 s", "69.9 GiB", "dp·tp·pp",
          "[bold]b[/bold]", "[dim]d[/]", "a:b", "中文", "é", "\n", " ", "  ", "", "-", "…", "(a) [b, c]")
@@ -22,9 +22,9 @@ def _text(rng: random.Random, most: int = 12) -> str:
                    for _ in range(rng.randint(0, most)))
 
 
-def _table(rng: random.Random) -> Table:
+def _table(rng: random.Random) -> TermTable:
     title = rng.choice((None, "", _text(rng, 30)))
-    table = Table(title, show_header=rng.random() < 0.7, title_justify=rng.choice(("left", "center", "right")))
+    table = TermTable(title, show_header=rng.random() < 0.7, title_justify=rng.choice(("left", "center", "right")))
     columns = rng.randint(0, 7)
     for _ in range(columns):
         table.add_column(_text(rng, 3), justify=rng.choice(("left", "right", "center")), no_wrap=rng.random() < 0.4,

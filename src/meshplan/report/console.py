@@ -3,7 +3,7 @@ other tables (``serve``, ``trace``, ``calibrate``) does not import the training 
 to get it (tests/test_startup.py).
 
 Where the output has no colour (a pipe, a file: rich writes no styles there), ``plain_console`` draws the tables and
-text of this package (``Table``, ``Styled``, strings) itself, byte for byte as rich 15 draws them, without importing
+text of this package (``TermTable``, ``Styled``, strings) itself, byte for byte as rich 15 draws them, without importing
 rich's console: about a sixth of the quick start's process (issue 83). It follows rich 15.0's own code: the column
 widths of rich/table.py ``_calculate_column_widths`` / ``_collapse_widths`` / ``_measure_column`` and
 rich/_ratio.py ``ratio_reduce``, the cells' padding of rich/padding.py, the boxes HEAVY_HEAD and SQUARE of
@@ -20,7 +20,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from meshplan.report.fold import Styled, Table, refold
+from meshplan.report.fold import Styled, TermTable, refold
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -51,7 +51,7 @@ def terminal_console() -> Console:
 
             if self.color_system is None:  # no styles written (a pipe, a file): its highlighting would be dropped
                 kwargs.setdefault("highlight", False)
-            super().print(*(x for o in objects for x in (refold(o, self.width) if isinstance(o, RichTable | Table)
+            super().print(*(x for o in objects for x in (refold(o, self.width) if isinstance(o, RichTable | TermTable)
                                                          else [o])), **kwargs)
 
         def on_broken_pipe(self) -> None:
@@ -104,7 +104,7 @@ class PlainConsole:
         sys.stdout.flush()
 
     def _drawn(self, obj: Any, markup: bool, soft_wrap: bool) -> str:
-        if isinstance(obj, Table):
+        if isinstance(obj, TermTable):
             if soft_wrap or not markup:
                 raise _Rich
             return "".join(_table(t, self.width) for t in refold(obj, self.width))
@@ -322,7 +322,7 @@ def _cell(text: str, width: int, column: Any) -> list[str]:  # column: fold.Colu
     return [f" {_sized(line, width - 2)} " for line in lines]
 
 
-def _table(table: Table, width: int) -> str:
+def _table(table: TermTable, width: int) -> str:
     """rich/table.py ``Table.__rich_console__`` for the default box (HEAVY_HEAD, SQUARE without a header row)."""
     if not table.columns:
         return "\n"

@@ -51,7 +51,7 @@ class Listing:
 
 @dataclass
 class Column:
-    """One column of a ``Table``, as rich.table.Column holds it."""
+    """One column of a ``TermTable``, as rich.table.Column holds it."""
 
     header: str = ""
     justify: str = "left"
@@ -61,7 +61,7 @@ class Column:
     cells: list[str] | None = None
 
 
-class Table:
+class TermTable:
     """A table as rich.table.Table takes it (the arguments this package uses), built without importing rich: the
     plain console (console.py) draws it, rich's draws ``__rich__``'s rich Table."""
 
@@ -147,13 +147,13 @@ def fold(key: Col, cols: Sequence[Col], width: int, first: Sequence[str] = ()) -
 
 
 def folded_tables(title: str, key: Col, cols: Sequence[Col], width: int, first: Sequence[str] = ()) -> list:
-    """Tables (``Table``: rich's, drawn without rich where there is no colour) of the columns folded to
+    """Tables (``TermTable``: rich's, drawn without rich where there is no colour) of the columns folded to
     ``width``; the second and later say they continue the first by key."""
     groups = fold(key, cols, width, first)
     tables = []
     for n, group in enumerate(groups):
         shown = title if n == 0 else f"(continued, by {key.header})"
-        table = Table(title=shown, title_justify="left")
+        table = TermTable(title=shown, title_justify="left")
         for c in group:
             table.add_column(c.header, justify=c.justify, no_wrap=not c.wrap, overflow="fold")
         for row in zip(*(c.cells for c in group), strict=True):
@@ -185,7 +185,7 @@ def listing_tables(listing: Listing, width: int) -> list:
     return [*tables, legend(listing.entries(headers(tables)))]
 
 
-def refold(table, width: int) -> list:  # table: a Table or rich Table built without a width in mind
+def refold(table, width: int) -> list:  # table: a TermTable or rich Table built without a width in mind
     """A rich Table wider than ``width`` as ``folded_tables`` draws one: its first column the key, its right-aligned
     (number) columns never cut or wrapped, its left-aligned (text) ones wrapped at spaces; the title kept. The
     terminal console (report/text.py) applies it to every table it prints, so that check-step's, trace's,

@@ -14,7 +14,7 @@ from meshplan.fields import MEMORY_HEADROOM, usable_hbm
 from meshplan.goodput import Reliability, plan_goodput
 from meshplan.report import terms
 from meshplan.report.console import plain_console
-from meshplan.report.fold import Col, Table, folded_tables, headers, legend, listing_tables, shell_command
+from meshplan.report.fold import Col, TermTable, folded_tables, headers, legend, listing_tables, shell_command
 from meshplan.report.host_note import host_note
 from meshplan.report.ranked_training import (
     ASYNC_NOTES,
@@ -47,7 +47,7 @@ def estimate_tables(est: Estimate, console: Console | PlainConsole, ops: bool = 
     title = (f"{est.model.name} ({fmt_count(est.model.params())} params) on {est.cluster.num_gpus} x "
              f"{est.cluster.accelerator.name}, mesh {mesh_text(est.cluster, ' x ')}, seq {est.model.seq_length:,}, "
              f"global batch {p.global_batch:,}")
-    summary = Table(title=title, show_header=False, title_justify="left")
+    summary = TermTable(title=title, show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
     scaling = f" ({est.stack.fp8_scaling} scaling)" if p.precision == "fp8" else ""
@@ -81,14 +81,14 @@ def estimate_tables(est: Estimate, console: Console | PlainConsole, ops: bool = 
         summary.add_row("energy", energy.text())
     console.print(summary)
 
-    times = Table(title="step time breakdown", title_justify="left")
+    times = TermTable(title="step time breakdown", title_justify="left")
     times.add_column("component")
     times.add_column("time", justify="right")
     times.add_column("share", justify="right")
     for name, value in est.breakdown.items():
         if value > 0:
             times.add_row(name, fmt_time(value), f"{value / est.step_time:.1%}")
-    memory = Table(title="memory per GPU", title_justify="left")
+    memory = TermTable(title="memory per GPU", title_justify="left")
     memory.add_column("part")
     memory.add_column("bytes", justify="right")
     memory.add_column("share", justify="right")
@@ -108,7 +108,8 @@ def stage_table(est: Estimate) -> Any:
     from meshplan.cost.params import layers_on_rank
     from meshplan.step.ranks import rank_view
 
-    table = Table(title="pipeline ranks (each priced apart; the step: the busiest + the bubble)", title_justify="left")
+    table = TermTable(title="pipeline ranks (each priced apart; the step: the busiest + the bubble)",
+                      title_justify="left")
     for name in ("rank", "layers", "recompute", "offloaded layers", "step", "memory"):
         table.add_column(name, justify="left" if name == "recompute" else "right")
     for r, (step, mem) in enumerate(zip(est.stage_steps, est.stage_memory, strict=True)):
@@ -150,7 +151,7 @@ def op_totals(est: Estimate) -> list[OpTotal]:
 
 def op_table(est: Estimate):  # -> rich.table.Table
     """Per-op totals per step on the busiest rank, grouped by op name, with % of the summed op time."""
-    table = Table(title="per-op time per step (busiest rank, before overlap)", title_justify="left")
+    table = TermTable(title="per-op time per step (busiest rank, before overlap)", title_justify="left")
     for col in ("op", "FLOP", "bytes", "time", "share", "bound"):
         table.add_column(col, justify="left" if col in ("op", "bound") else "right")
     for o in op_totals(est):
