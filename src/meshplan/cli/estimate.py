@@ -82,10 +82,10 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         out |= {"conditions": conditions} if conditions else {}
         click.echo(json.dumps(out, indent=None if show_ops else 2))
         return
-    from meshplan.report.console import terminal_console
+    from meshplan.report.console import plain_console
     from meshplan.report.text import estimate_tables
 
-    console = terminal_console()
+    console = plain_console()
     if conditions:
         console.print(conditions, highlight=False, markup=False)
     estimate_tables(est, console, ops=show_ops)

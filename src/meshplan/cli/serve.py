@@ -235,7 +235,7 @@ def _one(model, cluster, engine, options, price, as_json, report_path=None) -> A
     """One configuration (every axis fixed) priced and printed; it (when it fits) for --emit."""
     import json
 
-    from meshplan.report.console import terminal_console
+    from meshplan.report.console import plain_console
     from meshplan.report.serve_text import serving_estimate_tables
     from meshplan.serve.check import targets
     from meshplan.serve.estimate import serve_estimate
@@ -250,5 +250,5 @@ def _one(model, cluster, engine, options, price, as_json, report_path=None) -> A
         met = all(v["met"] for v in verdicts) if verdicts else None
         click.echo(json.dumps(est.to_dict(price) | {"targets": verdicts, "meets_targets": met}))
     else:
-        serving_estimate_tables(est, terminal_console(), price, verdicts)
+        serving_estimate_tables(est, plain_console(), price, verdicts)
     return est if est.fits else None

@@ -196,12 +196,12 @@ def _print(rows, targets, price, as_json, title) -> None:
         click.echo(json.dumps({"percentile": p, "ttft_slo_s": targets.ttft or None, "tpot_slo_s": targets.tpot or None,
                                "speculative": spec, "plans": [r.to_dict(price) for r in rows]}))
         return
-    from meshplan.report.console import terminal_console
+    from meshplan.report.console import plain_console
     from meshplan.report.fold import listing_tables
 
     extra = (f", speculative decoding: {sp.tokens} draft tokens from {sp.label} at acceptance {sp.acceptance:g}, "
              f"{sp.per_step:.2f} tokens a step" if sp else "")
-    console = terminal_console()
+    console = plain_console()
     for renderable in listing_tables(load_listing(rows, targets, price, title, extra), console.width):
         console.print(renderable)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -47,6 +47,68 @@ class Listing:
         """(header, meaning) of each header ``shown`` (a header without a meaning is left out), then the notes."""
         meaning = {c.header: c.meaning for c in (self.key, *self.columns)}
         return [(h, meaning[h]) for h in shown if meaning.get(h)] + list(self.notes)
+
+
+@dataclass
+class Column:
+    """One column of a ``TermTable``, as rich.table.Column holds it."""
+
+    header: str = ""
+    justify: str = "left"
+    no_wrap: bool = False
+    overflow: str = "ellipsis"
+    style: str | None = None
+    cells: list[str] | None = None
+
+
+class TermTable:
+    """A table as rich.table.Table takes it (the arguments this package uses), built without importing rich: the
+    plain console (console.py) draws it, rich's draws ``__rich__``'s rich Table."""
+
+    def __init__(self, title: str | None = None, *, show_header: bool = True, title_justify: str = "center"):
+        self.title, self.show_header, self.title_justify = title, show_header, title_justify
+        self.columns: list[Column] = []
+
+    def add_column(self, header: str = "", *, justify: str = "left", no_wrap: bool = False,
+                   overflow: str = "ellipsis", style: str | None = None) -> None:
+        self.columns.append(Column(header, justify, no_wrap, overflow, style, []))
+
+    def add_row(self, *cells: str) -> None:
+        for column, cell in zip(self.columns, cells, strict=True):
+            assert column.cells is not None
+            column.cells.append(cell)
+
+    def __rich__(self) -> Any:
+        from rich.table import Table as RichTable
+
+        table = RichTable(title=self.title, show_header=self.show_header, title_justify=self.title_justify)  # type: ignore[arg-type]
+        for c in self.columns:
+            table.add_column(c.header, justify=c.justify, no_wrap=c.no_wrap, overflow=c.overflow,  # type: ignore[arg-type]
+                             style=c.style)
+        for row in zip(*(c.cells or [] for c in self.columns), strict=True):
+            table.add_row(*row)
+        return table
+
+
+@dataclass(frozen=True)
+class Styled:
+    """Text as rich.text.Text builds it: ``head`` in the base ``style``, then each (piece, its style) appended."""
+
+    head: str
+    style: str
+    parts: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def plain(self) -> str:
+        return self.head + "".join(p for p, _ in self.parts)
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        text = Text(self.head, style=self.style)
+        for piece, style in self.parts:
+            text.append(piece, style=style)
+        return text
 
 
 def cell_width(text: str) -> int:
@@ -85,14 +147,13 @@ def fold(key: Col, cols: Sequence[Col], width: int, first: Sequence[str] = ()) -
 
 
 def folded_tables(title: str, key: Col, cols: Sequence[Col], width: int, first: Sequence[str] = ()) -> list:
-    """rich Tables of the columns folded to ``width``; the second and later say they continue the first by key."""
-    from rich.table import Table
-
+    """Tables (``TermTable``: rich's, drawn without rich where there is no colour) of the columns folded to
+    ``width``; the second and later say they continue the first by key."""
     groups = fold(key, cols, width, first)
     tables = []
     for n, group in enumerate(groups):
         shown = title if n == 0 else f"(continued, by {key.header})"
-        table = Table(title=shown, title_justify="left")
+        table = TermTable(title=shown, title_justify="left")
         for c in group:
             table.add_column(c.header, justify=c.justify, no_wrap=not c.wrap, overflow="fold")
         for row in zip(*(c.cells for c in group), strict=True):
@@ -109,17 +170,12 @@ def headers(tables: Iterable) -> list[str]:
     return list(seen)
 
 
-def legend(entries: Sequence[tuple[str, str]]):  # -> rich Text
+def legend(entries: Sequence[tuple[str, str]]):  # -> Styled, a rich Text to rich's console
     """One paragraph under a table: ``term: what it means`` for each entry, the terms in bold."""
-    from rich.text import Text
-
-    text = Text("legend: ", style="dim")
+    parts: list[tuple[str, str]] = []
     for i, (term, meaning) in enumerate(entries):
-        if i:
-            text.append("; ", style="dim")
-        text.append(term, style="bold")
-        text.append(": " + meaning, style="dim")
-    return text
+        parts += [("; ", "dim")] * bool(i) + [(term, "bold"), (": " + meaning, "dim")]
+    return Styled("legend: ", "dim", tuple(parts))
 
 
 def listing_tables(listing: Listing, width: int) -> list:
@@ -129,15 +185,13 @@ def listing_tables(listing: Listing, width: int) -> list:
     return [*tables, legend(listing.entries(headers(tables)))]
 
 
-def refold(table, width: int) -> list:  # table: a rich Table built without a width in mind
+def refold(table, width: int) -> list:  # table: a TermTable or rich Table built without a width in mind
     """A rich Table wider than ``width`` as ``folded_tables`` draws one: its first column the key, its right-aligned
     (number) columns never cut or wrapped, its left-aligned (text) ones wrapped at spaces; the title kept. The
     terminal console (report/text.py) applies it to every table it prints, so that check-step's, trace's,
     calibrate's and the sharding planner's tables read at 80 columns as plan's do."""
-    from rich.text import Text
-
-    def plain(cell) -> str:
-        return cell.plain if isinstance(cell, Text) else str(cell)
+    def plain(cell) -> str:  # a str, or a rich Text
+        return cell if isinstance(cell, str) else getattr(cell, "plain", None) or str(cell)
 
     cols = [Col(plain(c.header) or " ", [plain(x) for x in c.cells], c.justify or "left",
                 wrap=(c.justify or "left") == "left", meaning="") for c in table.columns]

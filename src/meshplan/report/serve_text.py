@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from meshplan.report.fold import listing_tables
+from meshplan.report.fold import TermTable, listing_tables
 from meshplan.report.ranked_serving import fastest_line, from_serving
 from meshplan.serve.plan import cached_note
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
@@ -15,6 +15,7 @@ from meshplan.units import fmt_bytes, fmt_count, fmt_time
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from meshplan.report.console import PlainConsole
     from meshplan.serve.estimate import ServeEstimate
     from meshplan.serve.search import ServeSearchResult
 
@@ -42,23 +43,21 @@ def _summary_rows(e: ServeEstimate, price: float | None, targets: list[dict]) ->
     return rows + ([("cost", f"${cost:,.3g} per million output tokens")] if cost is not None else [])
 
 
-def serving_estimate_tables(e: ServeEstimate, console: Console, price: float | None = None,
+def serving_estimate_tables(e: ServeEstimate, console: Console | PlainConsole, price: float | None = None,
                     targets: list[dict] | None = None) -> None:
     """One configuration: whether it fits and meets ``targets`` (check.targets), its metrics, memory per GPU and
     the decode step's time by op."""
-    from rich.table import Table
-
     mem = e.memory
     title = (f"{e.model.name} on {e.plan.num_gpus} x {e.cluster.accelerator.name}: {e.plan.describe()}, "
              f"{e.workload.input_len} in{cached_note(e.workload.cached_len)} / {e.workload.output_len} out, "
              f"{e.engine.describe()}")
-    summary = Table(title=title, show_header=False, title_justify="left")
+    summary = TermTable(title=title, show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
     for k, v in _summary_rows(e, price, targets or []):
         summary.add_row(k, v)
     console.print(summary)
-    memory = Table(title="memory per GPU", title_justify="left")
+    memory = TermTable(title="memory per GPU", title_justify="left")
     for col in ("part", "bytes"):
         memory.add_column(col, justify="left" if col == "part" else "right")
     parts = {"weights": mem.weights, "activations (one layer)": mem.activations, "workspace": mem.workspace,
@@ -69,7 +68,7 @@ def serving_estimate_tables(e: ServeEstimate, console: Console, price: float | N
                        else f"{float(mem.max_sequences(e.plan.dpa)):,.0f}")
     console.print(memory)
     if e.breakdown and e.fits:
-        step = Table(title=f"decode step by op ({fmt_time(sum(e.breakdown.values()))} at the running batch)",
+        step = TermTable(title=f"decode step by op ({fmt_time(sum(e.breakdown.values()))} at the running batch)",
                      title_justify="left")
         for col in ("op", "time", "share"):
             step.add_column(col, justify="left" if col == "op" else "right")
@@ -84,12 +83,12 @@ def print_serve(result: ServeSearchResult, price: float | None, as_json: bool) -
 
     import click
 
-    from meshplan.report.console import terminal_console
+    from meshplan.report.console import plain_console
 
     if as_json:
         click.echo(json.dumps(result.to_dict(price)))
         return
-    console = terminal_console()
+    console = plain_console()
     ranked = from_serving(result, price)
     if result.plans:
         for r in listing_tables(ranked.table, console.width):

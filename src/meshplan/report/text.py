@@ -13,8 +13,8 @@ from meshplan.energy import step_energy
 from meshplan.fields import MEMORY_HEADROOM, usable_hbm
 from meshplan.goodput import Reliability, plan_goodput
 from meshplan.report import terms
-from meshplan.report.console import terminal_console
-from meshplan.report.fold import Col, folded_tables, headers, legend, listing_tables, shell_command
+from meshplan.report.console import plain_console
+from meshplan.report.fold import Col, TermTable, folded_tables, headers, legend, listing_tables, shell_command
 from meshplan.report.host_note import host_note
 from meshplan.report.ranked_training import (
     ASYNC_NOTES,
@@ -40,15 +40,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from meshplan.estimate import Estimate
+    from meshplan.report.console import PlainConsole
 
-def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
-    from rich.table import Table
-
+def estimate_tables(est: Estimate, console: Console | PlainConsole, ops: bool = False) -> None:
     p = est.plan
     title = (f"{est.model.name} ({fmt_count(est.model.params())} params) on {est.cluster.num_gpus} x "
              f"{est.cluster.accelerator.name}, mesh {mesh_text(est.cluster, ' x ')}, seq {est.model.seq_length:,}, "
              f"global batch {p.global_batch:,}")
-    summary = Table(title=title, show_header=False, title_justify="left")
+    summary = TermTable(title=title, show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
     scaling = f" ({est.stack.fp8_scaling} scaling)" if p.precision == "fp8" else ""
@@ -82,14 +81,14 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
         summary.add_row("energy", energy.text())
     console.print(summary)
 
-    times = Table(title="step time breakdown", title_justify="left")
+    times = TermTable(title="step time breakdown", title_justify="left")
     times.add_column("component")
     times.add_column("time", justify="right")
     times.add_column("share", justify="right")
     for name, value in est.breakdown.items():
         if value > 0:
             times.add_row(name, fmt_time(value), f"{value / est.step_time:.1%}")
-    memory = Table(title="memory per GPU", title_justify="left")
+    memory = TermTable(title="memory per GPU", title_justify="left")
     memory.add_column("part")
     memory.add_column("bytes", justify="right")
     memory.add_column("share", justify="right")
@@ -106,12 +105,11 @@ def estimate_tables(est: Estimate, console: Console, ops: bool = False) -> None:
 def stage_table(est: Estimate) -> Any:
     """Every pipeline rank where they are priced apart (step/ranks.py): its layers, recompute, offloaded layers,
     step beside the bubble and peak memory."""
-    from rich.table import Table
-
     from meshplan.cost.params import layers_on_rank
     from meshplan.step.ranks import rank_view
 
-    table = Table(title="pipeline ranks (each priced apart; the step: the busiest + the bubble)", title_justify="left")
+    table = TermTable(title="pipeline ranks (each priced apart; the step: the busiest + the bubble)",
+                      title_justify="left")
     for name in ("rank", "layers", "recompute", "offloaded layers", "step", "memory"):
         table.add_column(name, justify="left" if name == "recompute" else "right")
     for r, (step, mem) in enumerate(zip(est.stage_steps, est.stage_memory, strict=True)):
@@ -153,9 +151,7 @@ def op_totals(est: Estimate) -> list[OpTotal]:
 
 def op_table(est: Estimate):  # -> rich.table.Table
     """Per-op totals per step on the busiest rank, grouped by op name, with % of the summed op time."""
-    from rich.table import Table
-
-    table = Table(title="per-op time per step (busiest rank, before overlap)", title_justify="left")
+    table = TermTable(title="per-op time per step (busiest rank, before overlap)", title_justify="left")
     for col in ("op", "FLOP", "bytes", "time", "share", "bound"):
         table.add_column(col, justify="left" if col in ("op", "bound") else "right")
     for o in op_totals(est):
@@ -258,7 +254,7 @@ def search_json(results, tokens: float | None, price: float | None, rank_by: str
             "rejected": {"count": sum(r["rejected"]["count"] for r in runs)}}
 
 
-def _print_all(console: Console, renderables: list) -> None:
+def _print_all(console: Console | PlainConsole, renderables: list) -> None:
     for renderable in renderables:
         console.print(renderable)
 
@@ -272,7 +268,7 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
     if as_json:
         click.echo(json.dumps(search_json(results, tokens, price, rank_by, rerun, reliability)))
         return
-    console = terminal_console()
+    console = plain_console()
     if len(results) > 1:
         _print_all(console, scaling_tables(results, tokens, price, console.width, reliability))
     else:

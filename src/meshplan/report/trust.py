@@ -78,12 +78,11 @@ def nearest(est: Estimate, k: int = NEAREST) -> list[dict[str, Any]]:
 
 @lru_cache(maxsize=256)  # the report's plans share shapes (they differ in ZeRO, recompute, micro-batch ...)
 def _nearest(arch: str, moe: bool, precision: str, shape: tuple[float, ...], k: int) -> tuple[dict[str, Any], ...]:
-    scored = [run | {"same_generation": run["architecture"] == arch, "same_class": run["moe"] == moe,
-                     "same_precision": _precision(run["precision"]) == precision,
-                     "distance": _distance(shape, run)} for run in runs()]
-    scored.sort(key=lambda r: (not r["same_generation"], not r["same_class"], not r["same_precision"], r["distance"],
-                               r["id"]))
-    return tuple(scored[:k])
+    every = runs()  # sorted by keys alone (the index keeps equal keys in order), a dict built for the k first only
+    keys = sorted((run["architecture"] != arch, run["moe"] != moe, _precision(run["precision"]) != precision,
+                   _distance(shape, run), run["id"], i) for i, run in enumerate(every))
+    return tuple(every[i] | {"same_generation": not g, "same_class": not c, "same_precision": not p, "distance": d}
+                 for g, c, p, d, _, i in keys[:k])
 
 
 def _precision(name: str) -> str:
