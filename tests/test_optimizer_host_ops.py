@@ -5,7 +5,6 @@ implementations, and DeepSpeed's ZeRO-2 optimizer and BF16_Optimizer run on Deep
 from __future__ import annotations
 
 import importlib.util
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,20 +19,19 @@ _SPEC = importlib.util.spec_from_file_location("optimizer_host_ops", _PATH)
 assert _SPEC is not None and _SPEC.loader is not None
 ops = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(ops)
-# each DeepSpeed count below runs in a process of its own (ops: DeepSpeed sets its accelerator and process group up
-# at import, seconds a process); the file's eight processes run four at a time (half a GB of memory each), each on a
-# free port (ops.DS_ENV), and each test reads the answers it checks (a child that fails fails the tests that read it)
+# every DeepSpeed count below in one process of its own (ops.deepspeed_batch: DeepSpeed sets its accelerator and
+# process group up at import, and its optimizer check imports torch's compiler, seconds of CPU a process), which the
+# tests read their answers from (a child that fails fails every test that reads it)
 MICROBATCH = ((1, "fp32"), (1, "bf16"), (2, "bf16"), (2, "fp32"), (3, "bf16"), (3, "fp32"))
-AT_ONCE = 4
 
 
 @pytest.fixture(scope="module")
 def deepspeed_found() -> dict:
     pytest.importorskip("deepspeed")
-    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
-        return {"wrappers": pool.submit(ops.deepspeed_counts, [(2, None, True), (1, "fp32", True)]),
-                "pipeline": pool.submit(ops.pipeline_microbatch_counts),
-                **{setting: pool.submit(ops.microbatch_counts, *setting) for setting in MICROBATCH}}
+    keys = ["wrappers", "pipeline", *MICROBATCH]
+    requests = [["zero", [[2, None, True], [1, "fp32", True]]], ["pipeline"],
+                *(["microbatch", *setting] for setting in MICROBATCH)]
+    return dict(zip(keys, ops.deepspeed_batch(requests), strict=True))
 
 
 def test_torch_adamw_launches_per_tensor_only_in_its_loop_implementation():
@@ -53,7 +51,7 @@ def test_deepspeed_wrappers_price_the_calls_deepspeed_makes(deepspeed_found):
     cast and vector_norm) + 7 views -> 221.7 us, cost/wrappers.py's 220 us; BF16_Optimizer (bf16 with fp32 gradients
     at stage 1): 2 + 2 -> 30.2 us, its 30 us; each the wrapper DeepSpeed's engine itself picked for those settings,
     as cost/wrappers.deepspeed_wrapper picks it; both DeepSpeed presets take the wrapper per plan."""
-    (zero2, calls2), (bf16, calls1) = deepspeed_found["wrappers"].result()
+    (zero2, calls2), (bf16, calls1) = ((found["optimizer"], found["calls"]) for found in deepspeed_found["wrappers"])
     assert (zero2, bf16) == ("DeepSpeedZeroOptimizer", "BF16_Optimizer")
     assert ops.split(calls2) == (15, 7) and ops.split(calls1) == (2, 2)
     assert ops.price(calls2) == pytest.approx(DEEPSPEED_ZERO, rel=0.02)
@@ -71,7 +69,7 @@ def test_deepspeeds_bf16_optimizer_accumulates_each_gradient_every_micro_batch(d
     tensor a micro-batch on a DGX H100 host, beyond the module's own backward. cost/wrappers.py prices the wrapper's
     per-step loops; this per-micro-batch cost, counted here (data/measured/2026-11-27-bf16-microbatch-host-ops.md),
     is cost/wrapper_work.py's "bf16" work (2 kernels a tensor)."""
-    found = deepspeed_found[1, "fp32"].result()  # ops.microbatch_counts()'s default
+    found = deepspeed_found[1, "fp32"]  # ops.microbatch_counts()'s default
     assert found["optimizer"] == "BF16_Optimizer"
     assert found["extra"] == {"_to_copy": 1.0, "add_": 1.0, "detach": 2.0, "view": 1.0}
     assert ops.split(found["extra"]) == (2, 3)
@@ -85,7 +83,7 @@ def test_deepspeeds_pipeline_engine_accumulates_bf16_gradients_with_one_kernel_a
     kernel, cost/wrapper_work.py's "bf16-bf16" work (data/measured/2026-11-27-bf16-pipeline-microbatch-host-ops.md)."""
     from meshplan.cost.wrapper_work import WORK
 
-    found = deepspeed_found["pipeline"].result()
+    found = deepspeed_found["pipeline"]
     assert found["optimizer"] == "BF16_Optimizer"
     assert found["extra"] == {"add_": 1.0, "detach": 2.0, "view": 1.0}
     assert ops.split(found["extra"]) == (WORK["bf16-bf16"][1], 3)
@@ -101,19 +99,19 @@ def test_deepspeeds_zero_optimizer_works_on_every_micro_batch_at_stages_2_and_3(
     50.1 us a tensor on a DGX H100 host."""
     from meshplan.cost.wrapper_work import WORK
 
-    one = deepspeed_found[1, "bf16"].result()
+    one = deepspeed_found[1, "bf16"]
     assert (one["optimizer"], one["extra"]) == ("DeepSpeedZeroOptimizer", {"view": 1.0})
-    two = deepspeed_found[2, "bf16"].result()
+    two = deepspeed_found[2, "bf16"]
     assert two["extra"] == {"copy_": 2.0, "detach": 3.0, "slice": 2.0, "view": 6.0}
     assert ops.split(two["extra"]) == (WORK["zero2"][1], 11)
     assert ops.price(two["extra"]) == pytest.approx(35.6e-6)
-    fp32 = deepspeed_found[2, "fp32"].result()
+    fp32 = deepspeed_found[2, "fp32"]
     assert fp32["extra"] == {"_to_copy": 1.0, "copy_": 2.0, "detach": 2.0, "slice": 4.0, "view": 5.0}
     assert ops.split(fp32["extra"]) == (WORK["zero2-fp32"][1], 11)
     assert ops.price(fp32["extra"]) == pytest.approx(50.1e-6)
     # stage 3: one copy into the bucket, and the cast first with fp32 accumulation
-    three = deepspeed_found[3, "bf16"].result()
+    three = deepspeed_found[3, "bf16"]
     assert (three["optimizer"], three["extra"]) == ("DeepSpeedZeroOptimizer_Stage3", {"copy_": 1.0, "detach": 1.0,
                                                                                       "slice": 4.0, "view": 4.0})
     assert ops.split(three["extra"]) == (WORK["zero3"][1], 9)
-    assert ops.split(deepspeed_found[3, "fp32"].result()["extra"]) == (WORK["zero3-fp32"][1], 9)
+    assert ops.split(deepspeed_found[3, "fp32"]["extra"]) == (WORK["zero3-fp32"][1], 9)

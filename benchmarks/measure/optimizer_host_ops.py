@@ -28,6 +28,7 @@ stages 1 (bf16 gradients), 2 and 3 (bf16 or fp32): its gradient hooks (runtime/z
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import os
 import subprocess
@@ -42,7 +43,7 @@ KERNEL_FREE = ("view", "detach", "slice", "alias", "expand", "as_strided", "_loc
                "_record_function_exit")
 SIZES = (50, 100)
 # DeepSpeed on its CPU accelerator over gloo, world size 1; MASTER_PORT 0: the rank's TCPStore binds a free port (no
-# other rank connects), so that children run side by side (tests/test_optimizer_host_ops.py) never share one
+# other rank connects), so that children run side by side (two test runs, say) never share one
 DS_ENV = {"DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1",
           "LOCAL_RANK": "0"}
 
@@ -126,15 +127,22 @@ def torch_counts() -> dict[str, dict[str, float]]:
 Setting = tuple[int, str | None, bool]  # ZeRO stage, gradient accumulation dtype (None: DeepSpeed's default), bf16
 
 
+def deepspeed_batch(requests: list[list]) -> list:
+    """What each request counts, all in one process of its own (DeepSpeed picks its accelerator and process group at
+    import, and its optimizer check imports torch's compiler: seconds of CPU a process, paid once): ``["zero",
+    [[stage, accumulation dtype or None, bf16], ...]]`` (deepspeed_counts), ``["microbatch", stage, grad_accum]``
+    (microbatch_counts), ``["pipeline"]`` (pipeline_microbatch_counts)."""
+    env = {**os.environ, **DS_ENV}
+    out = subprocess.run([sys.executable, __file__, "--deepspeed-batch", json.dumps(requests)], env=env,
+                         capture_output=True, text=True, timeout=600 * len(requests), check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def deepspeed_counts(settings: list[Setting]) -> list[tuple[str, dict[str, float]]]:
     """For each (ZeRO stage, gradient accumulation dtype, bf16 weights or fp32) the optimizer DeepSpeed wraps the
-    step in and its calls per parameter tensor, all in one process of their own (DeepSpeed picks its accelerator and
-    process group at import, which takes seconds: one import for all of them)."""
-    env = {**os.environ, **DS_ENV}
-    args = [sys.executable, __file__, "--deepspeed",
-            *(f"{stage},{accumulate or ''},{'bf16' if bf16 else 'fp32'}" for stage, accumulate, bf16 in settings)]
-    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=True).stdout
-    return [(found["optimizer"], found["calls"]) for found in json.loads(out.strip().splitlines()[-1])]
+    step in and its calls per parameter tensor, in a process of their own (deepspeed_batch)."""
+    (found,) = deepspeed_batch([["zero", [list(setting) for setting in settings]]])
+    return [(one["optimizer"], one["calls"]) for one in found]
 
 
 def deepspeed_on_cpu() -> Any:
@@ -164,17 +172,12 @@ def _params_module(torch, n: int):  # noqa: ANN001, ANN202
 def microbatch_counts(stage: int = 1, grad_accum: str = "fp32") -> dict[str, Any]:
     """The calls per parameter tensor and micro-batch beyond the module's own (module docstring) of the wrapper
     DeepSpeed runs for bf16 weights at ZeRO ``stage`` with gradients accumulated in ``grad_accum`` (stage 1, fp32:
-    BF16_Optimizer; stage 2: the ZeRO optimizer), in a process of its own."""
-    env = {**os.environ, **DS_ENV}
-    out = subprocess.run([sys.executable, __file__, "--deepspeed-microbatch", str(stage), grad_accum], env=env,
-                         capture_output=True, text=True, timeout=600, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    BF16_Optimizer; stage 2: the ZeRO optimizer), in a process of its own (deepspeed_batch)."""
+    (found,) = deepspeed_batch([["microbatch", stage, grad_accum]])
+    return found
 
 
-def _microbatch_child(stage: int, grad_accum: str) -> None:
-    import torch
-
-    deepspeed = deepspeed_on_cpu()
+def _microbatch_found(torch, deepspeed, stage: int, grad_accum: str) -> dict[str, Any]:  # noqa: ANN001
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "steps_per_print": 10**9,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
            "zero_optimization": {"stage": stage, "overlap_comm": False, "contiguous_gradients": True},
@@ -194,25 +197,19 @@ def _microbatch_child(stage: int, grad_accum: str) -> None:
     found["engine"], found["plain"] = with_engine, alone
     found["extra"] = {k: with_engine.get(k, 0.0) - alone.get(k, 0.0) for k in sorted(set(with_engine) | set(alone))
                       if with_engine.get(k, 0.0) != alone.get(k, 0.0)}
-    print(json.dumps(found))
-    torch.distributed.destroy_process_group()
+    return found
 
 
 def pipeline_microbatch_counts() -> dict[str, Any]:
     """The calls per parameter tensor and micro-batch beyond the module's own of the wrapper DeepSpeed's pipeline
     engine runs for bf16 weights without ZeRO, with bf16 gradient accumulation (BF16_Optimizer, as Megatron-DeepSpeed's
-    bf16 runs at ZeRO 0 take it), in a process of its own: the pipeline engine runs micro-batches only inside
-    ``train_batch``, so a micro-batch is a step of two less a step of one."""
-    env = {**os.environ, **DS_ENV}
-    out = subprocess.run([sys.executable, __file__, "--deepspeed-pipeline-microbatch"], env=env, capture_output=True,
-                         text=True, timeout=600, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    bf16 runs at ZeRO 0 take it), in a process of its own (deepspeed_batch): the pipeline engine runs micro-batches
+    only inside ``train_batch``, so a micro-batch is a step of two less a step of one."""
+    (found,) = deepspeed_batch([["pipeline"]])
+    return found
 
 
-def _pipeline_child() -> None:
-    import torch
-
-    deepspeed = deepspeed_on_cpu()
+def _pipeline_found(torch, deepspeed) -> dict[str, Any]:  # noqa: ANN001
     from deepspeed.pipe import PipelineModule
     found: dict[str, Any] = {}
 
@@ -243,21 +240,16 @@ def _pipeline_child() -> None:
     micro = {k: two.get(k, 0.0) - one.get(k, 0.0) for k in set(two) | set(one)}
     found["extra"] = {k: micro.get(k, 0.0) - alone.get(k, 0.0) for k in sorted(set(micro) | set(alone))
                       if micro.get(k, 0.0) != alone.get(k, 0.0)}
-    print(json.dumps(found))
-    torch.distributed.destroy_process_group()
+    return found
 
 
-def _deepspeed_child(settings: list[str]) -> None:
-    import torch
-
-    deepspeed = deepspeed_on_cpu()
-
-    def counts(stage: int, grad_accum: str, dtype: str) -> dict[str, Any]:
+def _zero_found(torch, deepspeed, settings: list[Setting]) -> list[dict[str, Any]]:  # noqa: ANN001
+    def counts(stage: int, grad_accum: str | None, bf16: bool) -> dict[str, Any]:
         def make(n: int) -> Step:
             cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0, "steps_per_print": 10**9,
                    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
                    "zero_optimization": {"stage": stage, "overlap_comm": False, "contiguous_gradients": True},
-                   "bf16": {"enabled": dtype == "bf16"}}
+                   "bf16": {"enabled": bf16}}
             if grad_accum:
                 cfg["data_types"] = {"grad_accum_dtype": grad_accum}
             engine, *_ = deepspeed.initialize(model=_params_module(torch, n), config=cfg)
@@ -265,10 +257,20 @@ def _deepspeed_child(settings: list[str]) -> None:
 
         return {"optimizer": type(make(2)[1].__self__.optimizer).__name__, "calls": per_tensor(make)}
 
+    return [counts(*setting) for setting in settings]
+
+
+def _batch_child(requests: list[list]) -> None:
+    import torch
+
+    deepspeed = deepspeed_on_cpu()
+    kinds = {"zero": _zero_found, "microbatch": _microbatch_found, "pipeline": _pipeline_found}
     found = []
-    for setting in settings:
-        stage, grad_accum, dtype = setting.split(",")
-        found.append(counts(int(stage), grad_accum, dtype))
+    for kind, *args in requests:
+        # what is alive now is kept out of the collections BF16_Optimizer forces (utils.see_memory_usage, 4 a
+        # wrapper), each of which walked every object torch's compiler had imported: 31 -> 12 s of CPU for 9 requests
+        gc.freeze()
+        found.append(kinds[kind](torch, deepspeed, *args))
     print(json.dumps(found))
     # a process that exits with gloo's group alive can abort in its threads' destructors (tests/torchtitan_cpu_train.py)
     torch.distributed.destroy_process_group()
@@ -276,17 +278,17 @@ def _deepspeed_child(settings: list[str]) -> None:
 
 def main() -> None:
     if "--microbatch" in sys.argv[1:]:
-        for stage, grad_accum in ((1, "fp32"), (1, "bf16"), (2, "bf16"), (2, "fp32"), (3, "bf16"), (3, "fp32")):
-            found = microbatch_counts(stage, grad_accum)
+        settings = ((1, "fp32"), (1, "bf16"), (2, "bf16"), (2, "fp32"), (3, "bf16"), (3, "fp32"))
+        *each, pipeline = deepspeed_batch([*(["microbatch", *setting] for setting in settings), ["pipeline"]])
+        for (stage, grad_accum), found in zip(settings, each, strict=True):
             launching, free = split(found["extra"])
             print(f"DeepSpeed {found['optimizer']} (ZeRO-{stage}, {grad_accum} gradients) per micro-batch, per "
                   f"parameter tensor beyond the module's own: {json.dumps(found['extra'])}: {launching:.0f} "
                   f"launching, {free:.0f} other calls, {price(found['extra']) * 1e6:.1f} us (DGX H100 host)")
-        found = pipeline_microbatch_counts()
-        launching, free = split(found["extra"])
-        print(f"DeepSpeed's pipeline engine, {found['optimizer']} (ZeRO-0, bf16 gradients) per micro-batch, per "
-              f"parameter tensor beyond the module's own: {json.dumps(found['extra'])}: {launching:.0f} launching, "
-              f"{free:.0f} other calls, {price(found['extra']) * 1e6:.1f} us (DGX H100 host)")
+        launching, free = split(pipeline["extra"])
+        print(f"DeepSpeed's pipeline engine, {pipeline['optimizer']} (ZeRO-0, bf16 gradients) per micro-batch, per "
+              f"parameter tensor beyond the module's own: {json.dumps(pipeline['extra'])}: {launching:.0f} launching, "
+              f"{free:.0f} other calls, {price(pipeline['extra']) * 1e6:.1f} us (DGX H100 host)")
         return
     rows = dict(torch_counts())
     settings: list[Setting] = [(2, None, True), (1, "fp32", True), (2, None, False)]
@@ -300,11 +302,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--deepspeed":
-        _deepspeed_child(sys.argv[2:])
-    elif len(sys.argv) > 1 and sys.argv[1] == "--deepspeed-microbatch":
-        _microbatch_child(int(sys.argv[2]), sys.argv[3])
-    elif len(sys.argv) > 1 and sys.argv[1] == "--deepspeed-pipeline-microbatch":
-        _pipeline_child()
+    if len(sys.argv) > 2 and sys.argv[1] == "--deepspeed-batch":
+        _batch_child(json.loads(sys.argv[2]))
     else:
         main()
