@@ -267,10 +267,12 @@ def test_a_pinned_plan_starts_from_the_plans_first_round(traced, monkeypatch):
 
 
 def test_a_program_solved_before_starts_at_its_optimum(traced, tmp_path, monkeypatch):
-    """A plan's programs' optimal bases kept on disk (highs._solved_path, MESHPLAN_CACHE): planned again, each round's
-    program starts at its own optimal basis and HiGHS ends there without an iteration, at the same vertex (the same
-    objectives, every round's, and the same plan); a record of another size, or none, is a cold start as before;
-    ``MESHPLAN_CACHE=off`` keeps nothing."""
+    """A plan's programs' optimal bases and rounds' answers kept on disk (highs._solved_path, highs.kept_round,
+    MESHPLAN_CACHE): planned again, each round's answer is read back and nothing is solved; where a round's answer is
+    not kept, the rounds read before it are solved first (highs.catch_up) and each round's program starts at its own
+    optimal basis, HiGHS ending there without an iteration, at the same vertex (the same objectives, every round's, and
+    the same plan); a record of another size, or none, is a cold start as before; ``MESHPLAN_CACHE=off`` keeps
+    nothing."""
     blocks = find_blocks(traced, layers=4)
     problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(16)),
                             DEFAULT)
@@ -299,11 +301,45 @@ def test_a_program_solved_before_starts_at_its_optimum(traced, tmp_path, monkeyp
             v.clear()
     (first, first_objectives, first_iterations), (again, objectives, iterations) = runs
     kept = sorted((tmp_path / "bases").glob("*.basis"))
-    assert len(kept) == cold.rounds and sum(first_iterations) > 0 and iterations == [0] * cold.rounds
-    assert objectives == first_objectives  # to the bit: the same vertices
-    for found in (first, again):
+    answers = sorted((tmp_path / "bases").glob("*.round"), key=lambda p: p.stat().st_mtime_ns)  # in the rounds' order
+    assert len(kept) == len(answers) == cold.rounds and sum(first_iterations) > 0
+    assert iterations == [] and objectives == first_objectives  # every round's answer read back: nothing solved
+    answers[-1].unlink()  # the last round not kept: the rounds before it solved first, each from its optimal basis
+    caught = plan(problem, limit)
+    assert seen["iterations"] == [0] * cold.rounds and seen["objective"] == first_objectives
+    for v in seen.values():
+        v.clear()
+    for path in answers:  # no answer kept (the last one's written again), the bases are: each round solved again
+        path.unlink()  # without an iteration
+    runs.append((plan(problem, limit), list(seen["objective"]), list(seen["iterations"])))
+    assert runs[-1][1] == first_objectives and runs[-1][2] == [0] * cold.rounds  # to the bit: the same vertices
+    for found in (first, again, caught, runs[-1][0]):
         assert found.choice == cold.choice and found.price == cold.price and found.rounds == cold.rounds
+    for path in answers:  # solved again, not read
+        path.unlink()
     kept[0].write_bytes(b"\x01\x00")  # not this program's size: a cold start, and the record written over
     assert plan(problem, limit).choice == cold.choice and kept[0].stat().st_size > 2
     monkeypatch.setenv("MESHPLAN_CACHE", "off")
     assert highs._solved_dir() is None
+
+
+def test_a_plan_read_back_starts_its_pinned_plan_alike(traced, tmp_path, monkeypatch):
+    """A plan whose rounds were all read back (highs.kept_round) has solved no first round: its basis is solved when
+    a pinned plan (as_written.py's) first needs it (highs.first_basis), and that plan is the one that starts from a
+    plan solved cold."""
+    from meshplan.autoshard.solve import replicated_choice
+
+    blocks = find_blocks(traced, layers=4)
+    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(16)),
+                            DEFAULT)
+    limit = 0.6 * plan(problem, 1e15).memory.peak
+    params = [k for k, node in sorted(problem.nodes.items()) if node.kind == "param"][:3]
+    pinned = {k: {replicated_choice(problem)[k]} for k in params}
+    cold = plan(problem, limit)
+    seeded = plan(problem, limit, allowed=pinned, start=cold.basis)
+    monkeypatch.setenv("MESHPLAN_CACHE", str(tmp_path))
+    plan(problem, limit)
+    read = plan(problem, limit)  # every round read back
+    assert read.choice == cold.choice and callable(read.basis)
+    again = plan(problem, limit, allowed=pinned, start=read.basis)
+    assert again.choice == seeded.choice and again.price == seeded.price and again.rounds == seeded.rounds

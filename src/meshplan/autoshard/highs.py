@@ -36,7 +36,10 @@ first solve ended at, so the plan is the one a cold run finds, round by round (a
 every time for the same request). Llama-3-8B on 64 H100s planned again: HiGHS 0 iterations instead of 16 900 over
 its 14 rounds, about 0.3 instead of 2.6 CPU seconds on a loaded machine; the first run of a request is as before. A
 record that is not this program's size is not read; any basis is only a start, so a wrong one costs iterations, never
-the optimum.
+the optimum. Beside each basis, its round's answer is kept (``kept_round``), named by the round's input before
+reduce.py: a request planned again reads its rounds' answers and neither reduces nor solves them (Llama-3-8B on 64
+H100s: about half the process's CPU), and where a round is not kept, the rounds read before it are solved first, so
+that its warm start is a cold run's.
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -137,8 +141,8 @@ def _load_core() -> Any:
 
 
 _BASES: ContextVar[dict[bytes, Any] | None] = ContextVar("highs_bases", default=None)
-_NAMED: ContextVar[tuple[Any, list[Any]] | None] = ContextVar(
-    "highs_named", default=None)  # the scope's start and its optimal bases by name (``_kept``)
+# the scope's start, its optimal bases by name (``_kept``), the solves of its rounds read instead (``deferred``)
+_NAMED: ContextVar[tuple[Any, list[Any], list[Callable[[], Any]]] | None] = ContextVar("highs_named", default=None)
 
 
 NamedBasis = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # _kept's: names and states, sorted
@@ -150,7 +154,7 @@ def warm_starts(start: NamedBasis | None = None) -> Iterator[list[NamedBasis]]:
     the last one's by name (module docstring), the first from ``start`` where given; outside any scope, every program
     starts cold. Yields the scope's optimal bases by name, in the order solved."""
     solved: list[NamedBasis] = []
-    token, named = _BASES.set({}), _NAMED.set((start, solved))
+    token, named = _BASES.set({}), _NAMED.set((start, solved, []))
     try:
         yield solved
     finally:
@@ -227,6 +231,8 @@ def _warm(h: Any, highs: Any, key: bytes, cols: np.ndarray | None, order: np.nda
         highs.setBasis(bases[key])
         return
     last = None if scope is None else scope[1][-1] if scope[1] else scope[0]
+    if callable(last):  # a plan's first round read, not solved (``first_basis``)
+        last = last()
     if last is not None and cols is not None and order is not None:
         highs.setBasis(_carried(h, last, cols, order))
 
@@ -323,3 +329,61 @@ def _columns(matrix: Any, eq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
 
     a = vstack((matrix[~eq], matrix[eq])).tocsc() if not eq.all() else matrix.tocsc()
     return a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data.astype(float)
+
+
+# Rounds solved before (``kept_round``): a round's answer kept beside its basis, named by a digest of the round's input
+# (ilp.py: the program before reduce.py, which decides the program HiGHS solves) and of SOLVED_BY's code. Read back,
+# the round is neither reduced nor solved: its answer is the one its kept basis gives (an optimal basis: no iteration,
+# the same vertex). Its solve is deferred (``deferred``): where a later round of the scope is not kept, the deferred
+# ones are solved first, in order (``catch_up``, each from its kept basis), so that the scope's warm starts are those
+# of a run without the record.
+
+
+def kept_round(key: bytes) -> tuple[Path | None, dict | None]:
+    """Where the round of input digest ``key`` is kept, and its answer where it is (None: not kept, or no cache)."""
+    folder = _solved_dir()
+    if folder is None:
+        return None, None
+    path = _solved_path(folder, key, np.zeros(0)).with_suffix(".round")
+    try:
+        return path, json.loads(path.read_bytes()) if path.is_file() else None
+    except (OSError, ValueError):
+        return path, None
+
+
+def keep_round(path: Path | None, answer: dict) -> None:
+    if path is not None:
+        write_whole(path, json.dumps(answer).encode())
+
+
+def deferred(solve: Callable[[], Any]) -> None:
+    """A round read instead of solved: its solve waits in the scope until a later round needs its warm start."""
+    scope = _NAMED.get()
+    if scope is not None:
+        scope[2].append(solve)
+
+
+def catch_up() -> None:
+    """The scope's deferred solves, in order (before a round that is solved)."""
+    scope = _NAMED.get()
+    while scope is not None and scope[2]:
+        scope[2].pop(0)()
+
+
+def first_basis(start: Any) -> Any:
+    """The scope's first optimal basis by name, solved later where its first round was read (a callable: as_written.py
+    starts from it only where a round of its own is solved)."""
+    scope = _NAMED.get()
+    if scope is None or scope[1]:
+        return scope[1][0] if scope else None
+    if not scope[2]:
+        return None
+    first, answer = scope[2][0], []  # type: tuple[Callable[[], Any], list[Any]]
+
+    def later() -> Any:
+        if not answer:
+            with warm_starts(start() if callable(start) else start) as solved:
+                first()
+            answer.append(solved[0] if solved else None)
+        return answer[0]
+    return later

@@ -17,6 +17,7 @@ host-bound step, which the weights' Lagrangian makes of max(GPU, host) per pass.
 
 from __future__ import annotations
 
+import hashlib
 import time
 import warnings
 from dataclasses import dataclass
@@ -25,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.autoshard.highs import Coo, Names, relax
+from meshplan.autoshard.highs import Coo, Names, catch_up, deferred, keep_round, kept_round, relax
 from meshplan.autoshard.problem import Edge, Problem
 from meshplan.autoshard.reduce import MEMO, Pairwise, digest, expand_choice, reduce, restrict, same
+from meshplan.autoshard.trace_cache import cache_dir
 from meshplan.errors import MissingDependency
 from meshplan.xp import unique_rows
 
@@ -127,6 +129,43 @@ def solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int
     if find_spec("scipy") is None:  # imported only where HiGHS' bindings do not answer (highs.py)
         raise MissingDependency("scipy", "solve")
     started = time.perf_counter()
+    args = (problem, micro_batches, memory_rows, allowed, time_limit, penalty, passes)
+    path, answer = kept_round(_round_key(*args)) if cache_dir() is not None else (None, None)
+    if answer is not None:  # this round solved before: its answer, its solve deferred (highs.kept_round)
+        deferred(lambda: _solve(*args, started))
+        return Solution(choice={int(k): int(a) for k, a in answer["choice"]}, objective=answer["objective"],
+                        status=answer["status"], seconds=time.perf_counter() - started,
+                        variables=answer["variables"], constraints=answer["constraints"])
+    catch_up()
+    sol = _solve(*args, started)
+    if sol.status == "optimal":
+        keep_round(path, {"choice": sorted(sol.choice.items()), "objective": sol.objective, "status": sol.status,
+                    "variables": sol.variables, "constraints": sol.constraints})
+    return sol
+
+
+def _round_key(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int, np.ndarray], float]],
+               allowed: dict[int, set[int]] | None, time_limit: float, penalty: dict[int, np.ndarray] | None,
+               passes: tuple[float, float]) -> bytes:
+    """A digest of everything ``pairwise`` and the solve read: the weighed program (by identity first), the penalty,
+    the memory rows, ``allowed``, the nodes and the limits."""
+    base, weighed = _weighed_program(problem, micro_batches, passes)
+    h = hashlib.sha256(repr((micro_batches, passes, time_limit, sorted(problem.nodes), [lim for _, lim in memory_rows],
+                             sorted((k, sorted(v)) for k, v in (allowed or {}).items()))).encode())
+    for part in (same(("keyed",), (base,), _keyed), same(("keyed",), (weighed,), _keyed), _keyed(penalty or {}),
+                 *(_keyed(coef) for coef, _ in memory_rows)):
+        h.update(part)
+    return h.digest()
+
+
+def _keyed(arrays: dict) -> bytes:
+    return b"".join(repr(k).encode() + digest(np.asarray(arrays[k], dtype=float)) for k in sorted(arrays))
+
+
+def _solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[int, np.ndarray], float]],
+           allowed: dict[int, set[int]] | None, time_limit: float, penalty: dict[int, np.ndarray] | None,
+           passes: tuple[float, float], started: float) -> Solution:
+    """``solve`` itself."""
     pw = reduce(pairwise(problem, micro_batches, memory_rows, allowed, penalty, passes))
     keys = sorted(pw.costs)
     offset, n = {}, 0

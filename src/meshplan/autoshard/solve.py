@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.autoshard.highs import warm_starts
+from meshplan.autoshard.highs import first_basis, warm_starts
 from meshplan.autoshard.ilp import PASSES
 from meshplan.autoshard.ilp import solve as solve_ilp
 from meshplan.autoshard.memory import Accounting, DeviceMemory
@@ -146,9 +146,10 @@ def plan(problem: Problem, memory_limit: float, micro_batches: int = 1, allowed:
 
     def fitted(passes: tuple[float, float], steps: int = HOST_LAGRANGE_STEPS) -> Sharding:
         return _fitted(problem, memory_limit, micro_batches, allowed, accounting, exact, time_limit, passes, steps)
-    with warm_starts(start) as solved:  # the rounds of this plan start from each other's bases (highs.py)
+    with warm_starts(start):  # the rounds of this plan start from each other's bases (highs.py)
         found = plan_for_host(fitted(PASSES, LAGRANGE_STEPS), fitted)
-    return replace(found, basis=solved[0] if solved else None)
+        basis = first_basis(start)
+    return replace(found, basis=basis)
 
 
 def _fitted(problem: Problem, memory_limit: float, micro_batches: int, allowed: dict[int, set[int]] | None,
