@@ -17,13 +17,14 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as STACK
+from meshplan.step import assemble
 from meshplan.step.assemble import _micro_free, _side, _weight_side
 from meshplan.step.stages import real
 
 
 def _batch() -> PlanBatch:
-    """12 plans of DeepSeek-V3 on 256 GPUs (sequence parallel): 3 layouts (dp, tp, pp, ep) x 2 last stages x 2 micro-batches, so each
-    row but the micro-batch repeats once (6 distinct of 12)."""
+    """12 plans of DeepSeek-V3 on 256 GPUs (sequence parallel): 3 layouts (dp, tp, pp, ep) x 2 last stages x 2
+    micro-batches, so each row but the micro-batch repeats once (6 distinct of 12)."""
     plans = [Plan(dp=dp, tp=tp, pp=pp, ep=ep, micro_batch=mbs, global_batch=1024, last_stage_layers=last,
                   sequence_parallel=True)
              for dp, tp, pp, ep in ((16, 4, 4, 8), (8, 8, 4, 16), (32, 2, 4, 32)) for last in (0, 5)
@@ -45,11 +46,14 @@ def _same(a: object, b: object) -> bool:
     return a == b
 
 
-def test_the_weight_side_on_the_rows_without_their_micro_batch_is_every_row_s():
+def test_the_weight_side_on_the_rows_without_their_micro_batch_is_every_row_s(monkeypatch):
     """6 distinct rows of 12 (the micro-batch aside); the parameters, data-parallel collectives, embedding sync,
-    shared tiers and optimizer steps computed on them and spread back equal those of every row, bit for bit."""
+    shared tiers and optimizer steps computed on them and spread back equal those of every row, bit for bit (the
+    batch taken as a large one: ``SHARE_ABOVE`` lowered)."""
     model, cluster = load_model("deepseek-v3"), load_system("h100").cluster(256)
     batch = _batch()
+    assert _micro_free(batch) is None  # 12 rows: below SHARE_ABOVE, every row computed
+    monkeypatch.setattr(assemble, "SHARE_ABOVE", 2)
     rows = _micro_free(batch)
     assert rows is not None and len(rows[0]) == 6
     parted = {(z, False): z for z in (0, 1, 2, 3)}
@@ -58,8 +62,9 @@ def test_the_weight_side_on_the_rows_without_their_micro_batch_is_every_row_s():
                      _side(model, cluster, batch, STACK, n, parted, DEFAULT))
 
 
-def test_one_plan_and_distinct_rows_take_the_whole_path():
+def test_one_plan_and_distinct_rows_take_the_whole_path(monkeypatch):
     """One plan has no rows to share, nor a batch whose rows differ beyond the micro-batch: ``_micro_free`` is None."""
+    monkeypatch.setattr(assemble, "SHARE_ABOVE", 2)
     assert _micro_free(Plan(dp=8, tp=8)) is None
     batch = _batch()
     assert _micro_free(batch.select(np.array([0, 2, 4, 6, 8, 10]))) is None

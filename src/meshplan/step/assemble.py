@@ -171,10 +171,15 @@ def _weight_side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n
             Collectives(*map(spread, few[3])), {k: spread(v) for k, v in few[4].items()})
 
 
+# rows of a batch below which ``_weight_side`` computes every row: the distinct rows, the sub-batch and the spread cost
+# more than they save on a small chunk (the weight side is mostly Python there: an 8-count plan's 1-3k-plan chunks)
+SHARE_ABOVE = 8192
+
+
 def _micro_free(plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
     """(first, inverse): the distinct rows of a batch's per-plan columns but the micro-batch, where fewer than its
     rows (None for one plan, or where each row is its own)."""
-    if not np.ndim(plan.dp):
+    if not np.ndim(plan.dp) or np.size(plan.dp) < SHARE_ABOVE:
         return None
     columns = [v for f in fields(plan) if f.name != "micro_batch"
                and isinstance(v := getattr(plan, f.name), np.ndarray) and v.ndim == 1]
