@@ -8,6 +8,7 @@ grid), ep·etp the ranks that split the routed experts, H hidden size, V vocabul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -38,8 +39,10 @@ class StageParams:
 
 def _uneven(plan: Plan) -> Num:
     """An uneven last stage applies: ``plan.last_stage_layers`` set and a pipeline to set it on (a search batch
-    may hold pp = 1 rows beside pipelined ones)."""
-    return (plan.last_stage_layers > 0) & (plan.pp > 1)
+    may hold pp = 1 rows beside pipelined ones; its answer kept as ``layers_on_stage``'s)."""
+    if type(plan) is Plan:
+        return (plan.last_stage_layers > 0) & (plan.pp > 1)
+    return _kept(_UNEVEN, (plan.last_stage_layers, plan.pp), lambda: (plan.last_stage_layers > 0) & (plan.pp > 1))
 
 
 def any_uneven(plan: Plan) -> bool:
@@ -56,7 +59,8 @@ def _uneven_first(plan: Plan) -> Num:
 # layers_on_stage's last answers, newest first, with the model and plan objects themselves (held, so that their ids
 # are not reused): the search asks the same batch's question a thousand times a search (DeepSeek-V3 on 2,048 GPUs:
 # 1,798 calls, 1,509 of them one of the last four)
-_STAGE_ANSWERS: list[tuple[ModelSpec, Plan, Num]] = []
+_STAGE_ANSWERS: list[tuple[tuple[object, ...], Num]] = []
+_UNEVEN: list[tuple[tuple[object, ...], Num]] = []  # _uneven's of a batch, likewise
 
 
 def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
@@ -66,14 +70,24 @@ def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
     (u, w = 1 where each applies; with p = 2 and both set no middle rank is left: the divisor is kept at 1).
     Remembered for the last four (model, plan) objects; an array answer is read-only (a caller cannot change a kept
     one)."""
-    for known_model, known_plan, answer in _STAGE_ANSWERS:
-        if known_model is model and known_plan is plan:
+    # a batch's by the columns it reads (the batches of a search's settings share them: with_settings), a plan's by it
+    key = (model, plan) if type(plan) is Plan else (model, plan.pp, plan.last_stage_layers, plan.first_stage_layers,
+                                                    plan.stage_layers)
+    return _kept(_STAGE_ANSWERS, key, lambda: _layers_on_stage(model, plan))
+
+
+def _kept(answers: list[tuple[tuple[object, ...], Num]], key: tuple[object, ...], compute: Callable[[], Num]) -> Num:
+    """The answer kept for ``key`` (the objects themselves, compared by identity: held, so that their ids are not
+    reused), else ``compute()``'s, kept among the last four (an array answer read-only: a caller cannot change a kept
+    one)."""
+    for known, answer in answers:
+        if all(a is b for a, b in zip(known, key, strict=True)):
             return answer
-    answer = _layers_on_stage(model, plan)
+    answer = compute()
     if isinstance(answer, np.ndarray):
         answer.flags.writeable = False
-    _STAGE_ANSWERS.insert(0, (model, plan, answer))
-    del _STAGE_ANSWERS[4:]
+    answers.insert(0, (key, answer))
+    del answers[4:]
     return answer
 
 

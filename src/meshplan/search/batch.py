@@ -76,9 +76,24 @@ class _Batch(_Base):
         return len(self.dp)
 
     # Plan's own derived sizes, element-wise: their arithmetic does not branch
-    grad_accum = Plan.grad_accum
-    num_micro_batches = Plan.num_micro_batches
     num_gpus = Plan.num_gpus
+
+    @property
+    def grad_accum(self) -> np.ndarray:  # type: ignore[override]  # Plan's, a column
+        """Plan.grad_accum, global_batch // (dp · micro_batch), of the last four column sets asked (``_ACCUM``): the
+        batches of one search's settings share their columns (``select(..., **settings)``, ``revised``), and the step
+        and memory of a chunk read it dozens of times (an int64 division each, 5 % of a memory pass's elements)."""
+        gb, dp, mbs = self.global_batch, self.dp, self.micro_batch
+        for known_gb, known_dp, known_mbs, m in _ACCUM:
+            if known_gb is gb and known_dp is dp and known_mbs is mbs:
+                return m
+        m = np.asarray(Plan.grad_accum.fget(self))  # type: ignore[attr-defined]
+        m.flags.writeable = False  # kept: no reader may change it
+        _ACCUM.insert(0, (gb, dp, mbs, m))
+        del _ACCUM[4:]
+        return m
+
+    num_micro_batches = grad_accum  # type: ignore[assignment]  # a column, as grad_accum
 
     def __post_init__(self) -> None:
         # Per element and axis: the product of the sizes of the axes placed inside it (computed once).
@@ -112,6 +127,10 @@ class _Batch(_Base):
         values |= {n: getattr(self, n) for n in CATEGORICAL}
         values["placement"] = self.placements[int(self.placement_id[i])]
         return revised(_PLAIN, values)  # every field but ``tags`` given: Plan(**values), built faster
+
+
+# grad_accum's last answers, newest first, with the columns themselves (held, so that their ids are not reused)
+_ACCUM: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
 
 def _fields() -> list[tuple]:

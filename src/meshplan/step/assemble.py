@@ -19,8 +19,8 @@ space's grid (search/scoring.py). Fields are floats for one plan or NumPy arrays
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import cast
+from dataclasses import dataclass, fields, replace
+from typing import Any, cast
 
 import numpy as np
 
@@ -53,7 +53,7 @@ from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_
 from meshplan.step.memory_grid import compose_memory
 from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
-from meshplan.step.stages import cadence, ep_overlapped, stage_bubble, stage_times, two_chunk_times
+from meshplan.step.stages import cadence, ep_overlapped, real, stage_bubble, stage_times, two_chunk_times
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Num
 
@@ -74,11 +74,13 @@ class EndSteps:
     first: PassTimes
     last: PassTimes
     middle: PassTimes
+    beside: Num | None = None  # pipelined + dp + offload, where the settings that share them summed it once
 
     def ranks(self) -> np.ndarray:
         """Each rank's step beside the bubble: m · t_rank + dp + offload + optimizer (the first, the last and a
         middle rank on the leading axis: ``pipelined`` is always stacked, so the sum is an array)."""
-        return cast(np.ndarray, self.pipelined + self.dp + self.offload + self.optimizer)
+        beside = self.pipelined + self.dp + self.offload if self.beside is None else self.beside
+        return cast(np.ndarray, beside + self.optimizer)
 
     def total(self, out: np.ndarray | None = None) -> Num:
         """The step: the busiest rank's, plus the bubble (written into ``out`` in its dtype if given)."""
@@ -98,24 +100,16 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     bubble, per activation-offload setting the copies and the channels of every ZeRO stage at once
     (channels.step_channels), per ZeRO stage and optimizer offload the optimizer step. The passes are held in
     ``dtype`` (the search ranks in float32 and re-estimates its winners in float64)."""
-    shape, m, slowdown = np.shape(plan.dp), plan.grad_accum, eff.overlap_slowdown
-    per_update, updates = cadence(plan)  # PipeDream: an update (DP reduction, optimizer) per micro-batch
+    shape, m, slowdown = np.shape(plan.dp), real(plan.grad_accum), eff.overlap_slowdown
+    per_update, updates = map(real, cadence(plan))  # PipeDream: an update (DP reduction, optimizer) per micro-batch
     n = 3 if middle_may_bind(model, stack, plan) else 2  # ranks priced: the ends, and a middle one where it may bind
-    ends: tuple[StageParams, ...] = rank_params(model, plan)[:n]
     record = schedule_of(plan.schedule)
-    if record.weight_copies == 2:  # DualPipe, two stages per rank: both reduced across data parallelism and stepped
-        ends = tuple(replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
-    params = StageParams(*(_rows(plan, [getattr(e, f) for e in ends], shape, np.float64)
-                           for f in StageParams.__slots__))
-    collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
-    tied = _rows(plan, embedding_sync(model, cluster, plan, eff)[:n], shape, np.float64)  # after the backward
-    shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
+    parted = {(z, oo): partitioned_zero(with_settings(plan, zero=z, offload_optimizer=oo), stack)
+              for z in grid.zero for oo in grid.offload_optimizer}
+    params, collectives, tied, shared, stepped = _weight_side(model, cluster, plan, stack, n, parted, eff)
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
-    host = _step_hosts(model, cluster, plan, stack, grid, n, shape, collectives.all_reduce)
     logging = iteration_host(stack, cluster.python_host) / updates  # once per step: opt is paid per update
-    parted = {(z, oo): partitioned_zero(with_settings(plan, zero=z, offload_optimizer=oo), stack) for z, oo in host}
-    opt = {k: optimizer_time(cluster, with_settings(plan, zero=parted[k], offload_optimizer=k[1]), params, eff)
-           + host[k] + logging for k in host}
+    opt = {k: stepped[k] + logging for k in parted}
     loop = loop_host(stack, cluster.python_host)  # the training loop's, per micro-batch and rank
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
     for r, rc in enumerate(grid.recompute):
@@ -125,10 +119,11 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
             first, last, middle = two_chunk_times(ranked.schedule, *stage_times(model, ranked, stack, u, loop), u.head)
             if record.ep_overlapped:  # DualPipe's chunk pairs hide the EP all-to-alls (stages.ep_overlapped)
                 first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))
-            bubble = stage_bubble(ranked, first, last, middle)
-            each = (first.passes(), last.passes(), middle.passes())[:n]
-            passes = Passes(*(_rows(plan, [getattr(t, f) for t in each], shape, dtype) for f in Passes.__slots__))
-            pipelined = m * _rows(plan, [first.total, last.total, middle.total][:n], shape, dtype)
+            ends = [(t.passes(), t.total) for t in (first, last, middle)]  # each sum once (PassTimes.total)
+            bubble = stage_bubble(ranked, ends)
+            passes = Passes(*(_rows(plan, [getattr(t, f) for t, _ in ends[:n]], shape, dtype)
+                              for f in Passes.__slots__))
+            pipelined = m * _rows(plan, [total for _, total in ends[:n]], shape, dtype)
             zeros = tuple(dict.fromkeys(parted[zero, oo] for _, zero, _, oo in settings))
             for a, oa in enumerate(grid.offload_activations):
                 copies = _copies(model, cluster, with_settings(ranked, offload_activations=oa), u, shape, dtype, n)
@@ -136,19 +131,92 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                 for stages, fetch in _fetches(cluster, plan, params, zeros, stack, shape, dtype):
                     channels |= step_channels(passes, per_update, traffic, stages, replace(copies, fetch=fetch),
                                               slowdown, stack.overlap_dp, forward)
+                side: dict[int, tuple[Num, Num, Num]] = {}  # per ZeRO stage partitioned: what its settings share
                 for z, zero, o, oo in settings:
-                    dp, moved = (updates * x for x in channels[parted[zero, oo]])  # + tied: embedding_sync
-                    yield (r, z, o, a), EndSteps(pipelined, dp + updates * tied, moved, updates * opt[zero, oo], bubble,
-                                                 first, last, middle)
+                    if (key := parted[zero, oo]) not in side:
+                        dp, moved = (_per_step(updates, x) for x in channels[key])
+                        dp = dp + _per_step(updates, tied)  # embedding_sync
+                        side[key] = (dp, moved, pipelined + dp + moved)
+                    dp, moved, beside = side[key]
+                    yield (r, z, o, a), EndSteps(pipelined, dp, moved, _per_step(updates, opt[zero, oo]), bubble,
+                                                 first, last, middle, beside)
 
 
-def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, grid: Settings, n: int,
-                shape: tuple[int, ...], all_reduce: Num) -> dict[tuple[int, bool], Num]:
+_Side = tuple[StageParams, Collectives, np.ndarray, Collectives, dict[tuple[int, bool], Num]]
+
+
+def _per_step(updates: Num, x: Num) -> Num:
+    """``updates`` · ``x``: ``x`` itself for one update a step (x · 1 is x, bit for bit: no copy of a batch's array)."""
+    return x if type(updates) is int and updates == 1 else updates * x
+
+
+def _weight_side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n: int,
+                 parted: dict[tuple[int, bool], int], eff: Efficiency) -> _Side:
+    """What the n ranks' weights cost beside the passes, none of it read from the micro-batch: their parameters, the
+    data-parallel collectives, the embedding's sync, their share of the tiers the layers' traffic spans, and per (ZeRO
+    stage, optimizer offload) the optimizer step with its host loops (``parted``: the ZeRO stage each partitions).
+    A batch's on the distinct rows of its other columns (a search chunk's micro-batch options: DeepSeek-V3's 15,360
+    plans hold 3,740), spread back: the same element-wise arithmetic on fewer elements."""
+    rows = _micro_free(plan)
+    if rows is None:
+        return _side(model, cluster, plan, stack, n, parted, eff)
+    first, inverse = rows
+    few = _side(model, cluster, cast(Any, plan).select(first), stack, n, parted, eff)
+
+    def spread(x: Num) -> Num:  # a value per rank and row (or one for all)
+        return x[..., inverse] if isinstance(x, np.ndarray) and x.ndim else x
+
+    params = StageParams(*(spread(getattr(few[0], f)) for f in StageParams.__slots__))
+    return (params, Collectives(*map(spread, few[1])), cast(np.ndarray, spread(few[2])),
+            Collectives(*map(spread, few[3])), {k: spread(v) for k, v in few[4].items()})
+
+
+# rows of a batch below which ``_weight_side`` computes every row: the distinct rows, the sub-batch and the spread cost
+# more than they save on a small chunk (the weight side is mostly Python there: an 8-count plan's 1-3k-plan chunks)
+SHARE_ABOVE = 8192
+
+
+def _micro_free(plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first, inverse): the distinct rows of a batch's per-plan columns but the micro-batch, where fewer than its
+    rows (None for one plan, or where each row is its own)."""
+    if not np.ndim(plan.dp) or np.size(plan.dp) < SHARE_ABOVE:
+        return None
+    columns = [v for f in fields(plan) if f.name != "micro_batch"
+               and isinstance(v := getattr(plan, f.name), np.ndarray) and v.ndim == 1]
+    packed = np.zeros(np.shape(plan.dp), dtype=np.int64)
+    for column in columns:  # packed into one integer (mixed radix): a 1-D unique
+        radix = int(column.max()) + 1 if len(column) else 1
+        if int(column.min(initial=0)) < 0 or int(packed.max(initial=0)) >= 2**62 // radix:
+            return None
+        packed = packed * radix + column
+    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    return (first, inverse.reshape(-1)) if len(first) < len(packed) else None
+
+
+def _side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n: int, parted: dict[tuple[int, bool], int],
+          eff: Efficiency) -> _Side:
+    """``_weight_side`` of every row of ``plan``."""
+    shape, ends = np.shape(plan.dp), rank_params(model, plan)[:n]
+    if schedule_of(plan.schedule).weight_copies == 2:  # DualPipe, two stages per rank: both reduced and stepped
+        ends = tuple(replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
+    params = StageParams(*(_rows(plan, [getattr(e, f) for e in ends], shape, np.float64)
+                           for f in StageParams.__slots__))
+    collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
+    tied = _rows(plan, embedding_sync(model, cluster, plan, eff)[:n], shape, np.float64)  # after the backward
+    shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
+    host = _step_hosts(model, cluster, plan, stack, tuple(parted), n, shape, collectives.all_reduce)
+    return params, collectives, tied, shared, {
+        k: optimizer_time(cluster, with_settings(plan, zero=z, offload_optimizer=k[1]), params, eff) + host[k]
+        for k, z in parted.items()}
+
+
+def _step_hosts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, settings: tuple[tuple[int, bool], ...],
+                n: int, shape: tuple[int, ...], all_reduce: Num) -> dict[tuple[int, bool], Num]:
     """The host's per-step work of the optimizer's per-parameter loops (step/host.optimizer_loops), per (ZeRO stage,
-    optimizer offload) of the grid: over the tensors the wrapper of that setting walks (cost/wrappers.py; DualPipe's
-    ranks hold two stages), for the n ranks (``all_reduce``: their gradient all-reduce's seconds, a row each, under
-    which the loops' part before the step's first synchronisation may hide: step/host.optimizer_loops)."""
-    settings = [(z, oo) for z in grid.zero for oo in grid.offload_optimizer]
+    optimizer offload) of the grid (``settings``): over the tensors the wrapper of that setting walks
+    (cost/wrappers.py; DualPipe's ranks hold two stages), for the n ranks (``all_reduce``: their gradient all-reduce's
+    seconds, a row each, under which the loops' part before the step's first synchronisation may hide:
+    step/host.optimizer_loops)."""
     host: dict[tuple[int, bool], Num] = dict.fromkeys(settings, 0.0)
     if not paid_per_step(stack):
         return host

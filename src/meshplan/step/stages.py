@@ -13,12 +13,17 @@ and optimizer step; PipeDream-2BW after every m (Narayanan et al. 2021 §3.1), o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
 from meshplan.cost.params import any_uneven, layers_on_first, layers_on_last, layers_on_stage
 from meshplan.pipeline.forms import RankTimes
 from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.channels import Passes
 from meshplan.step.passes import PassTimes, hide
 from meshplan.step.units import Units
 from meshplan.xp import Num, maximum, minimum, where
@@ -29,7 +34,7 @@ def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units, loop: floa
     """Per micro-batch times of the first and the last pipeline rank, and of a middle rank (its layers and sends,
     without the embedding or the head), by component; each with ``loop`` (``loop_times``)."""
     def body(layers: Num) -> PassTimes:
-        return rank_body(plan, u, layers)
+        return rank_body(plan, u, real(layers))
 
     single = plan.pp == 1
     middle = with_sends(plan, stack, body(layers_on_stage(model, plan)), u)
@@ -38,11 +43,19 @@ def stage_times(model: ModelSpec, plan: Plan, stack: Stack, u: Units, loop: floa
     own_last = with_sends(plan, stack, body(layers_on_last(model, plan)), u) if any_uneven(plan) else middle
     # an uneven first stage (plan.first_stage_layers, a scalar even in a search batch) likewise
     own_first = with_sends(plan, stack, body(layers_on_first(model, plan)), u) if plan.first_stage_layers else middle
-    first = own_first.plus(u.embed).plus(u.head.scaled(single))
-    last = own_last.plus(u.head).plus(u.embed.scaled(single))
+    first = own_first.plus(u.embed).plus(u.head.scaled(real(single)))
+    last = own_last.plus(u.head).plus(u.embed.scaled(real(single)))
     if loop:
         first, last, middle = (t.plus(loop_times(loop)) for t in (first, last, middle))
     return first, last, middle
+
+
+def real(counts: Num) -> Num:
+    """A batch's integer counts (layers, sends, micro-batches) as float64, cast once: each product with a pass's
+    seconds would cast them again (NumPy converts an int64 operand element by element in every mixed operation, 11 %
+    of the search's step-time instructions). The same numbers: counts below 2**53 convert exactly. One plan's as
+    they are."""
+    return counts.astype(np.float64) if isinstance(counts, np.ndarray) and counts.dtype.kind in "iub" else counts
 
 
 def loop_times(loop: float) -> PassTimes:
@@ -73,7 +86,7 @@ def with_sends(plan: Plan, stack: Stack, rank: PassTimes, u: Units) -> PassTimes
     and its gradient once in the backward pass. With ``stack.overlap_pp`` and v > 1 a send hides behind a chunk's
     compute of the same pass (1/v of the pass) at the overlap slowdown ``u.p2p_paid``, whatever exceeds it exposed
     (``hide``; with ``p2p_paid`` = 1 every send is exposed: hide(c, w, 1) = c)."""
-    v, sends = plan.vpp, plan.vpp * (plan.pp > 1)
+    v, sends = real(plan.vpp), real(plan.vpp * (plan.pp > 1))
     send_f = u.p2p.fwd_comm  # one send of each pass, as exposed (the p2p ops are all communication)
     send_b = u.p2p.total - send_f
     t = rank.passes()
@@ -98,11 +111,10 @@ def cadence(plan: Plan) -> tuple[Num, Num]:
     return (1, m) if schedule_of(plan.schedule).update_every_micro else (m, 1)
 
 
-def stage_bubble(plan: Plan, first: PassTimes, last: PassTimes, middle: PassTimes) -> Num:
-    """The bubble of ``plan``'s schedule from the first, the last and a middle rank's passes (p − 2 middle ranks
-    alike; scalars or a search batch's arrays): its record's closed form over per-rank times
+def stage_bubble(plan: Plan, ends: Sequence[tuple[Passes, Num]]) -> Num:
+    """The bubble of ``plan``'s schedule from the first, the last and a middle rank's passes and their totals (p − 2
+    middle ranks alike; scalars or a search batch's arrays): its record's closed form over per-rank times
     (meshplan.pipeline.forms: a flow shop over each rank's value, bubble.flow_bubble)."""
-    ends = [(t.passes(), t.total) for t in (first, last, middle)]
     ranks = RankTimes.of_ends(plan.pp, *((p.t_f, p.t_b, total) for p, total in ends))
     return schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum)
 
