@@ -44,8 +44,8 @@ from meshplan.step.channels import (
     dp_collectives,
     embedding_sync,
     offload,
-    optimizer_time,
     step_channels,
+    update_time,
     weight_fetch,
 )
 from meshplan.step.grid import Settings, middle_may_bind, own_settings, rank_params, with_settings
@@ -107,14 +107,14 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
         ends = tuple(replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
     params = StageParams(*(_rows(plan, [getattr(e, f) for e in ends], shape, np.float64)
                            for f in StageParams.__slots__))
-    collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
+    collectives = dp_collectives(model, cluster, plan, params, eff, stack)  # the same for every ZeRO stage
     tied = _rows(plan, embedding_sync(model, cluster, plan, eff)[:n], shape, np.float64)  # after the backward
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     host = _step_hosts(model, cluster, plan, stack, grid, n, shape, collectives.all_reduce)
     logging = iteration_host(stack, cluster.python_host) / updates  # once per step: opt is paid per update
     parted = {(z, oo): partitioned_zero(with_settings(plan, zero=z, offload_optimizer=oo), stack) for z, oo in host}
-    opt = {k: optimizer_time(cluster, with_settings(plan, zero=parted[k], offload_optimizer=k[1]), params, eff)
+    opt = {k: update_time(cluster, with_settings(plan, zero=parted[k], offload_optimizer=k[1]), params, eff, stack)
            + host[k] + logging for k in host}
     loop = loop_host(stack, cluster.python_host)  # the training loop's, per micro-batch and rank
     forward: dict = {}  # the forward passes do not change with the recompute mode: priced once without copies
