@@ -172,13 +172,15 @@ def test_one_record_per_fsdp_mode_says_what_differs():
 
 def test_one_record_per_cross_entropy_says_what_differs():
     losses = stack_variants.LOSSES.values()
-    assert stack_variants.LOSS_NAMES == ("fused", "pytorch", "flash", "fused_grad", "vocab_parallel_eager")
+    assert stack_variants.LOSS_NAMES == ("fused", "pytorch", "flash", "fused_grad", "vocab_parallel_eager",
+                                         "gathered_bf16")
     assert [lo.name for lo in losses if lo.eager] == ["pytorch"]  # F.cross_entropy in eager autograd
+    assert [lo.name for lo in losses if lo.gathered] == ["gathered_bf16"]  # the whole vocabulary on every TP rank
     # bytes per logit forward: 2 + 2 x 4 = 10 (16-bit in, fp32 softmax out), flash 2 x 2 = 4, llm.c 3 x 2 = 6,
-    # Megatron-DeepSpeed's eager ops 6 + 4 + 8 + 8 + 4 + 8 = 38
-    assert [lo.fwd_bytes for lo in losses] == [10, 10, 4, 6, 38]
+    # Megatron-DeepSpeed's eager ops 6 + 4 + 8 + 8 + 4 + 8 = 38, bf16 log_softmax 3 x 2 + 2 = 8
+    assert [lo.fwd_bytes for lo in losses] == [10, 10, 4, 6, 38, 8]
     assert [lo.name for lo in losses if not lo.bwd_bytes] == ["fused_grad"]  # its forward wrote the gradient
-    assert [lo.grad_bytes for lo in losses] == [2, 8, 2, 0, 2]
+    assert [lo.grad_bytes for lo in losses] == [2, 8, 2, 0, 2, 4]
     assert load_stack("megatron-deepspeed").loss.fwd_kernels == 6.0 and load_stack("torchtitan").loss.eager
     with pytest.raises(KeyError, match="is none of fused, pytorch, flash"):
         stack_variants.cross_entropy_of("liger")

@@ -130,7 +130,7 @@ def test_torchtitan_pipeline_batches_and_fsdp():
     ("DeepSpeed ZeRO-3 + Hugging Face Trainer", "DeepSpeed / Hugging Face"),
     ("PyTorch FSDP (nightlies post-2.2) + SDPA FlashAttention-2, IBM foundation-model-stack (fms-fsdp)",
      "PyTorch FSDP"),
-    ("KempnerForge (PyTorch FSDP2 + TP, torch.compile)", "PyTorch FSDP2"),
+    ("KempnerForge (PyTorch FSDP2 + TP, torch.compile)", "KempnerForge"),
     ("NeMo AutoModel (PyTorch FSDP2 + EP/PP), kernels: TE + DeepEP", "PyTorch FSDP2"),  # not NeMo's Megatron recipes
     ("Meta internal PyTorch stack, 4D parallelism [TP, CP, PP, DP(=FSDP)]", "generic"),
     ("NeMo AutoModel (FSDP2) in the nemo 25.09 container", "PyTorch FSDP2"),  # "nemo" alone is not NeMo's recipes

@@ -46,7 +46,14 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack
 from meshplan.step.assemble import StepCosts, assemble
-from meshplan.step.channels import dp_collectives, embedding_sync, optimizer_time, tied_gradient_bytes, zero_counts
+from meshplan.step.channels import (
+    accumulation_time,
+    dp_collectives,
+    embedding_sync,
+    optimizer_time,
+    tied_gradient_bytes,
+    zero_counts,
+)
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
 from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
 from meshplan.step.stages import cadence
@@ -313,26 +320,29 @@ def _op_table(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff:
 def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, first: bool
                ) -> list[OpRow]:
     """Once-per-step ops of the busiest rank: the gradient reduction / parameter gather (before overlap), as often as
-    its ZeRO stage runs them (channels.zero_counts: ZeRO-2 and 3 traffic runs per micro-batch), a tied embedding's
-    all-reduce between the pipeline's ends (channels.embedding_sync), the optimizer step, and the host's
+    its ZeRO stage runs them (channels.zero_counts: ZeRO-2 and 3 traffic runs per micro-batch, its gradients once
+    where the stack accumulates them whole), FSDP's accumulation of them (channels.accumulation_time), a tied
+    embedding's all-reduce between the pipeline's ends (channels.embedding_sync), the optimizer step, and the host's
     per-parameter loops around it (step/host.step_host), where the stack prices them."""
     params = stage_params(model, plan, first)
-    seconds = dp_collectives(model, cluster, plan, params, eff)._asdict()
+    collectives = dp_collectives(model, cluster, plan, params, eff, stack)
+    seconds = collectives._asdict()
     grad_bytes, weight_bytes = trainable(params, plan).total * plan.grad_bytes, params.total * WEIGHT_BYTES
     named = {"all_reduce": ("dp/grad_all_reduce", grad_bytes), "scatter": ("dp/grad_reduce_scatter", grad_bytes),
              "gather": ("dp/param_all_gather", weight_bytes)}
     m, updates = cadence(plan)  # micro-batches per weight update, updates per step (PipeDream: 1, m)
     zero = partitioned_zero(plan, stack)  # BF16_Optimizer's partitions without ZeRO (cost/wrappers.py)
     rows = [OpRow(named[kind][0], "step", "collective", float(count * updates), 0.0, float(named[kind][1]),
-                  float(seconds[kind]), "network") for kind, count in zero_counts(zero, m).items()]
+                  float(seconds[kind]), "network") for kind, count in zero_counts(zero, m, collectives.once).items()]
     tied = embedding_sync(model, cluster, plan, eff)[0]  # the same on both ends
     if tied:
         rows.append(OpRow("pp/embedding_all_reduce", "step", "collective", float(updates), 0.0,
                           float(tied_gradient_bytes(model, plan)), float(tied), "network"))
-    opt = optimizer_time(cluster, replace(plan, zero=zero), params, eff)
-    moved = float(opt * stream_bandwidth(cluster.accelerator, eff))
-    rows.append(OpRow(f"optimizer/{plan.optimizer}", "step", "memory", float(updates), 0.0, moved, float(opt),
-                      "memory"))
+    for name, seconds_of in ((f"optimizer/{plan.optimizer}", optimizer_time), ("fsdp/grad_accumulate",
+                                                                                 accumulation_time)):
+        opt = seconds_of(cluster, replace(plan, zero=zero), params, eff, stack)  # step/assemble.py's update_time
+        moved = float(opt * stream_bandwidth(cluster.accelerator, eff))
+        rows.append(OpRow(name, "step", "memory", float(updates), 0.0, moved, float(opt), "memory"))
     if paid_per_step(stack):
         rank = 0 if first else plan.pp - 1
         host = optimizer_loops(tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host,

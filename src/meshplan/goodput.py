@@ -45,9 +45,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from meshplan.errors import SpecError
-from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES
+from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, optimizer_bytes
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 
 if TYPE_CHECKING:  # the serving report imports goodput's terms without the training step's assembly
     from meshplan.estimate import Estimate
@@ -109,16 +110,24 @@ class Goodput:
                 "heal_s": self.heal_s}
 
 
-def checkpoint_bytes(model: ModelSpec, plan: Plan) -> float:
+def checkpoint_bytes(model: ModelSpec, plan: Plan, stack: Stack | None = None) -> float:
     """The training state of the whole model: every weight (WEIGHT_BYTES) and the optimizer state of the trainable
-    ones; under LoRA the adapters and their state only (the frozen base is not saved again, as PEFT saves)."""
+    ones (``state_bytes``); under LoRA the adapters and their state only (the frozen base is not saved again, as PEFT
+    saves)."""
     if plan.finetune == "lora":
         from meshplan.cost.params import adapter_params
 
         # adapter_params is per layer on one GPU (split over tp·tp2): the whole model's
         adapters = adapter_params(model, plan) * model.num_layers * plan.tp * plan.tp2
-        return adapters * (WEIGHT_BYTES + OPTIMIZER_STATE[plan.optimizer].state)
-    return model.params() * (WEIGHT_BYTES + OPTIMIZER_STATE[plan.optimizer].state)
+        return adapters * (WEIGHT_BYTES + state_bytes(plan, stack))
+    return model.params() * (WEIGHT_BYTES + state_bytes(plan, stack))
+
+
+def state_bytes(plan: Plan, stack: Stack | None) -> float:
+    """The optimizer state a checkpoint holds per trainable parameter: memory.optimizer_bytes' (the fp32 master and
+    the moments, K = 12 for Adam; without a master copy, ``stack.master_weights`` false, the moments in the weights'
+    16 bits, 4: KempnerForge's DCP save of its bf16 model's torch.optim state)."""
+    return OPTIMIZER_STATE[plan.optimizer].state if stack is None else optimizer_bytes(plan, stack)[0]
 
 
 def optimum_interval(delta: float, mtbf: float) -> float:
@@ -143,23 +152,24 @@ def wall_factor(interval: float, delta: float, restart: float, mtbf: float) -> f
     return math.exp(log_factor) if log_factor < _LOG_MAX else math.inf
 
 
-def writer_share(model: ModelSpec, plan: Plan, gpus: int, sharded: bool) -> float:
+def writer_share(model: ModelSpec, plan: Plan, gpus: int, sharded: bool, stack: Stack | None = None) -> float:
     """The bytes of the checkpoint the busiest rank writes (module docstring): 1/N of it where the framework shards
     it over every rank, else the first replica's weights over tp·tp2·pp·cp beside its optimizer partition."""
-    size = checkpoint_bytes(model, plan)
+    size = checkpoint_bytes(model, plan, stack)
     if sharded:
         return size / gpus
-    weights = size * WEIGHT_BYTES / (WEIGHT_BYTES + OPTIMIZER_STATE[plan.optimizer].state)
+    weights = size * WEIGHT_BYTES / (WEIGHT_BYTES + state_bytes(plan, stack))
     model_parallel = plan.tp * plan.tp2 * plan.pp * plan.cp
     return weights / model_parallel + (size - weights) / (gpus if plan.zero else model_parallel)
 
 
 def goodput(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability, writer_bytes: float = 0.0,
-            host_bandwidth: float = 0.0) -> Goodput:
+            host_bandwidth: float = 0.0, stack: Stack | None = None) -> Goodput:
     """The failure accounting of ``plan`` on ``gpus`` GPUs (module docstring); ``writer_bytes``: what the busiest rank
-    writes through its ``host_bandwidth`` (0: no per-rank limit)."""
+    writes through its ``host_bandwidth`` (0: no per-rank limit); ``stack``: whose optimizer state the checkpoint
+    holds (``state_bytes``)."""
     mtbf = rel.mtbf_gpu_hours * 3600 / gpus
-    size = checkpoint_bytes(model, plan)
+    size = checkpoint_bytes(model, plan, stack)
     delta = size / rel.checkpoint_bandwidth
     if writer_bytes and host_bandwidth:
         delta = max(delta, writer_bytes / host_bandwidth)
@@ -170,11 +180,11 @@ def goodput(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability, writer_by
 
 
 def replica_goodput(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability, step_time: float,
-                    link_bandwidth: float) -> Goodput:
+                    link_bandwidth: float, stack: Stack | None = None) -> Goodput:
     """Recovery by replicas (module docstring): each failure costs one of the plan's dp replicas its restart, its heal
     (its GPUs' share of a replica's state over ``link_bandwidth`` each) and half a step."""
     mtbf = rel.mtbf_gpu_hours * 3600 / gpus
-    size = checkpoint_bytes(model, plan)
+    size = checkpoint_bytes(model, plan, stack)
     heal = size / (gpus // plan.dp) / link_bandwidth
     lost = (rel.restart_s + heal + step_time / 2) / mtbf / plan.dp
     factor = 1.0 / (1.0 - lost) if lost < 1 else math.inf
@@ -194,12 +204,13 @@ def plan_goodput(est: Estimate, rel: Reliability) -> Goodput:
     can, gpus = est.stack.supports, est.cluster.num_gpus
     if rel.recovery == "replica" and can.replica_recovery and holds_copies(est.plan):
         link = est.cluster.tiers[min(1, len(est.cluster.tiers) - 1)].bandwidth
-        return replica_goodput(est.model, est.plan, gpus, rel, est.step_time, link)
-    return restart_goodput(est.model, est.cluster, est.plan, can.sharded_checkpoint, rel)
+        return replica_goodput(est.model, est.plan, gpus, rel, est.step_time, link, est.stack)
+    return restart_goodput(est.model, est.cluster, est.plan, can.sharded_checkpoint, rel, est.stack)
 
 
-def restart_goodput(model: ModelSpec, cluster: Cluster, plan: Plan, sharded: bool, rel: Reliability) -> Goodput:
+def restart_goodput(model: ModelSpec, cluster: Cluster, plan: Plan, sharded: bool, rel: Reliability,
+                    stack: Stack | None = None) -> Goodput:
     """``plan`` restarted from checkpoints written as its framework writes them (``sharded``: over every rank) through
     each rank's host link: no step time read (search/by_goodput.py ranks unestimated plans by it)."""
-    share = writer_share(model, plan, cluster.num_gpus, sharded)
-    return goodput(model, plan, cluster.num_gpus, rel, share, cluster.host_bandwidth)
+    share = writer_share(model, plan, cluster.num_gpus, sharded, stack)
+    return goodput(model, plan, cluster.num_gpus, rel, share, cluster.host_bandwidth, stack)

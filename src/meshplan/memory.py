@@ -337,11 +337,12 @@ def loss_workspace(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
     ``_nll_loss_and_log_softmax_backward``), so three fp32 tensors (the zeros, the exponential or the sum, the
     product) are alive with the saved output: 4 + 4 + 4 bytes.
     ``"flash"`` (flash-attn's CrossEntropyLoss): the 16-bit gradient beside the saved 16-bit logits, 2 bytes;
-    ``"fused_grad"`` (llm.c's fused classifier): the gradient overwrites the logits, none."""
+    ``"fused_grad"`` (llm.c's fused classifier): the gradient overwrites the logits, none. Logits gathered to every
+    TP rank (``Loss.gathered``, ``"gathered_bf16"``: two 16-bit gradients, 2 + 2) span the whole vocabulary there."""
     # numeric plan fields may be arrays (a PlanBatch): no branch on tp
     loss = stack.loss  # its gradient's bytes per logit (specs/stack_variants.py)
     per_logit = loss.grad_bytes + FP32 * (plan.tp > 1) if loss.eager else loss.grad_bytes
-    return token_rows(model, plan)[0] * head_vocab(model) / plan.tp * per_logit
+    return token_rows(model, plan)[0] * loss.rank_vocab(head_vocab(model), plan.tp) * per_logit
 
 
 def pipeline_runtime_memory(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[Num, Num]:
@@ -366,8 +367,8 @@ def pipeline_runtime_memory(model: ModelSpec, plan: Plan, stack: Stack) -> tuple
     m, v, pipelined = plan.grad_accum, plan.vpp, plan.pp > 1
     boundaries = 2 * m * (2 * v - 1) * layer_input_bytes(model, plan) * pipelined
     logit_bytes = FP32 if stack.loss.eager else ACT_BYTES
-    logits = m * token_rows(model, plan)[0] * head_vocab(model) / plan.tp * logit_bytes * pipelined
-    return boundaries, boundaries + logits
+    logits = m * token_rows(model, plan)[0] * stack.loss.rank_vocab(head_vocab(model), plan.tp) * pipelined
+    return boundaries, boundaries + logits * logit_bytes
 
 
 def buffer_memory(model: ModelSpec, plan: Plan) -> Num:

@@ -323,12 +323,15 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # and its gradient accumulation without communication (training/grad.py maybe_no_sync:
     # set_requires_gradient_sync(False) on every micro-batch but the last; MixedPrecisionPolicy reduce_dtype float32):
     # memory.optimizer_bytes. Its peak memory is torch.cuda.max_memory_allocated / 1024**3 (metrics/memory.py
-    # get_memory_stats "peak_gb"), the allocated peak meshplan prices, in GiB.
+    # get_memory_stats "peak_gb"), the allocated peak meshplan prices, in GiB. Its loss is F.cross_entropy on the bf16
+    # logits, which TP gathers whole to every rank (scripts/train.py:294-295, distributed/tensor_parallel.py:157-163
+    # @01b461a): the gathered_bf16 loss (specs/stack_variants.py).
     replace(pytorch_fsdp("KempnerForge", r"kempnerforge", "fsdp2", 4,
                          "KempnerForge (FSDP2 + TP): gradients reduced in fp32 (default_mp_policy reduce_dtype "
                          "float32) and accumulated unsharded between syncs, the model in bf16 without an fp32 master "
-                         "copy"),
-            stack=SDPA_ERA.with_(fsdp="fsdp2", accumulate_unsharded=True, master_weights=False)),
+                         "copy, F.cross_entropy on bf16 logits gathered to every TP rank"),
+            stack=SDPA_ERA.with_(fsdp="fsdp2", accumulate_unsharded=True, master_weights=False,
+                                 cross_entropy="gathered_bf16")),
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),

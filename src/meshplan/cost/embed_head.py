@@ -57,18 +57,24 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
 
     The loss's traffic and what it keeps depend on ``stack.cross_entropy`` (``loss_ops``): Megatron's upcasts the
     logits to fp32 and keeps them for the backward pass, 4·T·V/t bytes (Korthikanti et al. 2022 §4.1, "4sbv/t" for
-    the output layer), with three small all-reduces (max, sum, target logit) of T fp32 values each across TP.
+    the output layer), with three small all-reduces (max, sum, target logit) of T fp32 values each across TP. A loss
+    over gathered logits (``Loss.gathered``: KempnerForge's) all-gathers the T·V 16-bit logits to every TP rank
+    instead and runs over all of them there.
     """
     d = dims(model, plan, stack)
     vocab = vocab_shard(head_vocab(model), d.tp, stack.vocab_multiple)
-    logits = d.tokens * vocab
+    logits = d.tokens * stack.loss.rank_vocab(vocab * d.tp, d.tp)  # the loss's: V/t, or V gathered to every rank
     ops = (norm("head/norm", model, d) if model.final_norm else []) + head_extra_ops(model, d)  # cost/extras.py
     ops += tp_enter("head/tp_in", model, plan, d, quantized=False)
     # the output layer is outside Transformer Engine's fp8 region: it runs in 16 bits whatever the plan's precision
     ops += [replace(op, variant="bf16") for op in gemm("head/logits", d.tokens, model.hidden_size, vocab, d,
                                                         saved=d.tokens_sp * model.hidden_size * ACT_BYTES)]
     ops += loss_ops(stack, logits, d.tokens)
-    ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))
+    if stack.loss.gathered:  # the 16-bit logits gathered whole to every rank; their gradient's V/t chunk kept locally
+        ops.append(collective("head/logits_gather", "fwd", "all_gather", d.tokens * vocab * d.tp * ACT_BYTES, "tp",
+                              plan.tp))
+    else:
+        ops.append(collective("head/loss_tp", "fwd", "all_reduce", 3 * d.tokens * FP32, "tp", plan.tp))
     if stack.train_metrics:
         ops.append(train_metrics(stack.train_metrics, logits))
     if stack.loss.eager:

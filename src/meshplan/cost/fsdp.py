@@ -8,7 +8,7 @@ from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num
+from meshplan.xp import Num, where
 
 
 def fsdp_grad_bytes(plan: Plan, stack: Stack) -> int:
@@ -53,3 +53,21 @@ def layer_fsdp_grad(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> li
     if not stack.fsdp_mode.shards:
         return []
     return fsdp_grad_prep("layer", kind_params(model, plan, kind).total, plan, stack)
+
+
+def accumulation_bytes(plan: Plan, stack: Stack) -> Num:
+    """HBM bytes per unsharded trainable parameter per weight update that FSDP2's gradient accumulation without
+    communication (``stack.accumulate_unsharded``, ZeRO 2 / 3, m = ``plan.grad_accum`` > 1 micro-batches) adds to the
+    m copies into the reduce-scatter buffer (a + g each) that ``fsdp_grad_bytes`` counts; a = 2, the 16-bit gradient
+    autograd writes, g = ``plan.grad_bytes``, the reduce dtype (torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+    torch 2.13.0 cf30153c). The first micro-batch's post_backward casts the gradient to the reduce dtype
+    (``to_accumulated_grad_if_needed``, :802-813: a + g where g ≠ a); each later one adds its gradient into that
+    whole one (``accumulate_unsharded_grad_if_needed``, :815-821: read a and g, write g); the last copies the
+    reduce-dtype sum into the buffer (g + g, in place of a + g). In all, a + g (g ≠ a) + (m − 1)·(a + 2g) + 2g
+    − m·(a + g) = (a + g)·[g ≠ a] + m·g − a: 36 bytes at m = 8, g = 4; none at m = 1, where the one micro-batch
+    syncs. FSDP1's no_sync (FlatParameter), not read here, is taken alike."""
+    if not (stack.accumulate_unsharded and stack.fsdp_mode.shards):
+        return 0.0
+    g, m = plan.grad_bytes, plan.grad_accum
+    cast = ACT_BYTES + g if g != ACT_BYTES else 0
+    return where((m > 1) & (plan.zero >= 2), cast + m * g - ACT_BYTES, 0.0)

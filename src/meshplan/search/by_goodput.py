@@ -26,6 +26,7 @@ from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 
 DEPTHS = (50, 200, 800)
 
@@ -35,10 +36,10 @@ def expected_time(est: Estimate, rel: Reliability) -> float:
     return est.step_time * plan_goodput(est, rel).factor
 
 
-def least_factor(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability) -> float:
+def least_factor(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability, stack: Stack | None = None) -> float:
     """The smallest wall factor any plan of the space can have: a checkpoint at the storage's full rate (no rank's
     link binding), or under replica recovery one-GPU replicas that lose only their restart (no heal, no step)."""
-    restart = goodput(model, plan, gpus, rel).factor
+    restart = goodput(model, plan, gpus, rel, stack=stack).factor
     if rel.recovery != "replica":
         return restart
     mtbf = rel.mtbf_gpu_hours * 3600 / gpus
@@ -69,7 +70,7 @@ def search_by_goodput(model: ModelSpec, cluster: Cluster, space: Space, rel: Rel
 def _exact(plans: tuple[Estimate, ...], rel: Reliability, depth: int, gpus: int) -> bool:
     """Whether no plan past the ``depth`` fastest kept (``plans``, by step time) can lead (module docstring)."""
     best = min(expected_time(e, rel) for e in plans)
-    floor = least_factor(plans[0].model, plans[0].plan, gpus, rel)
+    floor = least_factor(plans[0].model, plans[0].plan, gpus, rel, plans[0].stack)
     return len(plans) < depth or plans[-1].step_time * floor >= best
 
 
@@ -115,7 +116,7 @@ class _Lazy:
                     return None  # a refinement's plan stands among the later rows: the ranking in full drops it
                 e0 = known[0]
                 factor = {key[1]: restart_goodput(e0.model, e0.cluster, key[1], stack.supports.sharded_checkpoint,
-                                                  self.rel).factor for *_, key in head[m:]}
+                                                  self.rel, stack).factor for *_, key in head[m:]}
             listed = (*refined[0], *sorted(known[first:], key=by_time))
             done = self._done(listed, head[m:], factor, size - m)
             if done is not None:
@@ -132,7 +133,7 @@ class _Lazy:
                 r[0] * (1 - _SLACK) * factor[r[2][1]] for r in rest)):
             return None
         best = expected_time(top[0], self.rel)
-        floor = least_factor(listed[0].model, listed[0].plan, listed[0].cluster.num_gpus, self.rel)
+        floor = least_factor(listed[0].model, listed[0].plan, listed[0].cluster.num_gpus, self.rel, listed[0].stack)
         if len(listed) + unknown < self.depth:
             return tuple(top), True
         if not unknown:

@@ -71,7 +71,8 @@ class Stack:
         "fused", CROSS_ENTROPY, "the loss: fused (Megatron's vocabulary-parallel), pytorch (F.cross_entropy in "
         "eager autograd; its fp8 linears torchao's, keeping the 16-bit input), flash (flash-attn's kernel) or "
         "fused_grad (softmax, loss and gradient in one kernel that overwrites the logits: llm.c's fused_classifier) or "
-        "vocab_parallel_eager (Megatron's vocabulary-parallel loss as its eager fp32 ops over upcast logits)")
+        "vocab_parallel_eager (Megatron's vocabulary-parallel loss as its eager fp32 ops over upcast logits) or "
+        "gathered_bf16 (F.cross_entropy on 16-bit logits all-gathered to every TP rank: KempnerForge)")
     fusion: str = _choice("fused", FUSION, "element-wise kernels: fused (Megatron / Transformer Engine, or "
                                            "torch.compile), eager (one PyTorch kernel per aten op) or jit "
                                            "(Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed runs: "
@@ -109,11 +110,12 @@ class Stack:
                                               "skipped on every micro-batch but the last (FSDP2 "
                                               "set_requires_gradient_sync(False)), so under ZeRO 2 / 3 each GPU "
                                               "keeps its gradients unsharded in the reduce dtype until the last "
-                                              "backward (memory.model_states); prices the memory only")
+                                              "backward (memory.model_states), and reduces them once per "
+                                              "update (step/channels.zero_traffic, accumulation_time)")
     master_weights: bool = _flag(True, "an fp32 master copy of the 16-bit weights beside them (mixed precision); "
                                        "false: the model is cast to 16 bits and torch.optim updates it in place, "
-                                       "its state and gradients in the weights' dtype (memory.model_states); "
-                                       "prices the memory only")
+                                       "its state and gradients in the weights' dtype (memory.model_states, "
+                                       "step/channels.step_bytes, goodput.state_bytes)")
     pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch: "
                                                                   "megatron (Megatron-Core) or torch (pipelining)")
     cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")

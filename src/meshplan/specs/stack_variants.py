@@ -20,6 +20,8 @@ loss_ops, whose docstring cites each kernel; 16-bit logits are 2 bytes, fp32 4):
   writes the gradient over the logits (3·2 bytes); no backward kernel, no gradient of its own at the peak.
 - ``vocab_parallel_eager``: Megatron's vocabulary-parallel loss as the eager fp32 ops Megatron-DeepSpeed runs it in:
   38 bytes in 6 kernels forward, 14 in 2 backward (cost/embed_head.py VOCAB_PARALLEL_EAGER).
+- ``gathered_bf16``: F.cross_entropy on the 16-bit logits, not upcast, after the head's column-parallel output is
+  all-gathered to every TP rank (KempnerForge, below): each rank runs the loss over the whole vocabulary.
 
 Optimizer wrapper (``Stack.optimizer_wrapper``; cost/wrappers.py prices the wrappers DeepSpeed picks):
 
@@ -60,6 +62,14 @@ class Loss:
     fwd_kernels: float = 1.0  # kernels a forward pass launches
     bwd_flops: float = 2.0  # FLOPs per logit, backward
     bwd_kernels: float = 1.0
+    # the head's logits all-gathered to every TP rank (the whole vocabulary on each), the loss run over all of them
+    # there, no vocabulary-parallel reduction (cost/embed_head.py); false: over the rank's V/t shard
+    gathered: bool = False
+
+    def rank_vocab(self, vocab: Any, tp: Any) -> Any:
+        """The vocabulary of the logits the loss runs over on one rank, of the whole (padded) ``vocab`` over ``tp``
+        ranks: all of it where the logits are gathered, else V/t."""
+        return vocab if self.gathered else vocab / tp
 
 
 # vocab_parallel_eager: Megatron's vocabulary-parallel cross-entropy as Megatron-DeepSpeed runs it
@@ -81,7 +91,21 @@ LOSSES: dict[str, Loss] = {loss.name: loss for loss in (
     Loss(name="vocab_parallel_eager", eager=False, fwd_flops=6.0,
          fwd_bytes=(2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4), saved=4, fwd_kernels=6.0, bwd_bytes=(4 + 4) + (4 + 2),
          bwd_kernels=2.0, grad_bytes=2),
+    Loss(name="gathered_bf16", eager=False, gathered=True, fwd_flops=6.0, fwd_bytes=3 * 2 + 2, saved=2 + 2,
+         fwd_kernels=2.0, bwd_bytes=2 + (2 + 2 + 2 + 2), bwd_kernels=2.0, grad_bytes=2 + 2),
 )}
+# gathered_bf16: KempnerForge (KempnerInstitute/KempnerForge @01b461a; the same at 3ad9d9a and 5666d0d): the training
+# loop calls F.cross_entropy(logits.view(-1, V), labels) on the model's output (scripts/train.py:294-295 @01b461a;
+# training/loss.py cross_entropy_loss, the default loss_fn, @5666d0d), bf16 since the model is cast to bf16
+# (distributed/parallel.py:207-209), and keeps ``logits`` alive through the backward pass; under TP with sequence
+# parallelism the output head is ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
+# (distributed/tensor_parallel.py:157-163 @01b461a, :166-173 @5666d0d): its V/t-wide output all-gathered to every
+# rank, no loss_parallel. Per logit of the whole vocabulary, on each rank: forward log_softmax over a row too long for
+# shared memory reads it three times and writes the 16-bit log-probabilities (cunn_SoftMaxForward: 3·2 + 2; nll_loss
+# reads one per token, neglected); kept: the loop's logits and the log-probabilities log_softmax saves (2 + 2);
+# backward nll_loss_backward's zero fill (2) and _log_softmax_backward_data (Σ grad, then read grad and out, write:
+# 2 + 2 + 2 + 2); at the peak the two 16-bit gradients (2 + 2). Neglected: the V/t chunk of the gradient that
+# redistributing Replicate -> Shard copies out (2/t read + 2/t written, no communication).
 LOSS_NAMES = tuple(LOSSES)
 
 

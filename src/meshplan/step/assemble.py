@@ -44,8 +44,8 @@ from meshplan.step.channels import (
     dp_collectives,
     embedding_sync,
     offload,
-    optimizer_time,
     step_channels,
+    update_time,
     weight_fetch,
 )
 from meshplan.step.grid import Settings, middle_may_bind, own_settings, rank_params, with_settings
@@ -201,12 +201,12 @@ def _side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n: int, 
         ends = tuple(replace(e, dense=2 * e.dense, expert=2 * e.expert, adapters=2 * e.adapters) for e in ends)
     params = StageParams(*(_rows(plan, [getattr(e, f) for e in ends], shape, np.float64)
                            for f in StageParams.__slots__))
-    collectives = dp_collectives(model, cluster, plan, params, eff)  # the same for every ZeRO stage
+    collectives = dp_collectives(model, cluster, plan, params, eff, stack)  # the same for every ZeRO stage
     tied = _rows(plan, embedding_sync(model, cluster, plan, eff)[:n], shape, np.float64)  # after the backward
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     host = _step_hosts(model, cluster, plan, stack, tuple(parted), n, shape, collectives.all_reduce)
     return params, collectives, tied, shared, {
-        k: optimizer_time(cluster, with_settings(plan, zero=z, offload_optimizer=k[1]), params, eff) + host[k]
+        k: update_time(cluster, with_settings(plan, zero=z, offload_optimizer=k[1]), params, eff, stack) + host[k]
         for k, z in parted.items()}
 
 

@@ -59,15 +59,17 @@ from meshplan.collectives.comm import Layout
 from meshplan.collectives.contention import contended
 from meshplan.collectives.groups import axis_layout
 from meshplan.collectives.price import LIBRARIES, collective_time
+from meshplan.cost.fsdp import accumulation_bytes
 from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, layers_on_rank, trainable
 from meshplan.cost.records import OpCost
-from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers
+from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers, per_parameter_byte
 from meshplan.pipeline.registry import schedule_of
 from meshplan.roofline import memory_time
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
 from meshplan.xp import Num, maximum, minimum
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -99,18 +101,22 @@ class Offload:
 
 
 class Collectives(NamedTuple):
-    """Seconds of one gradient all-reduce, parameter all-gather and gradient reduce-scatter of a rank's weights."""
+    """Seconds of one gradient all-reduce, parameter all-gather and gradient reduce-scatter of a rank's weights, and
+    whether the gradients are reduced beside the last backward pass alone at every ZeRO stage (``once``:
+    ``zero_traffic``)."""
 
     all_reduce: Num
     gather: Num
     scatter: Num
+    once: bool = False
 
 
-def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency
-                   ) -> Collectives:
+def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency,
+                   stack: Stack | None = None) -> Collectives:
     """The data-parallel collectives of a rank holding ``params``, over the dp·cp ranks (and the expert-data-parallel
     ranks for expert weights); trainable parameters only (LoRA: the adapters). ``params`` may hold arrays of any
-    shape that broadcasts with the plan's (the search stacks the first and the last rank's)."""
+    shape that broadcasts with the plan's (the search stacks the first and the last rank's). Their cadence is
+    ``stack``'s: reduced once per weight update where it accumulates whole gradients (``zero_traffic``)."""
     params = trainable(params, plan)
     dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
     layout_d, layout_e = axis_layout(plan, "dp"), axis_layout(plan, "edp")
@@ -129,7 +135,7 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
         return t + one(kind, params.expert * per_param, expert_group, layout_e)
 
     return Collectives(coll("all_reduce", plan.grad_bytes), coll("all_gather", WEIGHT_BYTES),
-                       coll("reduce_scatter", plan.grad_bytes))
+                       coll("reduce_scatter", plan.grad_bytes), bool(stack and stack.accumulate_unsharded))
 
 
 
@@ -186,12 +192,13 @@ def ps_collectives(cluster: Cluster, plan: Plan, params: Num, eff: Efficiency) -
     return Collectives(push + pull, pull, push)
 
 
-def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency) -> Num:
+def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency, stack: Stack | None = None
+                   ) -> Num:
     """The optimizer step over this GPU's shard, memory-bound: read the gradient (``grad_reads`` times), read and write
     the state (the fp32 master weight and the optimizer's own state, K bytes: memory.OPTIMIZER_STATE), write the bf16
-    weight: (r·g + 2K + 2) bytes per parameter (``OptimizerState.step_bytes``; Adam's K = 12 gives g + 24 + 2), streamed
-    at roofline.memory_time's rate as the sharding planner's optimizer is. Offloaded: the gradient goes to
-    the host and the weight comes back over PCIe, and the host's update streams the same 2K bytes per parameter.
+    weight: (r·g + 2K + 2) bytes per parameter (``step_bytes``; Adam's K = 12 gives g + 24 + 2), streamed at
+    roofline.memory_time's rate as the sharding planner's optimizer is. Offloaded: the gradient goes to the host and
+    the weight comes back over PCIe, and the host's update streams the same 2K bytes per parameter.
     Trainable parameters only (LoRA: the adapters)."""
     params = trainable(params, plan)
     if plan.zero >= 1:
@@ -199,13 +206,44 @@ def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effic
             plan.tp * plan.cp * plan.dp)
     else:
         shard = params.total
-    per_param = OPTIMIZER_STATE[plan.optimizer].step_bytes(plan.grad_bytes)
+    per_param = step_bytes(plan, stack)
     if plan.offload_optimizer:
         return shard * per_param / cluster.host_bandwidth
     step = memory_time(OpCost("optimizer/step", "step", "memory", nbytes=shard * per_param), cluster.accelerator, eff)
     if plan.offload_weights:  # the updated bf16 weights go back to their home in host memory
         return step + shard * WEIGHT_BYTES / cluster.host_bandwidth
     return step
+
+
+def step_bytes(plan: Plan, stack: Stack | None = None) -> Num:
+    """HBM bytes per parameter of the optimizer's step (``optimizer_time``): with an fp32 master copy
+    (``stack.master_weights``, the default) OPTIMIZER_STATE's r·g + 2K + 2; without (KempnerForge casts its model to
+    bf16, kempnerforge/distributed/parallel.py:207-209 @01b461a, and torch.optim updates it in place) the bf16
+    parameter is its own master: read the 16-bit gradient FSDP2 casts each reduced shard to
+    (_fsdp_collectives.py:696, torch 2.13.0), read and write the 16-bit weight and state (memory.optimizer_bytes),
+    ``per_parameter_byte``'s rule at 2 bytes: Adam 2 + 2·4 + 2·2 = 14 bytes, not g + 24 + 2 = 30."""
+    if stack is None or stack.master_weights:
+        return OPTIMIZER_STATE[plan.optimizer].step_bytes(plan.grad_bytes)
+    return per_parameter_byte(plan.optimizer, WEIGHT_BYTES, master=False)[1] * WEIGHT_BYTES
+
+
+def accumulation_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency, stack: Stack) -> Num:
+    """Seconds per weight update of FSDP's gradient accumulation without communication (cost/fsdp.accumulation_bytes
+    per unsharded trainable parameter of the rank, memory-bound, at roofline.memory_time's rate): the casts and adds
+    FSDP2 makes of whole gradients between its syncs, beyond the copy into the reduce-scatter buffer that each
+    micro-batch's ops already count (cost/fsdp.fsdp_grad_prep). The op records of a micro-batch do not read m, so this
+    difference is priced once per update."""
+    nbytes = accumulation_bytes(plan, stack)
+    if type(nbytes) is float and nbytes == 0.0:
+        return 0.0
+    op = OpCost("fsdp/grad_accumulate", "step", "memory", nbytes=trainable(params, plan).total * nbytes)
+    return memory_time(op, cluster.accelerator, eff)
+
+
+def update_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency, stack: Stack) -> Num:
+    """The GPU's work per weight update beside the passes: the optimizer step and FSDP's gradient accumulation
+    (``optimizer_time`` + ``accumulation_time``)."""
+    return optimizer_time(cluster, plan, params, eff, stack) + accumulation_time(cluster, plan, params, eff, stack)
 
 
 def weight_fetch(cluster: Cluster, weights: Num) -> Num:
@@ -266,12 +304,28 @@ ZERO_TRAFFIC: dict[int, tuple[tuple[str, ...], ...]] = {
 }
 
 
-def zero_counts(zero: int, m: Num) -> dict[str, Num]:
-    """How often each data-parallel collective of ZeRO stage ``zero`` runs per weight update of m micro-batches
-    (``ZERO_TRAFFIC``: once beside the first forward and the last backward, m − 1 times beside the others), those of
-    the last backward first: stage 0 one all-reduce, 1 one reduce-scatter and one all-gather, 2 m reduce-scatters and
-    one all-gather, 3 2·m all-gathers and m reduce-scatters."""
+def zero_traffic(zero: int, once: bool = False) -> tuple[tuple[str, ...], ...]:
+    """``ZERO_TRAFFIC[zero]``; ``once``: the gradients reduced beside the last backward pass alone, the reduce-scatter
+    beside every other backward dropped (stages 2 and 3; 0 and 1 reduce once already). That is gradient accumulation
+    without communication (``Stack.accumulate_unsharded``): KempnerForge's maybe_no_sync
+    (kempnerforge/training/grad.py:17-40 @01b461a) calls FSDP2's set_requires_gradient_sync(False) on every
+    micro-batch but the last (torch/distributed/fsdp/_fully_shard/_fully_shard.py:413-435, torch 2.13.0 cf30153c:
+    ``reduce_grads`` false), whose post_backward then accumulates and reshards, skipping the reduce-scatter
+    (_fsdp_param_group.py:607-611), as Megatron's and DDP's no_sync do at stages 0 and 1. The weights are still
+    resharded after each backward (``reshard_after_backward``), so ZeRO-3 gathers them every pass as before; stage 2
+    becomes stage 1's traffic."""
     first_f, other_f, last_b, other_b = ZERO_TRAFFIC[zero]
+    if once:
+        other_b = tuple(kind for kind in other_b if kind != "scatter")
+    return first_f, other_f, last_b, other_b
+
+
+def zero_counts(zero: int, m: Num, once: bool = False) -> dict[str, Num]:
+    """How often each data-parallel collective of ZeRO stage ``zero`` runs per weight update of m micro-batches
+    (``zero_traffic``: once beside the first forward and the last backward, m − 1 times beside the others), those of
+    the last backward first: stage 0 one all-reduce, 1 one reduce-scatter and one all-gather, 2 m reduce-scatters and
+    one all-gather, 3 2·m all-gathers and m reduce-scatters (``once``: one reduce-scatter at every stage)."""
+    first_f, other_f, last_b, other_b = zero_traffic(zero, once)
     counts: dict[str, Num] = {}
     for kinds, n in ((last_b, 1), (first_f, 1), (other_f, m - 1), (other_b, m - 1)):
         for kind in kinds:
@@ -279,18 +333,19 @@ def zero_counts(zero: int, m: Num) -> dict[str, Num]:
     return counts
 
 
-def _stage_traffic(c: Collectives, zero: int) -> tuple[Num, ...]:
+def _stage_traffic(c: Collectives, zero: int, once: bool) -> tuple[Num, ...]:
     """The data-parallel collectives' seconds beside (the first forward, every other forward, the last backward, every
-    other backward) pass of a step, by ZeRO stage (``ZERO_TRAFFIC``); passes that carry the same collectives get the
+    other backward) pass of a step, by ZeRO stage (``zero_traffic``); passes that carry the same collectives get the
     same object (``step_channels`` prices each once)."""
     sums: dict[tuple[str, ...], Num] = {(): 0.0}
-    for kinds in ZERO_TRAFFIC[zero]:
+    traffic = zero_traffic(zero, once)
+    for kinds in traffic:
         if kinds not in sums:
             total = getattr(c, kinds[0])
             for kind in kinds[1:]:
                 total = total + getattr(c, kind)
             sums[kinds] = total
-    return tuple(sums[kinds] for kinds in ZERO_TRAFFIC[zero])
+    return tuple(sums[kinds] for kinds in traffic)
 
 
 def step_channels(p: Passes, m: Num, c: Collectives | tuple[Collectives, Collectives], zeros: tuple[int, ...],
@@ -322,8 +377,8 @@ def step_channels(p: Passes, m: Num, c: Collectives | tuple[Collectives, Collect
 
     out = {}
     for zero in zeros:
-        traffic = _stage_traffic(c, zero)
-        sharing = (0.0,) * 4 if shared is None else _stage_traffic(shared, zero)
+        traffic = _stage_traffic(c, zero, c.once)
+        sharing = (0.0,) * 4 if shared is None else _stage_traffic(shared, zero, c.once)
         f1, f, b1, b = (one(ph, d, s) for ph, d, s in zip("ffbb", traffic, sharing, strict=True))
         terms = ((1, f1), (m - 1, f), (1, b1), (m - 1, b))
         out[zero] = (_sum((n, part[0]) for n, part in terms), _sum((n, part[1]) for n, part in terms))

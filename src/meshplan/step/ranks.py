@@ -47,7 +47,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
-from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, optimizer_time, step_channels
+from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, step_channels, update_time
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops
 from meshplan.step.memory import activation_memory
 from meshplan.step.passes import PassTimes
@@ -124,12 +124,12 @@ def rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
     """``RankShared`` of rank ``rank`` of ``plan``: nothing here reads the rank's own recompute or offload."""
     first, last = rank == 0, rank == plan.pp - 1
     params = stage_params(model, plan, first) if first or last else middle_params(model, plan, rank)
-    collectives = dp_collectives(model, cluster, plan, params, eff)
+    collectives = dp_collectives(model, cluster, plan, params, eff, stack)
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
     zero = partitioned_zero(plan, stack)  # BF16_Optimizer's partitions without ZeRO (cost/wrappers.py)
     tied = embedding_sync(model, cluster, plan, eff)[0] * (first or last)  # the ends' embedding all-reduce
-    opt = optimizer_time(cluster, revised(plan, {"zero": zero}), params, eff) + optimizer_loops(
+    opt = update_time(cluster, revised(plan, {"zero": zero}), params, eff, stack) + optimizer_loops(
         tensors_on_rank(model, plan, stack, rank), plan, stack, cluster.python_host,
         all_reduce=collectives.all_reduce)
     return RankShared(params, traffic, zero, tied, opt, iteration_host(stack, cluster.python_host),
