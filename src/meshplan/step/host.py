@@ -206,29 +206,56 @@ def exposed(op: OpCost, host: HostCost) -> bool:
 def segment_time(ops: list[OpCost], times: list[Num], host: HostCost,
                  count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
     """Per pass ("f", "b") Σ over the segments between exposed collectives (``exposed``, over a group of more than
-    one rank; each a sync where the host waits for them, ``host.blocking_collectives``) of
-    max(host_s, GPU_s) + c_s: host_s the segment's launches × ``host.per_kernel`` (the collective's call
-    among them) and its records' own host seconds (``OpCost.host``), GPU_s its kernels' ``times``, c_s its closing
-    collective's time, which runs after both (it starts once issued and once the GPU is through the segment) while
-    the host waits for it (a collective that hides counts nowhere). What follows the last sync is a segment:
-    max(host, GPU). A collective over one rank closes nothing: its time is GPU time of the segment."""
-    total: dict[str, Num] = {"f": 0.0, "b": 0.0}
-    issued: dict[str, Num] = {"f": 0.0, "b": 0.0}  # the open segment's host seconds
-    gpu: dict[str, Num] = {"f": 0.0, "b": 0.0}
-    for op, t in zip(ops, times, strict=True):
-        ph = "f" if op.phase == "fwd" else "b"
-        issued[ph] = issued[ph] + count_of(op) * per_launch(op, host) + op.host
-        if op.collective is not None and not exposed(op, host):
-            continue  # hidden behind compute: neither the segment's GPU time nor a sync
-        if op.collective is not None:
-            closes = np.asarray(op.collective.group) > 1
-            # the collective starts once issued and once the GPU is through the segment's kernels; the host waits
-            # for it to finish, so it issues nothing while it runs: its time follows the max, it does not hide in it
-            total[ph] = total[ph] + where(closes, maximum(issued[ph], gpu[ph]) + t, 0.0)
-            issued[ph], gpu[ph] = where(closes, 0.0, issued[ph]), where(closes, 0.0, gpu[ph] + t)
-        else:
-            gpu[ph] = gpu[ph] + t
-    return {ph: total[ph] + maximum(issued[ph], gpu[ph]) for ph in "fb"}
+    one rank; each a sync where the host waits for them, ``host.blocking_collectives``) of the segment's queue time
+    q_s (``queue_step``: host and GPU as a two-machine flow line, from the empty queue the sync leaves) plus c_s,
+    its closing collective's time, which runs after both (it starts once issued and once the GPU is through the
+    segment) while the host waits for it (a collective that hides counts nowhere, its call is host time). What
+    follows the last sync is a segment too. A collective over one rank closes nothing: its time is GPU time of the
+    segment. The forward runs the ops in their records' order, the backward in the reverse (autograd walks the
+    graph from the loss back: PyTorch docs, "Autograd mechanics"; cost/layers lists a layer in forward order).
+    max(host_s, GPU_s) ≤ q_s ≤ Σ over its kernels of max(host, GPU) (``queue_step``)."""
+    out: dict[str, Num] = {}
+    for ph in "fb":
+        pairs = [(op, t) for op, t in zip(ops, times, strict=True) if (op.phase == "fwd") == (ph == "f")]
+        total: Num = 0.0
+        issued: Num = 0.0  # when the host has issued the open segment's work so far (I)
+        done: Num = 0.0  # when the GPU is through the open segment's kernels so far (E)
+        for op, t in (pairs if ph == "f" else pairs[::-1]):
+            n = count_of(op)
+            h = n * per_launch(op, host)
+            issued = issued + op.host  # the records' own Python (hooks) runs before their launches
+            if op.collective is not None and not exposed(op, host):
+                issued = issued + h  # hidden behind compute: its call only, neither GPU time nor a sync
+            elif op.collective is not None:
+                closes = np.asarray(op.collective.group) > 1
+                issued = issued + h
+                # the collective starts once issued and once the GPU is through the segment; the host waits for it
+                # to finish, so it issues nothing while it runs: its time follows the queue, it does not hide in it
+                total = total + where(closes, maximum(issued, done) + t, 0.0)
+                issued, done = where(closes, 0.0, issued), where(closes, 0.0, maximum(issued, done) + t)
+            else:
+                issued, done = queue_step(issued, done, n, h, t)
+        out[ph] = total + maximum(issued, done)
+    return out
+
+
+def queue_step(issued: Num, done: Num, n: Num, h: Num, g: Num) -> tuple[Num, Num]:
+    """One op through the launch queue: its ``n`` kernels (of ``h`` host and ``g`` GPU seconds in all, split evenly:
+    a record holds a pass's kernels of one op, cost/records.py) after work the host had issued by ``issued`` and the
+    GPU finished by ``done``; returns both times after it. A launch is asynchronous, the GPU runs a stream's kernels
+    in issue order (CUDA C++ Programming Guide, "Asynchronous Concurrent Execution": "kernel launches" return to the
+    host before the device completes them; "Streams": commands of a stream execute in order), so kernel j starts at
+    max(its issue time, the end of kernel j − 1): the two-machine flow shop of Johnson (1954, "Optimal two- and
+    three-stage production schedules with setup times included", Naval Research Logistics Quarterly 1, 61-68), whose
+    makespan for a fixed order is max over k of (host time of kernels 1..k + GPU time of kernels k..n). For n equal
+    kernels (a = h/n, b = g/n) that maximum lies at k = 1 or k = n (it is linear in k), so the GPU is done at
+        max(done + g, issued + a + g, issued + h + b)
+    and the host has issued by issued + h. Non-decreasing in ``issued``, ``done``, ``h``, ``g`` and in ``n`` at a
+    fixed cost per launch (h = n·p: issued + n·p + g/n exceeds issued + p + g only where it grows with n), so a faster
+    GPU or host never slows the queue; n = 0 (a view, or a compute op's GPU time without a launch) runs as one."""
+    k = maximum(n, 1.0)
+    a, b = h / k, g / k
+    return issued + h, maximum(maximum(done + g, issued + a + g), issued + h + b)
 
 
 def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, host: HostCost, recompute: str,
