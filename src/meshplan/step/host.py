@@ -7,7 +7,10 @@ stack. The host issues each kernel and collective call asynchronously, ``host.pe
 one graph per pass under ``host.cuda_graphs``), at its own CPU's speed (``on_host``), and the GPU cannot run a
 kernel before it is issued. Two bounds:
 - without synchronisation the host's lead carries through the whole pass, and the pass takes max(host, GPU): the GPU
-  waits max(0, H − G) (``host_times``). PyTorch's NCCL collectives are such calls: ProcessGroupNCCL enqueues the
+  waits max(0, H − G) (``host_times``). That is the launch queue's steady state: the GPU starts each kernel at
+  max(its issue time, the end of the one before) (``queue_step``, a two-machine flow line), and L layers queued one
+  after another take L·max(H, G) plus at most one layer's start-up, since a flow line runs at its slower machine's
+  pace (tests/test_launch_queue.py). PyTorch's NCCL collectives are such calls: ProcessGroupNCCL enqueues the
   collective on its stream and returns, and ``wait()`` makes the compute stream wait on it, not the host
   (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, unless TORCH_NCCL_BLOCKING_WAIT), so an exposed all-reduce
   (Megatron's TP all-reduce) costs the host one call and the GPU its transfer; ranks that issue it alike meet at it
@@ -17,10 +20,12 @@ kernel before it is issued. Two bounds:
 - a synchronisation drains the queue (issue 46: "synchronisations (NCCL calls in stacks that wait, .item(), MoE token
   counts) drain the queue ... the step is the max of the host's and the GPU's timelines between syncs"): under
   ``host.blocking_collectives`` (a host that waits for each exposed collective to finish, as ``.item()`` waits)
-  between syncs each segment takes max(host_s, GPU_s) and then its closing collective c_s, which the host waits out
-  issuing nothing (the wait blocks it), and the pass Σ_s (max(host_s, GPU_s) + c_s), which is ≥ max(H, G)
-  (Σ max ≥ max Σ). Collectives that hide behind compute (``host.hidden_tp``, the context-parallel ring) are no
-  syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments. The MoE
+  between syncs each segment starts from an empty queue and takes its flow line's makespan q_s (``queue_step``:
+  between max(host_s, GPU_s) and Σ over its kernels of the larger of the two, plus one kernel's smaller), and then its
+  closing collective c_s, which the host waits out issuing nothing (the wait blocks it), and the pass Σ_s (q_s + c_s),
+  which is ≥ max(H, G) (Σ max ≥ max Σ). Collectives that hide behind compute (``host.hidden_tp``, the context-parallel
+  ring) are no syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no
+  segments. The MoE
   tokens-per-expert sync is the per-expert path's (roofline.op_time, mlp_moe.host_launched: HostCost.per_kernel too).
 - every launch a synchronisation (``host.blocking_launches``: CUDA_LAUNCH_BLOCKING=1 "disables asynchronicity of
   kernel launches", CUDA C++ Programming Guide, "Asynchronous Concurrent Execution"; NCCL's kernels are launches too):
@@ -29,7 +34,7 @@ kernel before it is issued. Two bounds:
   BigScience trained BLOOM so (bigscience-workshop/bigscience train/tr11-176B-ml/README.md, "Important environment
   variables": the workaround for a hang at 40+ nodes).
 The pass takes max(G, H), G the pass's GPU time after the overlap rules, and where the host waits for its collectives
-the larger of that and Σ_s (max(h_s, g_s) + c_s) (``host_idle``); each is non-increasing in every rate and
+the larger of that and Σ_s (q_s + c_s) (``host_idle``); each is non-increasing in every rate and
 non-decreasing in the host's cost, so the step stays monotone (step/passes.py's docstring).
 """
 
@@ -210,32 +215,41 @@ def segment_time(ops: list[OpCost], times: list[Num], host: HostCost,
     q_s (``queue_step``: host and GPU as a two-machine flow line, from the empty queue the sync leaves) plus c_s,
     its closing collective's time, which runs after both (it starts once issued and once the GPU is through the
     segment) while the host waits for it (a collective that hides counts nowhere, its call is host time). What
-    follows the last sync is a segment too. A collective over one rank closes nothing: its time is GPU time of the
-    segment. The forward runs the ops in their records' order, the backward in the reverse (autograd walks the
-    graph from the loss back: PyTorch docs, "Autograd mechanics"; cost/layers lists a layer in forward order).
-    max(host_s, GPU_s) ≤ q_s ≤ Σ over its kernels of max(host, GPU) (``queue_step``)."""
+    precedes the first sync and follows the last are segments too, each from an empty queue (the layer before
+    closed with a sync as this one does; pricing the two apart only delays: a restart never speeds a flow line). A
+    pass without a sync (a collective over one rank closes nothing: its time is GPU time) keeps the lead it came
+    with: max(host, GPU), the flow line's steady state (module docstring). The forward runs the ops in their
+    records' order, the backward in the reverse (autograd walks the graph from the loss back: PyTorch docs,
+    "Autograd mechanics"; cost/layers lists a layer in forward order). max(host_s, GPU_s) ≤ q_s ≤ Σ over its
+    kernels of max(host, GPU) + the largest min(host, GPU) of one kernel (the kernel that sets Johnson's maximum
+    pays both its host and its GPU time) ≤ host_s + GPU_s."""
     out: dict[str, Num] = {}
     for ph in "fb":
         pairs = [(op, t) for op, t in zip(ops, times, strict=True) if (op.phase == "fwd") == (ph == "f")]
         total: Num = 0.0
         issued: Num = 0.0  # when the host has issued the open segment's work so far (I)
         done: Num = 0.0  # when the GPU is through the open segment's kernels so far (E)
+        host_s: Num = 0.0  # the pass's host and GPU seconds, for a pass without a sync
+        gpu_s: Num = 0.0
+        synced: Num | bool = False
         for op, t in (pairs if ph == "f" else pairs[::-1]):
             n = count_of(op)
             h = n * per_launch(op, host)
-            issued = issued + op.host  # the records' own Python (hooks) runs before their launches
+            issued, host_s = issued + op.host, host_s + op.host + h  # the records' own Python runs before launches
             if op.collective is not None and not exposed(op, host):
                 issued = issued + h  # hidden behind compute: its call only, neither GPU time nor a sync
             elif op.collective is not None:
                 closes = np.asarray(op.collective.group) > 1
-                issued = issued + h
+                synced, issued, gpu_s = synced | closes, issued + h, gpu_s + t
                 # the collective starts once issued and once the GPU is through the segment; the host waits for it
                 # to finish, so it issues nothing while it runs: its time follows the queue, it does not hide in it
                 total = total + where(closes, maximum(issued, done) + t, 0.0)
                 issued, done = where(closes, 0.0, issued), where(closes, 0.0, maximum(issued, done) + t)
             else:
-                issued, done = queue_step(issued, done, n, h, t)
-        out[ph] = total + maximum(issued, done)
+                (issued, done), gpu_s = queue_step(issued, done, n, h, t), gpu_s + t
+        if np.ndim(synced) == 0:
+            synced = bool(synced)
+        out[ph] = where(synced, total + maximum(issued, done), maximum(host_s, gpu_s))
     return out
 
 
