@@ -231,7 +231,7 @@ def segment_time(ops: list[OpCost], times: list[Num], host: HostCost,
         done: Num = 0.0  # when the GPU is through the open segment's kernels so far (E)
         host_s: Num = 0.0  # the pass's host and GPU seconds, for a pass without a sync
         gpu_s: Num = 0.0
-        synced: Num | bool = False
+        synced: np.ndarray | bool = False  # a sync closed a segment (per plan)
         for op, t in (pairs if ph == "f" else pairs[::-1]):
             n = count_of(op)
             h = n * per_launch(op, host)
@@ -240,7 +240,7 @@ def segment_time(ops: list[OpCost], times: list[Num], host: HostCost,
                 issued = issued + h  # hidden behind compute: its call only, neither GPU time nor a sync
             elif op.collective is not None:
                 closes = np.asarray(op.collective.group) > 1
-                synced, issued, gpu_s = synced | closes, issued + h, gpu_s + t
+                synced, issued, gpu_s = np.logical_or(synced, closes), issued + h, gpu_s + t
                 # the collective starts once issued and once the GPU is through the segment; the host waits for it
                 # to finish, so it issues nothing while it runs: its time follows the queue, it does not hide in it
                 total = total + where(closes, maximum(issued, done) + t, 0.0)
