@@ -125,9 +125,10 @@ def test_an_exposed_collective_drains_the_hosts_lead_where_the_host_waits_for_it
     stack = Stack(host_dispatch=10 * US, blocking_collectives=True)
     t = pass_times(SEGMENTED, SEG_TIMES, Plan(), stack, "none")
     # segment 1: host 10 kernels + the all-reduce call = 110 us against 10 us of GPU, then the all-reduce's 5 us, which
-    # the host waits out (it issues nothing meanwhile): 115 us against the GPU's 15, 100 us idle; segment 2: host 10 us
-    # against a 200 us GEMM: none. One max over the pass would find none (host 120 < GPU 215 us)
-    assert t.host == pytest.approx(100 * US) and t.total == pytest.approx((215 + 100) * US)
+    # the host waits out (it issues nothing meanwhile): 115 us against the GPU's 15, 100 us idle; segment 2 starts from
+    # the empty queue the wait leaves: the GEMM is issued 10 us later and runs 200 us (step/host.queue_step), 10 us
+    # idle. One max over the pass would find none (host 120 < GPU 215 us)
+    assert t.host == pytest.approx(110 * US) and t.total == pytest.approx((215 + 110) * US)
     # hidden behind the GEMMs (--tp-comm-overlap) the all-reduce is no sync: one max over the pass
     hidden = [SEGMENTED[0], replace(SEGMENTED[1], overlap="tp"), SEGMENTED[2]]
     assert pass_times(hidden, SEG_TIMES, Plan(), stack.with_(overlap_tp=True), "none").host == 0.0

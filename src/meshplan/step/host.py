@@ -7,7 +7,10 @@ stack. The host issues each kernel and collective call asynchronously, ``host.pe
 one graph per pass under ``host.cuda_graphs``), at its own CPU's speed (``on_host``), and the GPU cannot run a
 kernel before it is issued. Two bounds:
 - without synchronisation the host's lead carries through the whole pass, and the pass takes max(host, GPU): the GPU
-  waits max(0, H − G) (``host_times``). PyTorch's NCCL collectives are such calls: ProcessGroupNCCL enqueues the
+  waits max(0, H − G) (``host_times``). That is the launch queue's steady state: the GPU starts each kernel at
+  max(its issue time, the end of the one before) (``queue_step``, a two-machine flow line), and L layers queued one
+  after another take L·max(H, G) plus at most one layer's start-up, since a flow line runs at its slower machine's
+  pace (tests/test_launch_queue.py). PyTorch's NCCL collectives are such calls: ProcessGroupNCCL enqueues the
   collective on its stream and returns, and ``wait()`` makes the compute stream wait on it, not the host
   (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, unless TORCH_NCCL_BLOCKING_WAIT), so an exposed all-reduce
   (Megatron's TP all-reduce) costs the host one call and the GPU its transfer; ranks that issue it alike meet at it
@@ -17,10 +20,12 @@ kernel before it is issued. Two bounds:
 - a synchronisation drains the queue (issue 46: "synchronisations (NCCL calls in stacks that wait, .item(), MoE token
   counts) drain the queue ... the step is the max of the host's and the GPU's timelines between syncs"): under
   ``host.blocking_collectives`` (a host that waits for each exposed collective to finish, as ``.item()`` waits)
-  between syncs each segment takes max(host_s, GPU_s) and then its closing collective c_s, which the host waits out
-  issuing nothing (the wait blocks it), and the pass Σ_s (max(host_s, GPU_s) + c_s), which is ≥ max(H, G)
-  (Σ max ≥ max Σ). Collectives that hide behind compute (``host.hidden_tp``, the context-parallel ring) are no
-  syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no segments. The MoE
+  between syncs each segment starts from an empty queue and takes its flow line's makespan q_s (``queue_step``:
+  between max(host_s, GPU_s) and Σ over its kernels of the larger of the two, plus one kernel's smaller), and then its
+  closing collective c_s, which the host waits out issuing nothing (the wait blocks it), and the pass Σ_s (q_s + c_s),
+  which is ≥ max(H, G) (Σ max ≥ max Σ). Collectives that hide behind compute (``host.hidden_tp``, the context-parallel
+  ring) are no syncs. A CUDA-graphed stack launches the collectives inside its graph: one launch per pass, no
+  segments. The MoE
   tokens-per-expert sync is the per-expert path's (roofline.op_time, mlp_moe.host_launched: HostCost.per_kernel too).
 - every launch a synchronisation (``host.blocking_launches``: CUDA_LAUNCH_BLOCKING=1 "disables asynchronicity of
   kernel launches", CUDA C++ Programming Guide, "Asynchronous Concurrent Execution"; NCCL's kernels are launches too):
@@ -29,7 +34,7 @@ kernel before it is issued. Two bounds:
   BigScience trained BLOOM so (bigscience-workshop/bigscience train/tr11-176B-ml/README.md, "Important environment
   variables": the workaround for a hang at 40+ nodes).
 The pass takes max(G, H), G the pass's GPU time after the overlap rules, and where the host waits for its collectives
-the larger of that and Σ_s (max(h_s, g_s) + c_s) (``host_idle``); each is non-increasing in every rate and
+the larger of that and Σ_s (q_s + c_s) (``host_idle``); each is non-increasing in every rate and
 non-decreasing in the host's cost, so the step stays monotone (step/passes.py's docstring).
 """
 
@@ -206,29 +211,65 @@ def exposed(op: OpCost, host: HostCost) -> bool:
 def segment_time(ops: list[OpCost], times: list[Num], host: HostCost,
                  count_of: Callable[[OpCost], Num] = launches) -> dict[str, Num]:
     """Per pass ("f", "b") Σ over the segments between exposed collectives (``exposed``, over a group of more than
-    one rank; each a sync where the host waits for them, ``host.blocking_collectives``) of
-    max(host_s, GPU_s) + c_s: host_s the segment's launches × ``host.per_kernel`` (the collective's call
-    among them) and its records' own host seconds (``OpCost.host``), GPU_s its kernels' ``times``, c_s its closing
-    collective's time, which runs after both (it starts once issued and once the GPU is through the segment) while
-    the host waits for it (a collective that hides counts nowhere). What follows the last sync is a segment:
-    max(host, GPU). A collective over one rank closes nothing: its time is GPU time of the segment."""
-    total: dict[str, Num] = {"f": 0.0, "b": 0.0}
-    issued: dict[str, Num] = {"f": 0.0, "b": 0.0}  # the open segment's host seconds
-    gpu: dict[str, Num] = {"f": 0.0, "b": 0.0}
-    for op, t in zip(ops, times, strict=True):
-        ph = "f" if op.phase == "fwd" else "b"
-        issued[ph] = issued[ph] + count_of(op) * per_launch(op, host) + op.host
-        if op.collective is not None and not exposed(op, host):
-            continue  # hidden behind compute: neither the segment's GPU time nor a sync
-        if op.collective is not None:
-            closes = np.asarray(op.collective.group) > 1
-            # the collective starts once issued and once the GPU is through the segment's kernels; the host waits
-            # for it to finish, so it issues nothing while it runs: its time follows the max, it does not hide in it
-            total[ph] = total[ph] + where(closes, maximum(issued[ph], gpu[ph]) + t, 0.0)
-            issued[ph], gpu[ph] = where(closes, 0.0, issued[ph]), where(closes, 0.0, gpu[ph] + t)
-        else:
-            gpu[ph] = gpu[ph] + t
-    return {ph: total[ph] + maximum(issued[ph], gpu[ph]) for ph in "fb"}
+    one rank; each a sync where the host waits for them, ``host.blocking_collectives``) of the segment's queue time
+    q_s (``queue_step``: host and GPU as a two-machine flow line, from the empty queue the sync leaves) plus c_s,
+    its closing collective's time, which runs after both (it starts once issued and once the GPU is through the
+    segment) while the host waits for it (a collective that hides counts nowhere, its call is host time). What
+    precedes the first sync and follows the last are segments too, each from an empty queue (the layer before
+    closed with a sync as this one does; pricing the two apart only delays: a restart never speeds a flow line). A
+    pass without a sync (a collective over one rank closes nothing: its time is GPU time) keeps the lead it came
+    with: max(host, GPU), the flow line's steady state (module docstring). The forward runs the ops in their
+    records' order, the backward in the reverse (autograd walks the graph from the loss back: PyTorch docs,
+    "Autograd mechanics"; cost/layers lists a layer in forward order). max(host_s, GPU_s) ≤ q_s ≤ Σ over its
+    kernels of max(host, GPU) + the largest min(host, GPU) of one kernel (the kernel that sets Johnson's maximum
+    pays both its host and its GPU time) ≤ host_s + GPU_s."""
+    out: dict[str, Num] = {}
+    for ph in "fb":
+        pairs = [(op, t) for op, t in zip(ops, times, strict=True) if (op.phase == "fwd") == (ph == "f")]
+        total: Num = 0.0
+        issued: Num = 0.0  # when the host has issued the open segment's work so far (I)
+        done: Num = 0.0  # when the GPU is through the open segment's kernels so far (E)
+        host_s: Num = 0.0  # the pass's host and GPU seconds, for a pass without a sync
+        gpu_s: Num = 0.0
+        synced: np.ndarray | bool = False  # a sync closed a segment (per plan)
+        for op, t in (pairs if ph == "f" else pairs[::-1]):
+            n = count_of(op)
+            h = n * per_launch(op, host)
+            issued, host_s = issued + op.host, host_s + op.host + h  # the records' own Python runs before launches
+            if op.collective is not None and not exposed(op, host):
+                issued = issued + h  # hidden behind compute: its call only, neither GPU time nor a sync
+            elif op.collective is not None:
+                closes = np.asarray(op.collective.group) > 1
+                synced, issued, gpu_s = np.logical_or(synced, closes), issued + h, gpu_s + t
+                # the collective starts once issued and once the GPU is through the segment; the host waits for it
+                # to finish, so it issues nothing while it runs: its time follows the queue, it does not hide in it
+                total = total + where(closes, maximum(issued, done) + t, 0.0)
+                issued, done = where(closes, 0.0, issued), where(closes, 0.0, maximum(issued, done) + t)
+            else:
+                (issued, done), gpu_s = queue_step(issued, done, n, h, t), gpu_s + t
+        if np.ndim(synced) == 0:
+            synced = bool(synced)
+        out[ph] = where(synced, total + maximum(issued, done), maximum(host_s, gpu_s))
+    return out
+
+
+def queue_step(issued: Num, done: Num, n: Num, h: Num, g: Num) -> tuple[Num, Num]:
+    """One op through the launch queue: its ``n`` kernels (of ``h`` host and ``g`` GPU seconds in all, split evenly:
+    a record holds a pass's kernels of one op, cost/records.py) after work the host had issued by ``issued`` and the
+    GPU finished by ``done``; returns both times after it. A launch is asynchronous, the GPU runs a stream's kernels
+    in issue order (CUDA C++ Programming Guide, "Asynchronous Concurrent Execution": "kernel launches" return to the
+    host before the device completes them; "Streams": commands of a stream execute in order), so kernel j starts at
+    max(its issue time, the end of kernel j − 1): the two-machine flow shop of Johnson (1954, "Optimal two- and
+    three-stage production schedules with setup times included", Naval Research Logistics Quarterly 1, 61-68), whose
+    makespan for a fixed order is max over k of (host time of kernels 1..k + GPU time of kernels k..n). For n equal
+    kernels (a = h/n, b = g/n) that maximum lies at k = 1 or k = n (it is linear in k), so the GPU is done at
+        max(done + g, issued + a + g, issued + h + b)
+    and the host has issued by issued + h. Non-decreasing in ``issued``, ``done``, ``h``, ``g`` and in ``n`` at a
+    fixed cost per launch (h = n·p: issued + n·p + g/n exceeds issued + p + g only where it grows with n), so a faster
+    GPU or host never slows the queue; n = 0 (a view, or a compute op's GPU time without a launch) runs as one."""
+    k = maximum(n, 1.0)
+    a, b = h / k, g / k
+    return issued + h, maximum(maximum(done + g, issued + a + g), issued + h + b)
 
 
 def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, host: HostCost, recompute: str,

@@ -24,7 +24,8 @@ slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing i
   stack's ``host_dispatch`` seconds each (one graph per pass under ``stack.cuda_graphs``), and the GPU cannot run a
   kernel before it is issued; each pass of each group of ops (a layer, the embedding, the head) takes max(GPU time,
   host time), and where the host waits for its collectives (``stack.blocking_collectives``) at least Σ over its
-  segments between exposed collectives of max(host_s, GPU_s) plus the closing collective, which the waiting host
+  segments between exposed collectives of the segment's launch queue (each kernel starts at max(its issue, the end of
+  the one before), from the empty queue the sync leaves) plus the closing collective, which the waiting host
   cannot overlap (``host.host_idle``); where every launch blocks (``stack.blocking_launches``) the host's time and
   the GPU's add up; and a layer's host time never hides
   behind the head's GPU time. The excess (``PassTimes.host``, the GPU idle) is booked as exposed time, like exposed
