@@ -124,15 +124,6 @@ UNSHARP = {
     # (docs/HISTORY.md, "GPT-OSS-120B: where the missing cost is not").
     "gpu=blackwell/slow-host, stack=megatron-bridge, family=megatron, kind=moe, size=small, scale=node, work=large":
         "bimodal: GPT-OSS-120B's unpriced cost beside Qwen3-30B-A3B priced within a few per cent",
-    # vTrain's released half alone (566 of its 720 runs): priced as vTrain's graph holds a micro-batch
-    # (meshplan_validation/source_vtrain.py), micro-batch 1 reads 3-4 % median |error| (p80 7-9 %), micro-batch 2-8 at
-    # tp 2-8 12 % (p80 21 %, three in four too fast): the 80 % band (0.185) covers 80 % of the runs, the median |error|
-    # (0.057) is the micro-batch 1 runs'. Unpriced: the release's traced layers are single CUPTI runs whose KERNEL
-    # activity serialises kernels (a host reaching kernels one at a time: per kernel the larger of host and GPU time,
-    # which step/passes.py does not price), and six of them cost less at a larger micro-batch, which no pricing can
-    # follow (data/measured/2026-11-29-vtrain-graph-scope.md).
-    "gpu=ampere, stack=megatron-deepspeed-megatron-optimizer, family=deepspeed, kind=dense, size=small, scale=node, "
-    "work=small": "a mixture: micro-batch 1 priced within a few per cent beside larger micro-batches read too fast",
 }
 
 
