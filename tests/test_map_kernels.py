@@ -101,7 +101,7 @@ def test_megatron_llamas_distributed_optimizer_is_not_overlapped():
     assert any(n.startswith("DP communication overlapped (stated") for n in overlapped.assumptions)
     p = plain.plan
     assert (p.dp, p.zero, p.grad_bytes) == (64, 1, 4)
-    _, gather, scatter = dp_collectives(plain.model, plain.cluster, p, stage_params(plain.model, p, first=True),
+    _, gather, scatter, _ = dp_collectives(plain.model, plain.cluster, p, stage_params(plain.model, p, first=True),
                                         DEFAULT)
     assert evaluate_case(plain).breakdown["dp"] == pytest.approx(gather + scatter)
     assert evaluate_case(overlapped).breakdown["dp"] < 0.5 * (gather + scatter)

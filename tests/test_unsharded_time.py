@@ -1,7 +1,7 @@
 """KempnerForge's stack behaviours in time, as memory.model_states prices them in memory
 (tests/test_memory_unsharded.py): gradients accumulated whole between FSDP2's syncs and reduced once per update
 (Stack.accumulate_unsharded: channels.zero_traffic, cost/fsdp.accumulation_bytes), the optimizer's step and the
-checkpoint without an fp32 master copy (Stack.master_weights: channels.step_bytes, goodput.state_bytes), and
+checkpoint without an fp32 master copy (Stack.master_weights: channels.step_bytes, goodput.saved_state_bytes), and
 F.cross_entropy on bf16 logits gathered to every TP rank (Stack.cross_entropy = "gathered_bf16": cost/embed_head.py,
 memory.loss_workspace)."""
 

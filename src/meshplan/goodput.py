@@ -112,18 +112,18 @@ class Goodput:
 
 def checkpoint_bytes(model: ModelSpec, plan: Plan, stack: Stack | None = None) -> float:
     """The training state of the whole model: every weight (WEIGHT_BYTES) and the optimizer state of the trainable
-    ones (``state_bytes``); under LoRA the adapters and their state only (the frozen base is not saved again, as PEFT
-    saves)."""
+    ones (``saved_state_bytes``); under LoRA the adapters and their state only (the frozen base is not saved again,
+    as PEFT saves)."""
     if plan.finetune == "lora":
         from meshplan.cost.params import adapter_params
 
         # adapter_params is per layer on one GPU (split over tp·tp2): the whole model's
         adapters = adapter_params(model, plan) * model.num_layers * plan.tp * plan.tp2
-        return adapters * (WEIGHT_BYTES + state_bytes(plan, stack))
-    return model.params() * (WEIGHT_BYTES + state_bytes(plan, stack))
+        return adapters * (WEIGHT_BYTES + saved_state_bytes(plan, stack))
+    return model.params() * (WEIGHT_BYTES + saved_state_bytes(plan, stack))
 
 
-def state_bytes(plan: Plan, stack: Stack | None) -> float:
+def saved_state_bytes(plan: Plan, stack: Stack | None) -> float:
     """The optimizer state a checkpoint holds per trainable parameter: memory.optimizer_bytes' (the fp32 master and
     the moments, K = 12 for Adam; without a master copy, ``stack.master_weights`` false, the moments in the weights'
     16 bits, 4: KempnerForge's DCP save of its bf16 model's torch.optim state)."""
@@ -158,7 +158,7 @@ def writer_share(model: ModelSpec, plan: Plan, gpus: int, sharded: bool, stack: 
     size = checkpoint_bytes(model, plan, stack)
     if sharded:
         return size / gpus
-    weights = size * WEIGHT_BYTES / (WEIGHT_BYTES + state_bytes(plan, stack))
+    weights = size * WEIGHT_BYTES / (WEIGHT_BYTES + saved_state_bytes(plan, stack))
     model_parallel = plan.tp * plan.tp2 * plan.pp * plan.cp
     return weights / model_parallel + (size - weights) / (gpus if plan.zero else model_parallel)
 
@@ -167,7 +167,7 @@ def goodput(model: ModelSpec, plan: Plan, gpus: int, rel: Reliability, writer_by
             host_bandwidth: float = 0.0, stack: Stack | None = None) -> Goodput:
     """The failure accounting of ``plan`` on ``gpus`` GPUs (module docstring); ``writer_bytes``: what the busiest rank
     writes through its ``host_bandwidth`` (0: no per-rank limit); ``stack``: whose optimizer state the checkpoint
-    holds (``state_bytes``)."""
+    holds (``saved_state_bytes``)."""
     mtbf = rel.mtbf_gpu_hours * 3600 / gpus
     size = checkpoint_bytes(model, plan, stack)
     delta = size / rel.checkpoint_bandwidth

@@ -163,7 +163,7 @@ def optimizer_bytes(plan: Plan, stack: Stack) -> tuple[float, float]:
     ``unsharded_accumulated_grad``), from the first micro-batch's backward to the last's: ``plan.grad_bytes`` a
     parameter, unsharded, in place of the shard. (torch/distributed/fsdp/_fully_shard/ of torch 2.13.0, cf30153c; the
     runs used 2.11.0. KempnerForge's own words: "FSDP2 retains the unsharded fp32 gradient across microbatches",
-    benchmarks/175b_360gpu/README.md @b62d2e36, where grad_accum_steps=8 ran out of memory.)"""
+    kempnerforge/benchmarks/175b_360gpu/README.md @b62d2e36, where grad_accum_steps=8 ran out of memory.)"""
     if stack.master_weights:
         return OPTIMIZER_STATE[plan.optimizer].state, plan.grad_bytes
     return per_parameter_byte(plan.optimizer, WEIGHT_BYTES, master=False)[0] * WEIGHT_BYTES, WEIGHT_BYTES

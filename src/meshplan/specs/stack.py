@@ -115,7 +115,7 @@ class Stack:
     master_weights: bool = _flag(True, "an fp32 master copy of the 16-bit weights beside them (mixed precision); "
                                        "false: the model is cast to 16 bits and torch.optim updates it in place, "
                                        "its state and gradients in the weights' dtype (memory.model_states, "
-                                       "step/channels.step_bytes, goodput.state_bytes)")
+                                       "step/channels.step_bytes, goodput.saved_state_bytes)")
     pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch: "
                                                                   "megatron (Megatron-Core) or torch (pipelining)")
     cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")

@@ -166,9 +166,12 @@ def _weight_side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n
     def spread(x: Num) -> Num:  # a value per rank and row (or one for all)
         return x[..., inverse] if isinstance(x, np.ndarray) and x.ndim else x
 
+    def spread_all(c: Collectives) -> Collectives:  # the seconds spread, the cadence (``once``) as it was
+        return Collectives(spread(c.all_reduce), spread(c.gather), spread(c.scatter), c.once)
+
     params = StageParams(*(spread(getattr(few[0], f)) for f in StageParams.__slots__))
-    return (params, Collectives(*map(spread, few[1])), cast(np.ndarray, spread(few[2])),
-            Collectives(*map(spread, few[3])), {k: spread(v) for k, v in few[4].items()})
+    return (params, spread_all(few[1]), cast(np.ndarray, spread(few[2])), spread_all(few[3]),
+            {k: spread(v) for k, v in few[4].items()})
 
 
 # rows of a batch below which ``_weight_side`` computes every row: the distinct rows, the sub-batch and the spread cost
