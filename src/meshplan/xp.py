@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeAlias, overload
 
 import numpy as np
@@ -73,3 +74,18 @@ def unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.empty(len(order), dtype=np.intp)
     inverse[order] = np.cumsum(new) - 1
     return ordered[new], inverse
+
+
+def recent(answers: list[tuple[tuple[object, ...], Num]], key: tuple[object, ...], compute: Callable[[], Num]) -> Num:
+    """The answer kept in ``answers`` for ``key`` (objects compared by identity: they are held there, so that their
+    ids are not reused), else ``compute()``'s, kept among the last four, newest first (an array answer read-only: a
+    caller cannot change a kept one). For a search's batches, whose settings share their columns."""
+    for known, answer in answers:
+        if all(a is b for a, b in zip(known, key, strict=True)):
+            return answer
+    answer = compute()
+    if isinstance(answer, np.ndarray):
+        answer.flags.writeable = False
+    answers.insert(0, (key, answer))
+    del answers[4:]
+    return answer

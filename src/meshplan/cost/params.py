@@ -8,7 +8,6 @@ grid), ep·etp the ranks that split the routed experts, H hidden size, V vocabul
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -21,7 +20,7 @@ from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import edge_layer_params, head_vocab, kept_extra_params
 from meshplan.specs.plan import Plan
-from meshplan.xp import Num, minimum, where
+from meshplan.xp import Num, minimum, recent, where
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +41,7 @@ def _uneven(plan: Plan) -> Num:
     may hold pp = 1 rows beside pipelined ones; its answer kept as ``layers_on_stage``'s)."""
     if type(plan) is Plan:
         return (plan.last_stage_layers > 0) & (plan.pp > 1)
-    return _kept(_UNEVEN, (plan.last_stage_layers, plan.pp), lambda: (plan.last_stage_layers > 0) & (plan.pp > 1))
+    return recent(_UNEVEN, (plan.last_stage_layers, plan.pp), lambda: (plan.last_stage_layers > 0) & (plan.pp > 1))
 
 
 def any_uneven(plan: Plan) -> bool:
@@ -73,22 +72,7 @@ def layers_on_stage(model: ModelSpec, plan: Plan) -> Num:
     # a batch's by the columns it reads (the batches of a search's settings share them: with_settings), a plan's by it
     key = (model, plan) if type(plan) is Plan else (model, plan.pp, plan.last_stage_layers, plan.first_stage_layers,
                                                     plan.stage_layers)
-    return _kept(_STAGE_ANSWERS, key, lambda: _layers_on_stage(model, plan))
-
-
-def _kept(answers: list[tuple[tuple[object, ...], Num]], key: tuple[object, ...], compute: Callable[[], Num]) -> Num:
-    """The answer kept for ``key`` (the objects themselves, compared by identity: held, so that their ids are not
-    reused), else ``compute()``'s, kept among the last four (an array answer read-only: a caller cannot change a kept
-    one)."""
-    for known, answer in answers:
-        if all(a is b for a, b in zip(known, key, strict=True)):
-            return answer
-    answer = compute()
-    if isinstance(answer, np.ndarray):
-        answer.flags.writeable = False
-    answers.insert(0, (key, answer))
-    del answers[4:]
-    return answer
+    return recent(_STAGE_ANSWERS, key, lambda: _layers_on_stage(model, plan))
 
 
 def _layers_on_stage(model: ModelSpec, plan: Plan) -> Num:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import field, fields, make_dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from meshplan.specs.plan import DENSE_AXES, Plan, revised
+from meshplan.xp import Num, recent
 
 _PLAIN = Plan()  # the template PlanBatch.plan fills in (revised: every field of it replaced but the tags)
 NUMERIC = ("dp", "tp", "pp", "cp", "tp2", "ep", "etp", "vpp", "last_stage_layers", "micro_batch", "global_batch",
@@ -83,15 +84,8 @@ class _Batch(_Base):
         """Plan.grad_accum, global_batch // (dp · micro_batch), of the last four column sets asked (``_ACCUM``): the
         batches of one search's settings share their columns (``select(..., **settings)``, ``revised``), and the step
         and memory of a chunk read it dozens of times (an int64 division each, 5 % of a memory pass's elements)."""
-        gb, dp, mbs = self.global_batch, self.dp, self.micro_batch
-        for known_gb, known_dp, known_mbs, m in _ACCUM:
-            if known_gb is gb and known_dp is dp and known_mbs is mbs:
-                return m
-        m = np.asarray(Plan.grad_accum.fget(self))  # type: ignore[attr-defined]
-        m.flags.writeable = False  # kept: no reader may change it
-        _ACCUM.insert(0, (gb, dp, mbs, m))
-        del _ACCUM[4:]
-        return m
+        return cast(np.ndarray, recent(_ACCUM, (self.global_batch, self.dp, self.micro_batch),
+                                       lambda: np.asarray(Plan.grad_accum.fget(self))))  # type: ignore[attr-defined]
 
     num_micro_batches = grad_accum  # type: ignore[assignment]  # a column, as grad_accum
 
@@ -130,7 +124,7 @@ class _Batch(_Base):
 
 
 # grad_accum's last answers, newest first, with the columns themselves (held, so that their ids are not reused)
-_ACCUM: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+_ACCUM: list[tuple[tuple[object, ...], Num]] = []
 
 
 def _fields() -> list[tuple]:
