@@ -121,7 +121,10 @@ UNSHARP = {
     # Not attention alone: the GB200 MXFP8 and BF16 runs are priced with the same attention time (0.47 s a step) yet
     # miss 0.67 and 1.64 s; and meshplan prices cuDNN's kernels at 1.6-1.9x their own time on Hopper (H200, d = 64 and
     # 128: tests/test_attention_gpu.py), so sink attention alone would have to take 4-9x a plain kernel's time
-    # (docs/HISTORY.md, "GPT-OSS-120B: where the missing cost is not").
+    # (docs/HISTORY.md, "GPT-OSS-120B: where the missing cost is not"); and the runs at 8,192 and 4,096 keys move a
+    # token's time as the plain kernel's price does (tests/test_gpt_oss_gap.py): the missing cost grows with the tokens,
+    # not the keys. Left to measure on a lent GPU: the bias gradient fused into the 16-bit weight-gradient GEMMs of
+    # GPT-OSS's biased layers (benchmarks/measure/bias_grad_gemm_gpu.py).
     "gpu=blackwell/slow-host, stack=megatron-bridge, family=megatron, kind=moe, size=small, scale=node, work=large":
         "bimodal: GPT-OSS-120B's unpriced cost beside Qwen3-30B-A3B priced within a few per cent",
 }
