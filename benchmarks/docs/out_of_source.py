@@ -116,6 +116,7 @@ def _judged(results: list[Any]) -> set[int]:
 def serving_rows(constants: dict[str, Any]) -> list[dict[str, Any]]:
     files = {name: read_runs(ROOT / path) for name, path in SERVING.items()}
     fit = [r for r in files["published"] if r.get("split") == "fit"]
+    every = [r for rs in files.values() for r in rs]
     linear = loso_serving.linearised(fit)
     rows, values = [], {}
     for file, records in files.items():
@@ -124,7 +125,7 @@ def serving_rows(constants: dict[str, Any]) -> list[dict[str, Any]]:
             if source not in values:
                 values[source] = (loso_serving.refit_without(linear, source)
                                   if source in loso_serving.fit_sources() else loso_serving.shipped()
-                                  ) | loso_serving.single_without(source)
+                                  ) | loso_serving.single_without(source, every)
             rows += _serving_record(record, file, source, values[source])
     fitted_on = loso_serving.fit_sources() | {s for f in FITTED if f.domain == "serving" for s in f.sources}
     constants["serving"] = {"all sources": linear.refit(None)} | {
