@@ -100,17 +100,10 @@ def serving_priors(files: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def _judged(results: list[Any]) -> set[int]:
-    """The index of each run's observation that judges it: its headline throughput, or, for a run that measured no
-    throughput and was not driven at an offered rate (a fixed batch timed end to end: AMD's MI300X latency tables), the
-    first metric it measured."""
-    headed = {r.id for r in results if r.headline}
-    out: set[int] = set()
-    seen: set[str] = set()
-    for i, r in enumerate(results):
-        if r.headline or (r.id not in headed and r.id not in seen and r.mode != "rate" and r.error is not None):
-            out.add(i)
-            seen.add(r.id)
-    return out
+    """The index of each run's observation that judges it (loso_serving.judged: its headline throughput, or, for a run
+    that measured no throughput and was not driven at an offered rate, the first metric it measured)."""
+    chosen = {id(r) for r in loso_serving.judged(results)}
+    return {i for i, r in enumerate(results) if id(r) in chosen}
 
 
 def serving_rows(constants: dict[str, Any]) -> list[dict[str, Any]]:

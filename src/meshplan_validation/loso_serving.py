@@ -121,11 +121,13 @@ def judged(results: list[ServingResult]) -> list[ServingResult]:
     """Each run's observation that judges it: its headline throughput, or, for a run that measured no throughput
     and was not driven at an offered rate, the first metric it measured (benchmarks/docs/out_of_source.py)."""
     headed = {r.id for r in results if r.headline}
-    out: dict[str, ServingResult] = {}
+    out: list[ServingResult] = []
+    seen: set[str] = set()
     for r in results:
-        if r.error is not None and (r.headline or (r.id not in headed and r.id not in out and r.mode != "rate")):
-            out[r.id] = r
-    return list(out.values())
+        if r.error is not None and (r.headline or (r.id not in headed and r.id not in seen and r.mode != "rate")):
+            out.append(r)
+            seen.add(r.id)
+    return out
 
 
 def alternate_fit(name: str, records: list[dict[str, Any]]) -> float:
