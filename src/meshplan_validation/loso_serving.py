@@ -38,13 +38,13 @@ ROCM = ("vllm-v0.5-rocm", "vllm-v0.6-rocm", "vllm-v0.6.2-rocm")  # vLLM's untune
 SINGLE = (("vLLM V0 iteration_latency", ("vllm-v0.5", "vllm-v0", *ROCM), "iteration_latency"),
           ("vLLM ROCm skinny_gemm_rate", ROCM, "skinny_gemm_rate"),
           ("vLLM ROCm kernel_gap", ROCM, "kernel_gap"))
-# A single-source constant that another source's runs price too: without its own source it is refitted on that
-# source's runs (``alternate_fit``) rather than falling to its prior. vLLM V0's iteration latency (fitted on Argonne's
-# H100 runs; its prior, 0.1 ms, is the floor the CPU measurement of the loop leaves out, fitted.py) is also what AMD's
-# MI300X runs of vLLM 0.6.6 and 0.7.3 price (data/serving/published_serving.jsonl, source amd_vllm: rocm/vllm-dev images
-# of the V0 engine, Llama 3 70B and 3.1 405B at tp 8, FP8, batch 1-256 timed end to end): the same loop on another GPU,
-# host, engine version and model. (registry name -> that source, the fit's bounds: fit_llm_inference_bench.py BOUNDS)
-ALTERNATE = {"vLLM V0 iteration_latency": ("amd_vllm", (0.0, 4e-3))}
+# A single-source constant that other sources' runs price too: without its own source it is refitted on the runs of
+# every other source it prices (``alternate_fit``) rather than falling to its prior. vLLM V0's iteration latency
+# (fitted on Argonne's H100 runs; its prior, 0.1 ms, is the floor the CPU measurement of the loop leaves out,
+# fitted.py) also prices AMD's MI300X runs of vLLM 0.6.6 and 0.7.3 (data/serving/published_serving.jsonl, source
+# amd_vllm) and dstack's of upstream vLLM 0.6.3 (data/serving/dstack_mi300x.jsonl): the same loop on another GPU, host,
+# engine version and model. (registry name -> the fit's bounds: fit_llm_inference_bench.py BOUNDS)
+ALTERNATE = {"vLLM V0 iteration_latency": (0.0, 4e-3)}
 GRID, GOLDEN_ROUNDS = 16, 12  # 0.25 ms a cell, then 0.618**12 of two cells: 1.6 us
 GRACE = "Grace interpreter_host"  # a cluster field: the hosts at python_host >= 2 (specs/regime.py SLOW_HOST)
 
@@ -106,14 +106,14 @@ def prior_values(name: str) -> dict[str, float]:
 
 
 def single_without(source: str, records: Sequence[dict[str, Any]] = ()) -> dict[str, float]:
-    """The single-source constants where ``source`` is theirs (else nothing: shipped): refitted on the runs of
-    ``records`` from their ``ALTERNATE`` source where they have one, else at their priors."""
+    """The single-source constants where ``source`` is theirs (else nothing: shipped): refitted on the runs of the
+    other sources in ``records`` where ``ALTERNATE`` allows and one of them prices it, else at their priors."""
     out = {}
+    others = [r for r in records if record_source(r) != source]
     for name in (*(n for n, _, _ in SINGLE), GRACE):
         if by_name(name).sources == {source}:
-            other = ALTERNATE.get(name)
-            runs = [r for r in records if other and record_source(r) == other[0]]
-            out[name] = alternate_fit(name, runs) if runs else by_name(name).prior
+            fitted = alternate_fit(name, others) if name in ALTERNATE else None
+            out[name] = by_name(name).prior if fitted is None else fitted
     return out
 
 
@@ -130,13 +130,16 @@ def judged(results: list[ServingResult]) -> list[ServingResult]:
     return out
 
 
-def alternate_fit(name: str, records: list[dict[str, Any]]) -> float:
+def alternate_fit(name: str, records: list[dict[str, Any]]) -> float | None:
     """``name`` fitted on ``records``: the median |log(predicted / measured)| of the judged observations it moves
-    (a run it does not price leaves the median alone), by golden-section search over ``ALTERNATE``'s bounds."""
-    lo, hi = ALTERNATE[name][1]
+    (a run it does not price leaves the median alone), by golden-section search over ``ALTERNATE``'s bounds; None
+    where it moves none."""
+    lo, hi = ALTERNATE[name]
     ends = [{r.id: r for r in judged(priced(records, {name: x}))} for x in (lo, hi)]
     moved = [r for r in records if r["id"] in ends[0] and r["id"] in ends[1]
              and ends[0][r["id"]].predicted != ends[1][r["id"]].predicted]
+    if not moved:
+        return None
 
     def objective(x: float) -> float:
         return float(np.median([abs(math.log1p(r.error)) for r in judged(priced(moved, {name: x}))
