@@ -100,22 +100,16 @@ def serving_priors(files: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def _judged(results: list[Any]) -> set[int]:
-    """The index of each run's observation that judges it: its headline throughput, or, for a run that measured no
-    throughput and was not driven at an offered rate (a fixed batch timed end to end: AMD's MI300X latency tables), the
-    first metric it measured."""
-    headed = {r.id for r in results if r.headline}
-    out: set[int] = set()
-    seen: set[str] = set()
-    for i, r in enumerate(results):
-        if r.headline or (r.id not in headed and r.id not in seen and r.mode != "rate" and r.error is not None):
-            out.add(i)
-            seen.add(r.id)
-    return out
+    """The index of each run's observation that judges it (loso_serving.judged: its headline throughput, or, for a run
+    that measured no throughput and was not driven at an offered rate, the first metric it measured)."""
+    chosen = {id(r) for r in loso_serving.judged(results)}
+    return {i for i, r in enumerate(results) if id(r) in chosen}
 
 
 def serving_rows(constants: dict[str, Any]) -> list[dict[str, Any]]:
     files = {name: read_runs(ROOT / path) for name, path in SERVING.items()}
     fit = [r for r in files["published"] if r.get("split") == "fit"]
+    every = [r for rs in files.values() for r in rs]
     linear = loso_serving.linearised(fit)
     rows, values = [], {}
     for file, records in files.items():
@@ -124,7 +118,7 @@ def serving_rows(constants: dict[str, Any]) -> list[dict[str, Any]]:
             if source not in values:
                 values[source] = (loso_serving.refit_without(linear, source)
                                   if source in loso_serving.fit_sources() else loso_serving.shipped()
-                                  ) | loso_serving.single_without(source)
+                                  ) | loso_serving.single_without(source, every)
             rows += _serving_record(record, file, source, values[source])
     fitted_on = loso_serving.fit_sources() | {s for f in FITTED if f.domain == "serving" for s in f.sources}
     constants["serving"] = {"all sources": linear.refit(None)} | {

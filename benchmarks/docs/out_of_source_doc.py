@@ -207,7 +207,8 @@ def section(kind: str) -> list[str]:
              f"### The {len(mine)} constants fitted on {kind} runs", "",
              "Each with the values it takes when each of its sources is left out, and what that does to the errors "
              "of those sources' runs (a constant whose only source is left out falls to its prior, the value the "
-             "model takes with no data); and, where it prices runs of sources it was not fitted on, those runs' "
+             "model takes with no data, or, where another source's runs price it too, is refitted on those: "
+             "`loso_serving.ALTERNATE`); and, where it prices runs of sources it was not fitted on, those runs' "
              "errors as shipped and at its prior: a constant earns its place out of source where the shipped value "
              "reads them better.", "",
              *registry(data, kind), "", "### The error bands", "",

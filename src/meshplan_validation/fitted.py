@@ -102,7 +102,9 @@ KERNEL_GAP_PRIOR = 4.54e-6
 # in vLLM's own code, about 5 us a CUDA kernel launch on an x86 host). The forward pass's own graph launch is not in
 # it: the prior is a floor. Under tensor parallelism the driver's broadcast of the inputs to the other workers is priced
 # apart, from vLLM's code (presets/engines/vllm-v0.toml tp_broadcast_tensors, not fitted).
-# The latency fitted on Argonne's H100 runs, 1.115 ms, is above it
+# The latency fitted on Argonne's H100 runs, 1.115 ms, is above it, and so is the 0.99 ms the other sources' V0 runs
+# (AMD's MI300X runs of vLLM 0.6.6 and 0.7.3, dstack's of 0.6.3: another GPU, host and version) read it at: out of
+# source Argonne's runs take that value (loso_serving.ALTERNATE); the prior stays the floor where no run prices it
 V0_LAUNCHED_DISPATCHES = 20
 V0_LAUNCH_US = 5.0
 ITERATION_LATENCY_PRIOR = V0_LAUNCHED_DISPATCHES * V0_LAUNCH_US * 1e-6
@@ -144,7 +146,8 @@ FITTED: tuple[Fitted, ...] = (
     Fitted("vLLM V0 iteration_latency",
            "src/meshplan/presets/engines/vllm-v0.toml iteration_latency (and vllm-v0.5, -rocm)", "serving",
            _engine("vllm-v0", "iteration_latency"), "the released half of Argonne's LLM-Inference-Bench, H100 Llama 2 "
-           "7B at tp 1 (every batch)", frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py",
+           "7B at tp 1 (every batch); without them refitted on the other sources' V0 runs (loso_serving.ALTERNATE)",
+           frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py",
            ITERATION_LATENCY_PRIOR, "s"),
     Fitted("vLLM ROCm skinny_gemm_rate", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml skinny_gemm_rate (and "
            "vllm-v0.5-rocm)", "serving", _engine("vllm-v0.6-rocm", "skinny_gemm_rate"),
