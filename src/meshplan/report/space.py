@@ -9,7 +9,7 @@ plans of the front be picked for the comparison below it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,7 +68,7 @@ def columns(ps: PlanSpace, model: Any = None, space: Any = None) -> dict[str, An
     return out | {"vocab": vocab}
 
 
-def _ordered(values: np.ndarray) -> list[str]:
+def _ordered(values: Iterable[str]) -> list[str]:
     """Numbers in numeric order ("2×2" after "2", "16" after "8"), words as they are."""
     def key(v: str) -> tuple:
         head = v.split("×")[0]

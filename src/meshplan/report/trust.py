@@ -80,7 +80,8 @@ def nearest(est: Estimate, k: int = NEAREST) -> list[dict[str, Any]]:
 def _nearest(arch: str, moe: bool, precision: str, shape: tuple[float, ...], k: int) -> tuple[dict[str, Any], ...]:
     every, columns = _columns()  # sorted by keys alone (the index keeps equal keys in order), a dict for the k first
     # ``_distance`` of every run, its |log2| ratios looked up per distinct value of each column (the same numbers)
-    tp, pp, cp, ep, gpus, size = ({v: _log2(x, v) for v in set(col)} for x, col in zip(shape, columns[3:9], strict=True))
+    tp, pp, cp, ep, gpus, size = ({v: _log2(x, v) for v in set(col)}
+                                  for x, col in zip(shape, columns[3:9], strict=True))
     keys = sorted((a != arch, m != moe, p != precision,
                    tp[t] + pp[q] + cp[c] + ep[e] + 0.5 * gpus[g] + 0.5 * size[b], i_d, i)
                   for i, (a, m, p, t, q, c, e, g, b, i_d) in enumerate(zip(*columns, strict=True)))

@@ -79,13 +79,13 @@ def environment() -> Any:
         import jinja2
     except ImportError:
         raise MissingDependency("jinja2", "report") from None
-    settings = {"trim_blocks": True, "lstrip_blocks": True, "keep_trailing_newline": True}
-    escaped = ["html", "j2"]
+    trim, lstrip, trailing, escaped = True, True, True, ["html", "j2"]
     # the code a template compiles to depends on the Jinja2 release and these settings: a cache of its own for each
-    tag = hashlib.sha1(repr((jinja2.__version__, sorted(settings.items()), escaped)).encode()).hexdigest()[:12]
+    tag = hashlib.sha1(repr((jinja2.__version__, trim, lstrip, trailing, escaped)).encode()).hexdigest()[:12]
     return jinja2.Environment(loader=jinja2.PackageLoader("meshplan.report", "templates"),
                               autoescape=jinja2.select_autoescape(escaped, default=True),
-                              undefined=jinja2.StrictUndefined, bytecode_cache=_template_cache(tag), **settings)
+                              undefined=jinja2.StrictUndefined, trim_blocks=trim, lstrip_blocks=lstrip,
+                              keep_trailing_newline=trailing, bytecode_cache=_template_cache(tag))
 
 
 def _template_cache(tag: str) -> Any:
