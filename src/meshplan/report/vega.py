@@ -95,6 +95,12 @@ def _template_cache(tag: str) -> Any:
     from jinja2 import FileSystemBytecodeCache
 
     class _TemplateCache(FileSystemBytecodeCache):
+        def load_bytecode(self, bucket: Any) -> None:
+            try:
+                super().load_bytecode(bucket)
+            except OSError:  # NotADirectoryError, a file read half: compiled, as without a cache
+                pass
+
         def dump_bytecode(self, bucket: Any) -> None:
             try:
                 os.makedirs(self.directory, exist_ok=True)
