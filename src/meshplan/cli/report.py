@@ -188,8 +188,9 @@ def _scaling_rows(points: list, result, workers: int | None, ray_address: str | 
     fronts, when the report draws the plan space). By default (no ``--workers``, no ``--ray``) as the strong-scaling
     plan runs its counts (cli/plan.py): in processes forked where cores are idle, the largest count first, else in
     this one, each search reusing the unit keys the report's own search priced (``shared_units``, held by the
-    caller); a pool of every core, whose forked workers' copied pages cost CPU seconds of their own, ran them in
-    1.2x the CPU seconds on a loaded two-core machine."""
+    caller). A pool of every core, whose workers priced every key again and paid for their copied pages, took 1.3x the
+    CPU seconds (0.91 / 0.71 and 0.82 / 0.64 s: Llama-3-70B's 64, 128 and 512 H100s beside 256, a loaded two-core
+    machine, 2026-11-29)."""
     from meshplan.search.sweep import result_row, search_point, search_points
     from meshplan.search.workers import forked_map
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -96,17 +97,13 @@ def _template_cache(tag: str) -> Any:
 
     class _TemplateCache(FileSystemBytecodeCache):
         def load_bytecode(self, bucket: Any) -> None:
-            try:
+            with suppress(OSError):  # NotADirectoryError: compiled, as without a cache
                 super().load_bytecode(bucket)
-            except OSError:  # NotADirectoryError, a file read half: compiled, as without a cache
-                pass
 
         def dump_bytecode(self, bucket: Any) -> None:
-            try:
+            with suppress(OSError):
                 os.makedirs(self.directory, exist_ok=True)
                 super().dump_bytecode(bucket)
-            except OSError:
-                pass
 
     return _TemplateCache(str(_cache_dir() / "templates"), f"{tag}-%s.cache")
 
