@@ -57,8 +57,9 @@ def test_the_front_of_time_memory_and_gpus(held):
     other = (first.est.step_time, first.est.peak_memory, 8)  # the same time and memory on 8 GPUs
     again = {d.id: d.on_front for d in detail.with_front(held, [other])}
     assert not again[first.id]
-    assert detail.dominated((2.0, 2.0, 16), [(1.0, 2.0, 16)]) and not detail.dominated((1.0, 2.0, 16), [(1.0, 2.0,
-                                                                                                           16)])
+    # per point: beaten by one no worse anywhere and better somewhere; not by itself, a tie, or a trade
+    assert detail.dominated([(2.0, 2.0, 16), (1.0, 2.0, 16), (1.0, 3.0, 8)], [(1.0, 2.0, 16)]) == [True, False, False]
+    assert detail.dominated([(2.0, 2.0, 16)], []) == [False] and detail.dominated([], [(1.0, 2.0, 16)]) == []
 
 
 def test_pair_of_names_best_front_and_mine(held):

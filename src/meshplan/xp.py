@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeAlias, overload
+from typing import TypeAlias, TypeVar, overload
 
 import numpy as np
 
@@ -12,6 +12,7 @@ import numpy as np
 Num: TypeAlias = float | int | np.ndarray
 
 _SCALAR = (int, float)
+_T = TypeVar("_T")
 
 
 @overload
@@ -76,10 +77,11 @@ def unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[new], inverse
 
 
-def recent(answers: list[tuple[tuple[object, ...], Num]], key: tuple[object, ...], compute: Callable[[], Num]) -> Num:
+def recent(answers: list[tuple[tuple[object, ...], _T]], key: tuple[object, ...], compute: Callable[[], _T]) -> _T:
     """The answer kept in ``answers`` for ``key`` (objects compared by identity: they are held there, so that their
     ids are not reused), else ``compute()``'s, kept among the last four, newest first (an array answer read-only: a
-    caller cannot change a kept one). For a search's batches, whose settings share their columns."""
+    caller cannot change a kept one). For a search's batches, whose settings share their columns (and the report's
+    pipeline runs: report/plots.py)."""
     for known, answer in answers:
         if all(a is b for a, b in zip(known, key, strict=True)):
             return answer

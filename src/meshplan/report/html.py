@@ -46,7 +46,8 @@ def render(result: SearchResult, scaling_rows: Sequence[dict[str, Any]] | None =
     held = with_front(held, [(o["time"], o["memory"] * GiB, o["gpus"]) for o in others])
     points = [(d.est.step_time, d.est.peak_memory, d.est.cluster.num_gpus) for d in held if d.on_front]
     points += [(x["time"], x["memory"] * GiB, x["gpus"]) for x in others]
-    others = [o | {"front3d": not dominated((o["time"], o["memory"] * GiB, o["gpus"]), points)} for o in others]
+    beaten = dominated([(o["time"], o["memory"] * GiB, o["gpus"]) for o in others], points)
+    others = [o | {"front3d": not out} for o, out in zip(others, beaten, strict=True)]
     ranked = from_training(replace(result, plans=tuple(plans)))  # the ``top`` best
     sections = [S.plans_section(ranked)]
     if result.explored is not None and len(result.explored):

@@ -10,8 +10,9 @@ interactions of the sections that are there (each returns at once when its data 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from meshplan.report.vega import bundle, environment, versions
@@ -24,8 +25,9 @@ CORE_SCRIPT = "report.js"  # draws the charts and says when they are drawn (wind
 
 
 def asset(name: str) -> str:
-    """A file of report/templates (a stylesheet or a script) as text."""
-    return (resources.files("meshplan.report") / "templates" / name).read_text(encoding="utf-8")
+    """A file of report/templates (a stylesheet or a script) as text (beside this module, where the templates' loader
+    finds them too: vega.environment)."""
+    return (Path(__file__).parent / "templates" / name).read_text(encoding="utf-8")
 
 
 def safe(text: str, element: str = "script") -> Any:
@@ -34,7 +36,7 @@ def safe(text: str, element: str = "script") -> Any:
     ``</style`` that would end the element early (checked)."""
     from markupsafe import Markup
 
-    if f"</{element}" in text.lower():
+    if re.search(f"</{element}", text, re.IGNORECASE | re.ASCII):  # the HTML parser's own (ASCII) case-insensitivity
         raise ValueError(f"a {element} holds '</{element}': it cannot be inlined")
     return Markup(text)
 

@@ -30,6 +30,7 @@ from meshplan.files import write_bytes
 from meshplan.pipeline.registry import one_chunk, schedule_of
 from meshplan.report.split_runs import PipelineRun, split_run
 from meshplan.units import GiB, fmt_bytes, fmt_time
+from meshplan.xp import recent
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -218,7 +219,8 @@ def pipeline_times(est: Estimate) -> tuple[str, int, tuple[float, ...], tuple[fl
 
 def pipeline_run(est: Estimate) -> PipelineRun:
     """Simulate ``est.plan``'s pipeline schedule (schedule.build / schedule.simulate; the split-backward and
-    two-direction schedules' own tables: split_runs.py).
+    two-direction schedules' own tables: split_runs.py); the last few estimates' runs are kept (by identity:
+    xp.recent), as the HTML report's comparison and its pipeline section both draw plan #1's.
 
     Per micro-batch and chunk, each rank's forward and backward times (the first rank with the embedding,
     the last with the LM head and loss, the others with their layers only), each with its share of the
@@ -226,6 +228,13 @@ def pipeline_run(est: Estimate) -> PipelineRun:
     estimate's pipelined part, compute + recompute + tp + cp + ep + pp + bubble (bubble.flow_bubble; the
     tests check it).
     """
+    return recent(_RUNS, (est,), lambda: _simulated(est))
+
+
+_RUNS: list[tuple[tuple[object, ...], PipelineRun]] = []  # pipeline_run's last answers (xp.recent)
+
+
+def _simulated(est: Estimate) -> PipelineRun:
     from meshplan.pipeline.schedule import build, simulate
 
     plan, m = est.plan, est.plan.grad_accum

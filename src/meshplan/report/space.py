@@ -9,7 +9,7 @@ plans of the front be picked for the comparison below it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,8 +43,8 @@ def columns(ps: PlanSpace, model: Any = None, space: Any = None) -> dict[str, An
     """The sample's columns as the page reads them: times in seconds, memory in GiB (4 significant digits), and
     each categorical column as codes into ``vocab[column]`` (returned under ``"vocab"``)."""
     c = ps.columns
-    tensor = np.where(c["tp2"] > 1, np.char.add(np.char.add(c["tp"].astype(str), "×"), c["tp2"].astype(str)),
-                      c["tp"].astype(str))
+    tensor = np.array([f"{a}×{b}" if b > 1 else str(a) for a, b in zip(c["tp"].tolist(), c["tp2"].tolist(),
+                                                                        strict=True)])
     recompute = np.array(ps.grid[0])[c["recompute"]]
     zero = np.array(ps.grid[1])[c["zero"]]
     opt, act = np.array(ps.grid[2])[c["offload_optimizer"]], np.array(ps.grid[3])[c["offload_activations"]]
@@ -60,14 +60,15 @@ def columns(ps: PlanSpace, model: Any = None, space: Any = None) -> dict[str, An
         out[name] = c[name].tolist()
     vocab = {}
     for name, values in text.items():
-        vocab[name] = _ordered(np.unique(values))
+        listed = values.tolist()  # a set of Python strings: numpy's sort of long strings took most of the time
+        vocab[name] = _ordered(set(listed))
         index = {v: i for i, v in enumerate(vocab[name])}
-        out[name] = [index[str(v)] for v in values.tolist()]
+        out[name] = [index[v] for v in listed]
     out["sp"] = c["sequence_parallel"].astype(int).tolist()
     return out | {"vocab": vocab}
 
 
-def _ordered(values: np.ndarray) -> list[str]:
+def _ordered(values: Iterable[str]) -> list[str]:
     """Numbers in numeric order ("2×2" after "2", "16" after "8"), words as they are."""
     def key(v: str) -> tuple:
         head = v.split("×")[0]
@@ -104,7 +105,11 @@ def frameworks(c: dict[str, np.ndarray], settings: tuple[np.ndarray, ...], model
                 ok &= ~np.broadcast_to(np.asarray(rule.test(view, model, stack), dtype=bool), ok.shape)
         runs.append(ok)
     table = np.array(runs).T if runs else np.zeros((len(zero), 0), dtype=bool)
-    return np.array([", ".join(n for n, on in zip(names, row, strict=True) if on) or "none" for row in table])
+    # each plan's frameworks as the bits of one integer: the few distinct sets are named once each
+    distinct, inverse = np.unique(table.astype(np.int64) @ (1 << np.arange(len(names), dtype=np.int64)),
+                                  return_inverse=True)
+    named = [", ".join(n for j, n in enumerate(names) if code >> j & 1) or "none" for code in distinct.tolist()]
+    return np.array(named)[inverse] if named else np.array([])
 
 
 class _Sampled:

@@ -78,11 +78,25 @@ def nearest(est: Estimate, k: int = NEAREST) -> list[dict[str, Any]]:
 
 @lru_cache(maxsize=256)  # the report's plans share shapes (they differ in ZeRO, recompute, micro-batch ...)
 def _nearest(arch: str, moe: bool, precision: str, shape: tuple[float, ...], k: int) -> tuple[dict[str, Any], ...]:
-    every = runs()  # sorted by keys alone (the index keeps equal keys in order), a dict built for the k first only
-    keys = sorted((run["architecture"] != arch, run["moe"] != moe, _precision(run["precision"]) != precision,
-                   _distance(shape, run), run["id"], i) for i, run in enumerate(every))
+    every, columns = _columns()  # sorted by keys alone (the index keeps equal keys in order), a dict for the k first
+    # ``_distance`` of every run, its |log2| ratios looked up per distinct value of each column (the same numbers)
+    tp, pp, cp, ep, gpus, size = ({v: _log2(x, v) for v in set(col)}
+                                  for x, col in zip(shape, columns[3:9], strict=True))
+    keys = sorted((a != arch, m != moe, p != precision,
+                   tp[t] + pp[q] + cp[c] + ep[e] + 0.5 * gpus[g] + 0.5 * size[b], i_d, i)
+                  for i, (a, m, p, t, q, c, e, g, b, i_d) in enumerate(zip(*columns, strict=True)))
     return tuple(every[i] | {"same_generation": not g, "same_class": not c, "same_precision": not p, "distance": d}
                  for g, c, p, d, _, i in keys[:k])
+
+
+@lru_cache(maxsize=1)
+def _columns() -> tuple[list[dict[str, Any]], tuple[tuple[Any, ...], ...]]:
+    """The runs, and the columns ``_nearest`` sorts them by: architecture, moe, precision family, then what
+    ``_distance`` reads (tp·tp2, pp, cp, ep, GPUs, parameters in billions), then the id."""
+    every = runs()
+    rows = [(r["architecture"], r["moe"], _precision(r["precision"]), r["tp"] * r["tp2"], r["pp"], r["cp"], r["ep"],
+             r["gpus"], r["params_b"], r["id"]) for r in every]
+    return every, tuple(zip(*rows, strict=True)) if rows else ((),) * 10
 
 
 def _precision(name: str) -> str:
