@@ -124,12 +124,13 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
 
 
 def _profiled(pw: Pairwise, key: int, near: list[int], strong: bool) -> np.ndarray:
-    """``_dominated`` of a profile not met by identity: remembered by its parts' digests (``_part``: an edge matrix
+    """``_dominated`` of a profile not met by identity: remembered by its parts' digests (``known_digest``: an array
     met before is not hashed again; the profile is built only where the digests are new)."""
     pairs = [(key, v) if key < v else (v, key) for v in near]
-    tags = [_part(pw.edges[p]) + (b"r" if p[0] == key else b"c") for p in pairs]
+    tags = [known_digest(pw.edges[p]) + (b"r" if p[0] == key else b"c") for p in pairs]
     held = pw.memory.get(key)
-    tag = b"".join((b"G" if strong else b"P", digest(pw.costs[key]), *tags, b"" if held is None else digest(held)))
+    tag = b"".join((b"G" if strong else b"P", known_digest(pw.costs[key]), *tags,
+                    b"" if held is None else digest(held)))
     known = _KEPT.get(tag)
     if known is None:
         blocks = [pw.matrix(key, v) for v in near]
@@ -145,9 +146,9 @@ def _profiled(pw: Pairwise, key: int, near: list[int], strong: bool) -> np.ndarr
     return known
 
 
-def _part(m: np.ndarray) -> bytes:
-    """An array's digest, by its identity first (kept beside it, as ``same`` keeps its arguments): most of a
-    profile's edge matrices are a last round's."""
+def known_digest(m: np.ndarray) -> bytes:
+    """An array's digest (``digest``), by its identity first (kept beside it, as ``same`` keeps its arguments): most
+    of a profile's arrays are a last round's, and the program HiGHS is given is made of arrays profiled here."""
     hit = _PARTS.get(id(m))
     if hit is not None and hit[0] is m:
         return hit[1]
