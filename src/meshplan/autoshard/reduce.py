@@ -228,23 +228,24 @@ def reduce(pw: Pairwise) -> Pairwise:
     Goldstein's criterion too (dearer to test; tested at the nodes left). Dominance is tested again only at the nodes
     whose costs or edges changed since their last test (``dirty``): a node's strategies that survived it survive it
     again on the same profile (each was beaten by none kept before it, and the same ones are kept before it)."""
-    _reduce(pw, set(pw.costs))
     around, dirty = pw.neighbours(), set()
+    _reduce(pw, set(pw.costs), around)
     for key in list(pw.costs):  # Goldstein's criterion once at each node left
         keep = _dominated(pw, key, around[key], strong=True)
         if len(keep) < len(pw.costs[key]):
             restrict(pw, key, keep, around[key])
             dirty |= around[key] | {key}
     if dirty:
-        _reduce(pw, dirty)
+        _reduce(pw, dirty, around)
     return pw
 
 
-def _reduce(pw: Pairwise, dirty: set[int]) -> None:
+def _reduce(pw: Pairwise, dirty: set[int], around: dict[int, set[int]]) -> None:
+    """``reduce``'s plain reductions; ``around``: every node's neighbours (``Pairwise.neighbours``), which
+    ``_eliminate`` keeps up to date."""
     changed = True
     while changed:
         changed = False
-        around = pw.neighbours()
         for key in list(pw.costs):
             if key not in dirty:
                 continue
