@@ -238,13 +238,11 @@ def _warm(h: Any, highs: Any, key: bytes, cols: np.ndarray | None, order: np.nda
 
 
 def _started(h: Any, highs: Any, basis: Any) -> None:
-    """Start from ``basis`` (another round's optimum), the costs unperturbed: HiGHS' dual simplex perturbs every
-    cost at random by default (HighsOptions.h, ``dual_simplex_cost_perturbation_multiplier`` 1) against stalling on
-    a degenerate program from the slack basis; from a basis already near the optimum that only moves it away, then
-    costs the iterations that remove the perturbation (Llama-3-8B on 64 H100s, a first request: its 13 warm rounds
-    5 300 iterations instead of 11 400, HiGHS' CPU about half). The optimum's value is the same (either way HiGHS
-    ends optimal for the costs as given); where it has several optimal vertices, another of them may be the one
-    returned. The cold first round keeps the default."""
+    """Start from ``basis`` (another round's optimum), the costs unperturbed: HiGHS' dual simplex perturbs the costs
+    by default (HighsOptions.h, ``dual_simplex_cost_perturbation_multiplier`` 1) against stalling from the slack
+    basis; from a basis near the optimum that only costs the iterations that remove it (Llama-3-8B on 64 H100s, a
+    first request: 13 warm rounds 5 300 iterations instead of 11 400). The optimum's value is the same; where it
+    has several optimal vertices, another may be returned. The cold first round keeps the default."""
     if highs.setBasis(basis) != h.HighsStatus.kError:
         highs.setOptionValue("dual_simplex_cost_perturbation_multiplier", 0.0)
 
