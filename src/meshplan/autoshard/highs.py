@@ -228,13 +228,23 @@ def _warm(h: Any, highs: Any, key: bytes, cols: np.ndarray | None, order: np.nda
     if bases is None:
         return
     if key in bases:
-        highs.setBasis(bases[key])
+        _started(h, highs, bases[key])
         return
     last = None if scope is None else scope[1][-1] if scope[1] else scope[0]
     if callable(last):  # a plan's first round read, not solved (``first_basis``)
         last = last()
     if last is not None and cols is not None and order is not None:
-        highs.setBasis(_carried(h, last, cols, order))
+        _started(h, highs, _carried(h, last, cols, order))
+
+
+def _started(h: Any, highs: Any, basis: Any) -> None:
+    """Start from ``basis`` (another round's optimum), the costs unperturbed: HiGHS' dual simplex perturbs the costs
+    by default (HighsOptions.h, ``dual_simplex_cost_perturbation_multiplier`` 1) against stalling from the slack
+    basis; from a basis near the optimum that only costs the iterations that remove it (Llama-3-8B on 64 H100s, a
+    first request: 13 warm rounds 5 300 iterations instead of 11 400). The optimum's value is the same; where it
+    has several optimal vertices, another may be returned. The cold first round keeps the default."""
+    if highs.setBasis(basis) != h.HighsStatus.kError:
+        highs.setOptionValue("dual_simplex_cost_perturbation_multiplier", 0.0)
 
 
 SOLVED_BY = ("autoshard/highs.py", "autoshard/ilp.py", "autoshard/reduce.py", "autoshard/solve.py",

@@ -28,7 +28,7 @@ import numpy as np
 
 from meshplan.autoshard.highs import Coo, Names, catch_up, deferred, keep_round, kept_round, relax
 from meshplan.autoshard.problem import Edge, Problem
-from meshplan.autoshard.reduce import MEMO, Pairwise, digest, expand_choice, reduce, restrict, same
+from meshplan.autoshard.reduce import MEMO, Pairwise, digest, expand_choice, known_digest, reduce, restrict, same
 from meshplan.autoshard.trace_cache import cache_dir
 from meshplan.errors import MissingDependency
 from meshplan.xp import unique_rows
@@ -217,7 +217,7 @@ def _classes(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     and each strategy's merged row (of u) and column (of v). Edge variables over the classes, each class's marginal
     equal to the sum of its strategies' variables, give the same objective on every integral choice and the same LP
     optimum (a class's variable splits among its strategies in proportion), with fewer variables."""
-    known = _CLASSES.get(tag := digest(m))
+    known = _CLASSES.get(tag := known_digest(m))  # most were hashed by reduce.py already
     if known is None:
         rows, row_of = unique_rows(m)
         cols, col_of = unique_rows(rows.T)

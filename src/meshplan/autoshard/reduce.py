@@ -101,7 +101,7 @@ def same(op: tuple, args: tuple, compute: Callable[..., Any]) -> Any:
     on the same arrays, and gets the same objects back, which ``_dominated`` then recognises by identity alone."""
     tag = (*op, *map(id, args))
     hit = _SAME.get(tag)
-    if hit is not None and all(a is b for a, b in zip(hit[0], args, strict=True)):
+    if hit is not None:  # its arguments, kept alive beside it, hold these ids: they are these objects
         return hit[1]
     out = compute(*args)
     if len(_SAME) > MEMO:  # the older half goes (a dict keeps the order of insertion): the last rounds' stay
@@ -117,24 +117,27 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
     1e-15, everywhere). Which strategy beats which is one array; only a strategy beaten by one before it in the order
     can be dropped, and those are decided in order. ``strong``: Goldstein's criterion instead (``_goldstein``)."""
     near = sorted(around)
-    pairs = [(key, v) if key < v else (v, key) for v in near]
-    arrays = (pw.costs[key], pw.memory.get(key), *(pw.edges[p] for p in pairs))
-    return same(("strong" if strong else "plain", *(p[0] == key for p in pairs)), arrays,
+    edges = pw.edges
+    arrays = (pw.costs[key], pw.memory.get(key), *(edges[(key, v)] if key < v else edges[(v, key)] for v in near))
+    return same(("strong" if strong else "plain", *(key < v for v in near)), arrays,
                  lambda *_: _profiled(pw, key, near, strong))
 
 
 def _profiled(pw: Pairwise, key: int, near: list[int], strong: bool) -> np.ndarray:
-    """``_dominated`` of a profile not met by identity: remembered by the profile's digest."""
-    blocks = [pw.matrix(key, v) for v in near]
-    parts = [pw.costs[key][:, None], *blocks]
-    if key in pw.memory:
-        parts.append(pw.memory[key])
-    profile = np.concatenate(parts, axis=1)
-    widths = np.array([b.shape[1] for b in blocks], dtype=np.int64)
-    known = _KEPT.get(tag := digest(profile) + (b"G" + widths.tobytes() if strong else b""))
+    """``_dominated`` of a profile not met by identity: remembered by its parts' digests (``known_digest``: an array
+    met before is not hashed again; the profile is built only where the digests are new)."""
+    pairs = [(key, v) if key < v else (v, key) for v in near]
+    tags = [known_digest(pw.edges[p]) + (b"r" if p[0] == key else b"c") for p in pairs]
+    held = pw.memory.get(key)
+    tag = b"".join((b"G" if strong else b"P", known_digest(pw.costs[key]), *tags,
+                    b"" if held is None else digest(held)))
+    known = _KEPT.get(tag)
     if known is None:
+        blocks = [pw.matrix(key, v) for v in near]
+        profile = np.concatenate([pw.costs[key][:, None], *blocks, *(() if held is None else (held,))], axis=1)
         if strong:
-            known = _goldstein(profile, blocks, key in pw.memory)
+            known = _goldstein(profile, [_worst(pw.edges[p], t) for p, t in zip(pairs, tags, strict=True)],
+                               0 if held is None else held.shape[1])
         else:
             known = _kept(profile, np.all(profile[:, None, :] <= profile[None, :, :] + 1e-15, axis=2))
         _KEPT[tag] = known
@@ -143,38 +146,56 @@ def _profiled(pw: Pairwise, key: int, near: list[int], strong: bool) -> np.ndarr
     return known
 
 
-def _goldstein(profile: np.ndarray, blocks: list[np.ndarray], held: bool) -> np.ndarray:
-    """Indices of the strategies (``profile``'s rows: the cost, the edge ``blocks`` side by side, then the bytes where
-    ``held``) that Goldstein's criterion keeps (module docstring): b beats a where c_b − c_a + Σ_edges max_j
-    (R[b, j] − R[a, j]) <= 1e-15 and b holds no more bytes (to within 1e-15). Each is dropped in turn, the last in
-    lexicographic order of the profiles first, where one not dropped beats it. It subsumes plain dominance (b no
-    dearer anywhere beats a)."""
+def known_digest(m: np.ndarray) -> bytes:
+    """An array's digest (``digest``), by its identity first (kept beside it, as ``same`` keeps its arguments): most
+    of a profile's arrays are a last round's, and the program HiGHS is given is made of arrays profiled here."""
+    hit = _PARTS.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    if len(_PARTS) > MEMO:
+        _PARTS.clear()
+    found = _PARTS[id(m)] = (m, digest(m))
+    return found[1]
+
+
+_PARTS: dict[int, tuple[np.ndarray, bytes]] = {}  # id -> (the array, its digest)
+
+
+def _goldstein(profile: np.ndarray, worst: list[np.ndarray], held: int) -> np.ndarray:
+    """Indices of the strategies (``profile``'s rows: the cost, the edge blocks side by side, then ``held`` columns of
+    bytes) that Goldstein's criterion keeps (module docstring): b beats a where c_b − c_a + Σ_edges max_j
+    (R[b, j] − R[a, j]) <= 1e-15 (``worst``: each edge's max_j, ``_worst``) and b holds no more bytes (to within
+    1e-15). Each is dropped in turn, the last in lexicographic order of the profiles first, where one not dropped
+    beats it. It subsumes plain dominance (b no dearer anywhere beats a)."""
     cost = profile[:, 0]
     gain = cost[None, :] - cost[:, None]  # gain[a, b]: c_b - c_a, then each edge's worst change
-    for block in blocks:
-        gain = gain + _worst(block)
+    for w in worst:
+        gain = gain + w
     beats = gain <= 1e-15  # beats[a, b]: b beats a
     if held:
-        at = 1 + sum(b.shape[1] for b in blocks)
-        beats &= np.all(profile[None, :, at:] <= profile[:, None, at:] + 1e-15, axis=2)
+        beats &= np.all(profile[None, :, -held:] <= profile[:, None, -held:] + 1e-15, axis=2)
     np.fill_diagonal(beats, False)
+    beaten = beats.any(axis=1)
+    if not beaten.any():  # nothing beats anything: all stay (no order needed)
+        return np.arange(len(cost))
     alive = np.ones(len(cost), dtype=bool)
     order = np.lexsort(profile.T[::-1])[::-1]
-    for a in order[beats.any(axis=1)[order]]:  # one that nothing beats stays, whatever goes before it
+    for a in order[beaten[order]]:  # one that nothing beats stays, whatever goes before it
         if (beats[a] & alive).any():
             alive[a] = False
     return np.flatnonzero(alive)
 
 
-_WORST: dict[bytes, np.ndarray] = {}  # an edge block's digest -> ``_worst``
+_WORST: dict[bytes, np.ndarray] = {}  # an edge matrix's digest and side -> ``_worst``
 
 
-def _worst(block: np.ndarray) -> np.ndarray:
+def _worst(stored: np.ndarray, tag: bytes) -> np.ndarray:
     """max_j (R[b, j] − R[a, j]) for each pair (a, b) of a node's rows of one edge (inf − inf: 0, both impossible
-    there), kept by the block's digest: a Lagrangian round moves the nodes' costs, its edges far less often."""
-    tag = digest(block)
+    there), R the ``stored`` matrix or its transpose (``tag``: its digest and the node's side, ``_profiled``), kept by
+    ``tag``: a Lagrangian round moves the nodes' costs, its edges far less often."""
     hit = _WORST.get(tag)
     if hit is None:
+        block = stored if tag.endswith(b"r") else stored.T
         if block.shape[1]:
             diff = block[None, :, :] - block[:, None, :]  # [a, b, j]: R[b, j] - R[a, j]
             hit = (diff if np.isfinite(block).all() else np.where(np.isnan(diff), 0.0, diff)).max(axis=2)
@@ -189,6 +210,8 @@ def _worst(block: np.ndarray) -> np.ndarray:
 def _kept(profile: np.ndarray, no_more: np.ndarray) -> np.ndarray:
     """``_dominated``'s test on one profile (a row per strategy); ``no_more[i, a]``: i costs no more than a everywhere
     (to within 1e-15)."""
+    if np.count_nonzero(no_more) == np.count_nonzero(no_more.diagonal()):  # none costs no more than another: all stay
+        return np.arange(len(profile))
     order = np.lexsort(profile.T[::-1])
     rank = np.empty(len(order), dtype=int)
     rank[order] = np.arange(len(order))
@@ -205,23 +228,24 @@ def reduce(pw: Pairwise) -> Pairwise:
     Goldstein's criterion too (dearer to test; tested at the nodes left). Dominance is tested again only at the nodes
     whose costs or edges changed since their last test (``dirty``): a node's strategies that survived it survive it
     again on the same profile (each was beaten by none kept before it, and the same ones are kept before it)."""
-    _reduce(pw, set(pw.costs))
     around, dirty = pw.neighbours(), set()
+    _reduce(pw, set(pw.costs), around)
     for key in list(pw.costs):  # Goldstein's criterion once at each node left
         keep = _dominated(pw, key, around[key], strong=True)
         if len(keep) < len(pw.costs[key]):
             restrict(pw, key, keep, around[key])
             dirty |= around[key] | {key}
     if dirty:
-        _reduce(pw, dirty)
+        _reduce(pw, dirty, around)
     return pw
 
 
-def _reduce(pw: Pairwise, dirty: set[int]) -> None:
+def _reduce(pw: Pairwise, dirty: set[int], around: dict[int, set[int]]) -> None:
+    """``reduce``'s plain reductions; ``around``: every node's neighbours (``Pairwise.neighbours``), which
+    ``_eliminate`` keeps up to date."""
     changed = True
     while changed:
         changed = False
-        around = pw.neighbours()
         for key in list(pw.costs):
             if key not in dirty:
                 continue
