@@ -83,7 +83,7 @@ def lead_params(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
     the host runs ahead; backward: ``_backward_prefetch``), so in a steady pass each gather hides behind the unit
     before it (step/channels.py); the first has none. The forward's first are the root unit (the embedding, the final
     norm and the head that ``fully_shard(model)`` after the blocks takes: KempnerForge
-    kempnerforge/distributed/parallel.py:286-297 @3ad9d9a) and the first layer; the backward's the last layer
+    kempnerforge/distributed/parallel.py:288-297 @3ad9d9a) and the first layer; the backward's the last layer
     (torch/distributed/fsdp/_fully_shard/_fsdp_state.py, ``_pre_backward``, torch 2.13.0 cf30153c). A stage's own
     end (``end_params``: one stage holds both ends) for every pipeline rank, the mean layer (``layer_params``).
     Neglected: whether the root stays gathered into the backward (torch keeps it gathered where
