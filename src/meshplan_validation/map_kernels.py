@@ -18,6 +18,7 @@ from meshplan_validation.patterns import (
     FUSED_ATTENTION_TEXT,
     FUSED_KERNELS_TEXT,
     NEGATED_KERNEL_TEXT,
+    NO_COMPILE_TEXT,
     NO_FLASH_TEXT,
     OVERLAP_TEXT,
     SDPA_TEXT,
@@ -100,7 +101,8 @@ def kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, notes
                      "TransformerEngine PR #2148; the NeMo image's cuDNN, NVIDIA-NeMo/RL#1685)")
     fusion = src.stack.fusion
     if fusion == "eager":
-        fused = FUSED_KERNELS_TEXT.search(f"{record.get('notes', '')} {record.get('framework', '')}")
+        text = f"{record.get('notes', '')} {record.get('framework', '')}"
+        fused = None if NO_COMPILE_TEXT.search(text) else FUSED_KERNELS_TEXT.search(text)
         fusion = "fused" if fused else "eager"
         notes.append(f"element-wise kernels fused ({fused.group(0)!r} stated)" if fused
                      else "element-wise kernels in eager PyTorch (one kernel per aten op)")

@@ -140,6 +140,9 @@ RECOMPUTE_REMARKS = re.compile(UNSTATED_WORDS + r"|\bnot\s+(selective|full)")
 # its text names (Apex, xFormers' SwiGLU, flash-attn's layer norm and rotary, Liger)
 FUSED_KERNELS_TEXT = re.compile(
     r"torch\.compile|\bapex\b|\bliger\b|fused\s+(?:layer\s*norm|rms\s*norm|swiglu|rotary|rope|ops|kernels)", re.I)
+# a run that says it ran without torch.compile (KempnerForge's "compile=false" for one experiment of a sweep that
+# otherwise compiled: kf-13b-fsdp8), whatever its framework text names
+NO_COMPILE_TEXT = re.compile(r"\bcompile(?:_model)?\s*=\s*false\b", re.I)
 # The attention kernel a record's stack names (its ``framework`` text), where its source profile would guess:
 # FlashAttention-3, cuDNN's fused attention or Transformer Engine's (which runs cuDNN's) are one family ("fused");
 # FlashAttention-2, flash-attn's package and xFormers the other ("fa2"). PyTorch's SDPA is either, by release

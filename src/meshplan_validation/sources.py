@@ -325,13 +325,22 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # memory.optimizer_bytes. Its peak memory is torch.cuda.max_memory_allocated / 1024**3 (metrics/memory.py
     # get_memory_stats "peak_gb"), the allocated peak meshplan prices, in GiB. Its loss is F.cross_entropy on the bf16
     # logits, which TP gathers whole to every rank (scripts/train.py:294-295, distributed/tensor_parallel.py:157-163
-    # @01b461a): the gathered_bf16 loss (specs/stack_variants.py).
+    # @01b461a): the gathered_bf16 loss (specs/stack_variants.py). Its SDPA runs cuDNN's attention on PyTorch 2.11
+    # (SDPA_CUDNN_FROM; its 13B profile lists aten::_cudnn_attention_backward, benchmarks/profiling/
+    # 13b_24gpu_profiling.md @a7f8346, uv.lock torch 2.11.0+cu128 there and at all three commits); its blocks hold
+    # q_proj, k_proj, v_proj, gate_proj and up_proj as separate nn.Linear (model/attention.py:93-96, model/mlp.py:21-23
+    # @3ad9d9a). Its loop synchronises the host twice a micro-batch, so every pass starts drained: the loss's
+    # `if (flat_labels == -100).all()` between the forward and the backward (training/loss.py:28 @3ad9d9a and
+    # 5666d0d) and `total_loss += loss.item()` after the backward (scripts/train.py:845 @3ad9d9a; :298 @01b461a,
+    # whose loss, F.cross_entropy inline, has no branch: the forward passes alone there, taken as both).
     replace(pytorch_fsdp("KempnerForge", r"kempnerforge", "fsdp2", 4,
                          "KempnerForge (FSDP2 + TP): gradients reduced in fp32 (default_mp_policy reduce_dtype "
                          "float32) and accumulated unsharded between syncs, the model in bf16 without an fp32 master "
-                         "copy, F.cross_entropy on bf16 logits gathered to every TP rank"),
+                         "copy, F.cross_entropy on bf16 logits gathered to every TP rank, cuDNN's SDPA, separate "
+                         "projections, two host synchronisations a micro-batch"),
             stack=SDPA_ERA.with_(fsdp="fsdp2", accumulate_unsharded=True, master_weights=False,
-                                 cross_entropy="gathered_bf16")),
+                                 cross_entropy="gathered_bf16", attention_kernel="fused", projections="separate",
+                                 drained_passes="both")),
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from meshplan.cost.params import kind_params
+from collections.abc import Callable
+
+from meshplan.cost.params import end_params, kind_params, layer_params
 from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num, where
+from meshplan.xp import Num, minimum, where
 
 
 def fsdp_grad_bytes(plan: Plan, stack: Stack) -> int:
@@ -71,3 +73,31 @@ def accumulation_bytes(plan: Plan, stack: Stack) -> Num:
     g, m = plan.grad_bytes, plan.grad_accum
     cast = ACT_BYTES + g if g != ACT_BYTES else 0
     return where((m > 1) & (plan.zero >= 2), cast + m * g - ACT_BYTES, 0.0)
+
+
+def lead_params(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
+    """Parameters on one GPU of the units that a pass starting from an empty queue (``stack.drained_passes``)
+    all-gathers before its first kernel can run: (the root unit, a layer); a forward gathers both, a backward the
+    layer. Per-parameter FSDP gathers a unit when its pre-forward or
+    pre-backward hook runs, and prefetches the next unit beside the current one's compute (forward: implicitly, as
+    the host runs ahead; backward: ``_backward_prefetch``), so in a steady pass each gather hides behind the unit
+    before it (step/channels.py); the first has none. The forward's first are the root unit (the embedding, the final
+    norm and the head that ``fully_shard(model)`` after the blocks takes: KempnerForge
+    kempnerforge/distributed/parallel.py:288-297 @3ad9d9a) and the first layer; the backward's the last layer
+    (torch/distributed/fsdp/_fully_shard/_fsdp_state.py, ``_pre_backward``, torch 2.13.0 cf30153c). A stage's own
+    end (``end_params``: one stage holds both ends) for every pipeline rank, the mean layer (``layer_params``).
+    Neglected: whether the root stays gathered into the backward (torch keeps it gathered where
+    ``reshard_after_forward`` is left unset, _fsdp_state.py:203-207; KempnerForge sets it); taken as kept."""
+    return end_params(model, plan.tp, plan.pp == 1, True), layer_params(model, plan).total
+
+
+def lead_times(model: ModelSpec, plan: Plan, stack: Stack | None, gather: Num, seconds: Callable[[Num], Num]
+               ) -> tuple[Num, Num]:
+    """Seconds a drained forward and backward pass (``stack.drained_passes``: forward, or both) gather alone:
+    ``seconds`` (of one all-gather of so many parameters) of ``lead_params``' units, a call each (the root unit then
+    the first layer; the last layer), never more than the whole ``gather``; (0, 0) for a stack that drains none."""
+    drained = stack.drained_passes if stack else "none"
+    if drained == "none":
+        return 0.0, 0.0
+    root, layer = (seconds(n) for n in lead_params(model, plan))
+    return minimum(gather, root + layer), (minimum(gather, layer) if drained == "both" else 0.0)

@@ -38,6 +38,7 @@ FP8_SCALING, PROJECTIONS, OPTIMIZER_WRAPPERS = (variants.FP8_SCALING_NAMES, vari
                                                 variants.WRAPPER_NAMES)
 PIPELINE_RUNTIMES, CP_COMM = variants.names_of("pipeline_runtime"), variants.names_of("cp_comm")
 MOE_PERMUTE, MOE_DISPATCHER = variants.names_of("moe_permute"), variants.names_of("moe_dispatcher")
+DRAINED_PASSES = ("none", "forward", "both")  # Stack.drained_passes: which passes of a micro-batch start drained
 
 def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
     return field(default=default, metadata={"choices": choices, "help": help})
@@ -168,6 +169,11 @@ class Stack:
         "help": "host CPU seconds per training step, on an x86 DGX host, that the GPU waits out: the loop's "
                 "per-step logging and bookkeeping after the step's synchronisation (step/host.step_host); 0: none "
                 "counted"})
+    drained_passes: str = _choice(
+        "none", DRAINED_PASSES, "the passes of every micro-batch that start from an empty GPU queue, behind a host "
+        "synchronisation of the training loop: forward (the loss read after each backward, loss.item()), both (a "
+        "Python branch on a device tensor between the forward and the backward too) or none; a drained pass cannot "
+        "gather its first weights behind the pass before it, so that all-gather runs alone (step/channels.py)")
     cuda_graphs: bool = _flag(False, "the layers are captured as CUDA graphs (Megatron-Core --cuda-graph-impl, "
                                      "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
                                      "and pass, not each kernel")

@@ -22,19 +22,18 @@ The channels share the pass. Per pass, symbols:
     H   the layer-level traffic hidden under the kernels;  T' = T − σ·H, the pass without that slowdown
     D   the pass's data-parallel collectives (one stream: their times add)
     O   its offload copies; s the offloaded layers' share of the pass
+    L   the gathers a pass that starts from an empty queue runs alone (``Stack.drained_passes``; else 0)
     σ   the overlap slowdown (efficiency.py: compute overlapped by communication runs 18.9 % slower, Lee et al. 2025)
 The data-parallel traffic (NVLink / NIC), the offload copies (host link) and the layers' own traffic each keep their
 own link busy, at the same time, so the pass lasts as long as the slowest of them, not as their sum:
-    X = max(T', D, O + (1 − s)·T') + σ·max(H, min(H + D, K))     data-parallel traffic overlapped (stack.overlap_dp)
-    X = max(T', O + (1 − s)·T') + σ·H + D                        data-parallel traffic after the pass
+    X = max(T' + L, D, O + (1 − s)·T') + σ·max(H, min(H + D, K))     data-parallel traffic overlapped (overlap_dp)
+    X = max(T', O + (1 − s)·T') + σ·H + D                            data-parallel traffic after the pass
 With offloaded weights (ZeRO-Infinity) the fetches F of every layer's weights share the host link with the copies, so
 the link is busy at least O + F: the terms O + (1 − s)·T' above become max(O + (1 − s)·T', O + F).
 The data-parallel collectives may run while exposed layer traffic holds the compute stream (T' counts it), the copies
 only beside the offloaded layers (what (1 − s)·T' blocks). The compute is slowed once for each second it overlaps any
 communication, σ·min(H + D, K), and never less than the layer-level rules already charged (σ·H); copy engines take no
 SMs, so the copies slow nothing (their HBM traffic, tens of GB/s against TB/s, is below this model's resolution).
-The old rule hid each channel behind the same compute separately, so that when the compute shrank every one of them was
-exposed at once, and twice the FLOP/s could lengthen a step by 10 %.
 
 Monotone: X is built from max, min and sums of T', K, H, D and O, each non-decreasing in every op's time (T' = K plus
 the exposed layer traffic, step.passes.pass_times), and every op's time is non-increasing in every rate and
@@ -59,7 +58,7 @@ from meshplan.collectives.comm import Layout
 from meshplan.collectives.contention import contended
 from meshplan.collectives.groups import axis_layout
 from meshplan.collectives.price import LIBRARIES, collective_time
-from meshplan.cost.fsdp import accumulation_bytes
+from meshplan.cost.fsdp import accumulation_bytes, lead_times
 from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, layers_on_rank, trainable
 from meshplan.cost.records import OpCost
 from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers, per_parameter_byte
@@ -101,14 +100,16 @@ class Offload:
 
 
 class Collectives(NamedTuple):
-    """Seconds of one gradient all-reduce, parameter all-gather and gradient reduce-scatter of a rank's weights, and
-    whether the gradients are reduced beside the last backward pass alone at every ZeRO stage (``once``:
-    ``zero_traffic``)."""
+    """Seconds of one gradient all-reduce, parameter all-gather and gradient reduce-scatter of a rank's weights, whether
+    the gradients are reduced beside the last backward pass alone at every ZeRO stage (``once``: ``zero_traffic``),
+    and the gathers a drained forward / backward pass runs alone (``lead_f``, ``lead_b``: ``dp_collectives``)."""
 
     all_reduce: Num
     gather: Num
     scatter: Num
     once: bool = False
+    lead_f: Num = 0.0
+    lead_b: Num = 0.0
 
 
 def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency,
@@ -116,7 +117,7 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     """The data-parallel collectives of a rank holding ``params``, over the dp·cp ranks (and the expert-data-parallel
     ranks for expert weights); trainable parameters only (LoRA: the adapters). ``params`` may hold arrays of any
     shape that broadcasts with the plan's (the search stacks the first and the last rank's). Their cadence is
-    ``stack``'s: reduced once per weight update where it accumulates whole gradients (``zero_traffic``)."""
+    ``stack``'s: reduced once per update where it accumulates whole gradients (``zero_traffic``); lead: cost/fsdp."""
     params = trainable(params, plan)
     dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
     layout_d, layout_e = axis_layout(plan, "dp"), axis_layout(plan, "edp")
@@ -134,10 +135,11 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
             return t
         return t + one(kind, params.expert * per_param, expert_group, layout_e)
 
-    return Collectives(coll("all_reduce", plan.grad_bytes), coll("all_gather", WEIGHT_BYTES),
-                       coll("reduce_scatter", plan.grad_bytes), bool(stack and stack.accumulate_unsharded))
-
-
+    gather = coll("all_gather", WEIGHT_BYTES)
+    leads = lead_times(model, plan, stack, gather, lambda n: one("all_gather", n * WEIGHT_BYTES, dense_group,
+                                                                 layout_d))
+    return Collectives(coll("all_reduce", plan.grad_bytes), gather, coll("reduce_scatter", plan.grad_bytes),
+                       bool(stack and stack.accumulate_unsharded), *leads)
 
 
 def embedding_sync(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency) -> tuple[Num, Num, Num]:
@@ -274,8 +276,9 @@ def pass_channels(t: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdow
 
 
 def _pass(bare: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdown: float, overlapped: bool,
-          fetch: Num = 0.0) -> tuple[Num, Num]:
-    """``pass_channels`` from T' = ``bare``; ``fetch``: the weight fetches (``Offload.fetch``), X ≥ O + fetch."""
+          fetch: Num = 0.0, lead: Num = 0.0) -> tuple[Num, Num]:
+    """``pass_channels`` from T' = ``bare``; ``fetch``: the weight fetches (``Offload.fetch``), X ≥ O + fetch; ``lead``:
+    the part of ``d`` run before the pass's compute can start (``Collectives.lead_f``), X ≥ lead + T'."""
     none = type(d) is float and d == 0.0
     no_fetch = type(fetch) is float and fetch == 0.0
     if none and type(copy) is float and copy == 0.0 and no_fetch:
@@ -289,13 +292,12 @@ def _pass(bare: Num, k: Num, h: Num, d: Num, copy: Num, share: Num, slowdown: fl
         return 0.0, moved
     if not overlapped:
         return d, moved
-    dp = maximum(0.0, d - bare) + slowdown * (maximum(h, minimum(h + d, k)) - h)
+    dp = maximum(lead, d - bare) + slowdown * (maximum(h, minimum(h + d, k)) - h)
     return dp, moved
 
 
 # What each ZeRO stage runs beside (the first forward, every other forward, the last backward, every other backward)
-# pass of a step (module docstring), by ``Collectives`` field: the one statement of the ZeRO traffic, which the step
-# prices (``step_channels``) and the per-op table counts (``zero_counts``)
+# pass of a step, by ``Collectives`` field: priced by ``step_channels``, counted by ``zero_counts``
 ZERO_TRAFFIC: dict[int, tuple[tuple[str, ...], ...]] = {
     0: ((), (), ("all_reduce",), ()),
     1: (("gather",), (), ("scatter",), ()),
@@ -359,16 +361,16 @@ def step_channels(p: Passes, m: Num, c: Collectives | tuple[Collectives, Collect
     callers whose ranks differ only in their recompute mode (which changes the backward pass only)."""
     c, shared = (c, None) if isinstance(c, Collectives) else c
     bare = {"f": p.t_f - slowdown * p.h_f, "b": p.t_b - slowdown * p.h_b}
-    priced: dict[tuple[str, int, int], tuple[Num, Num, tuple[Num, Num]]] = {}
+    priced: dict[tuple[str, int, int, int], tuple[Num, Num, tuple[Num, Num]]] = {}
     plain = forward is not None and type(off.copy) is float and off.copy == 0.0 and type(off.fetch) is float \
         and off.fetch == 0.0
 
-    def one(pass_: str, d: Num, s: Num) -> tuple[Num, Num]:
+    def one(pass_: str, d: Num, s: Num, lead: Num) -> tuple[Num, Num]:
         memo = forward if plain and pass_ == "f" and forward is not None else priced
-        key = (pass_, id(d), id(s))
+        key = (pass_, id(d), id(s), id(lead))
         if key not in memo:
             k, h = (p.k_f, p.h_f) if pass_ == "f" else (p.k_b, p.h_b)
-            dp, moved = _pass(bare[pass_], k, h, d, off.copy, off.share, slowdown, overlapped, off.fetch)
+            dp, moved = _pass(bare[pass_], k, h, d, off.copy, off.share, slowdown, overlapped, off.fetch, lead)
             if overlapped and not (type(s) is float and s == 0.0):  # the pass (X = T + dp + moved) waits W for
                 whole = (p.t_f if pass_ == "f" else p.t_b) + dp + moved  # the shared tiers
                 dp = dp + contended(whole, p.c_f if pass_ == "f" else p.c_b, d, s)
@@ -379,7 +381,9 @@ def step_channels(p: Passes, m: Num, c: Collectives | tuple[Collectives, Collect
     for zero in zeros:
         traffic = _stage_traffic(c, zero, c.once)
         sharing = (0.0,) * 4 if shared is None else _stage_traffic(shared, zero, c.once)
-        f1, f, b1, b = (one(ph, d, s) for ph, d, s in zip("ffbb", traffic, sharing, strict=True))
+        leads = ((c.lead_f if ph == "f" else c.lead_b) if "gather" in k else 0.0  # a drained pass's first gathers
+                 for ph, k in zip("ffbb", zero_traffic(zero, c.once), strict=True))
+        f1, f, b1, b = (one(*args) for args in zip("ffbb", traffic, sharing, leads, strict=True))
         terms = ((1, f1), (m - 1, f), (1, b1), (m - 1, b))
         out[zero] = (_sum((n, part[0]) for n, part in terms), _sum((n, part[1]) for n, part in terms))
     return out
