@@ -139,7 +139,7 @@ def block_members(group: Num, layout: Layout, span: int) -> Num:
 # (held here, so that its id is not reused) and the numbers' values (each answer a list of Python floats, the same
 # for 2 as for 2.0): the refinements and the estimates of a search's winners split the same groups again and again
 # (the 8-count strong-scaling plan: 5,693 calls, 153 distinct)
-_SPLITS: dict[tuple[int, float, Layout], tuple[Cluster, tuple[Num, ...]]] = {}
+_SPLITS: dict[tuple[int, Num, Layout], tuple[Cluster, tuple[Num, ...]]] = {}
 _SPLITS_KEPT = 4096
 
 

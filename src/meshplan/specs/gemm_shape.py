@@ -137,7 +137,8 @@ def _small_choice(given: tuple[np.ndarray, ...], num_sms: int, tiles: tuple[tupl
     key = (num_sms, tiles, k0, *((x.shape, x.tobytes()) for x in given))
     kept = _SMALL.get(key)
     if kept is None:
-        kept = _SMALL[key] = _tile_choice(*given[:3], num_sms, given[3], tiles, k0)
+        m, n, k, groups = given
+        kept = _SMALL[key] = _tile_choice(m, n, k, num_sms, groups, tiles, k0)
         if len(_SMALL) > SMALL_SIZE:
             _SMALL.popitem(last=False)
     else:

@@ -190,10 +190,10 @@ def host_times(ops: list[OpCost], plan: Plan, host: HostCost, recompute: str,
     return {ph: cost[ph] + hooks[ph] for ph in cost}
 
 
-# The per-op sums of ``host_times`` (count, cost, hooks per pass) of the last ops lists met, by the list's identity (held
-# here, so that its id is not reused while kept) with the host's costs and the count: a group's records are summed
-# alike under every recompute mode, the bound's count and the launches' (passes.pass_times): DeepSeek-V3's search
-# asked 469 times for 227 distinct sums. Few kept: a search's lists hold arrays of thousands of keys.
+# The per-op sums of ``host_times`` (count, cost, hooks per pass) of the last ops lists met, by the list's identity
+# (held here, so that its id is not reused while kept) with the host's costs and the count: a group's records are
+# summed alike under every recompute mode, the bound's count and the launches' (passes.pass_times): DeepSeek-V3's
+# search asked 469 times for 227 distinct sums. Few kept: a search's lists hold arrays of thousands of keys.
 _ISSUED: dict[tuple[int, HostCost, Callable[[OpCost], Num]], tuple[list[OpCost], tuple[dict[str, Num], ...]]] = {}
 _ISSUED_KEPT = 16
 
