@@ -223,6 +223,11 @@ def _issued(ops: list[OpCost], host: HostCost, count_of: Callable[[OpCost], Num]
     return count, cost, hooks
 
 
+def forget_issued() -> None:
+    """Drop the kept sums (``_ISSUED``): their caller is done with its lists (passes.forget_sums)."""
+    _ISSUED.clear()
+
+
 def hosted(op: OpCost) -> bool:
     """Whether ``op`` carries host seconds of its own (``OpCost.host``: an array, or a float other than 0.0)."""
     return not (type(op.host) is float and op.host == 0.0)
