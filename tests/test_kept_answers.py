@@ -80,3 +80,13 @@ def test_kept_tile_choices_are_the_fresh_ones() -> None:
         kept = tile_choice(m.copy(), *args[1:])
         assert all(np.array_equal(a, b) for a, b in zip(kept, fresh, strict=True))
         kept[0][:] = -1.0  # a caller's change stays its own
+
+
+def test_kept_sums_go_with_their_units() -> None:
+    from meshplan.specs.model_load import load_model  # noqa: PLC0415
+    from meshplan.step import host, passes  # noqa: PLC0415
+    from meshplan.step.units import unit_costs  # noqa: PLC0415
+
+    cluster = load_system("h100").cluster(64)
+    unit_costs(load_model("llama3-8b"), cluster, Plan(tp=2, pp=2, dp=16), Stack(host_dispatch=10 * US))
+    assert not passes._SUMS and not host._ISSUED  # noqa: SLF001 (dropped once the units are built)
