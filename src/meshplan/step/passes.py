@@ -60,7 +60,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.channels import Passes
-from meshplan.step.host import host_idle, hosted, most_launches
+from meshplan.step.host import forget_issued, host_idle, hosted, most_launches
 from meshplan.xp import Num, maximum, minimum
 
 ZERO = 0.0  # the one object PassTimes.total skips
@@ -200,7 +200,36 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
                      traffic_f=traffic["f"], traffic_b=traffic["b"] + (traffic["f"] if recompute == "full" else ZERO))
 
 
+# ``_sums`` of the last lists of ops and times met, by the lists' identity (held here, so that their ids are not reused
+# while kept): a group's sums are the same under every recompute mode (DeepSeek-V3's search: 408 calls, 228 distinct)
+_SUMS: dict[tuple[int, int, bool], tuple[list[OpCost], list[Num], dict[tuple[str, str], Num]]] = {}
+_SUMS_KEPT = 8
+
+
+def forget_sums() -> None:
+    """Drop the kept sums (``_SUMS``, host._ISSUED): a caller done with its lists lets their arrays go (a search's
+    batch of 15,823 keys: 20 MiB of sums kept past their units, DeepSeek-V3's peak 203 -> 224 MiB)."""
+    _SUMS.clear()
+    forget_issued()
+
+
 def _sums(ops: list[OpCost], times: list[Num], paired: bool) -> dict[tuple[str, str], Num]:
+    """``_summed``, kept for the last lists met (``_SUMS``; its arrays read-only: no caller changes them)."""
+    key = (id(ops), id(times), paired)
+    kept = _SUMS.get(key)
+    if kept is not None and kept[0] is ops and kept[1] is times:
+        return kept[2]
+    s = _summed(ops, times, paired)
+    for v in s.values():
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+    if len(_SUMS) >= _SUMS_KEPT:
+        del _SUMS[next(iter(_SUMS))]  # the oldest
+    _SUMS[key] = (ops, times, s)
+    return s
+
+
+def _summed(ops: list[OpCost], times: list[Num], paired: bool) -> dict[tuple[str, str], Num]:
     """The ops' times summed per (pass "f" / "b", kind): kernels by kind, collectives by the overlap they may take
     ("tp", "cp", "summa" and "summa_panel", one panel's) or exposed ("<axis>_exposed"), and with ``paired`` the
     combined 1F1B schedule's expert and all-to-all nodes apart (``_a2a_node``)."""

@@ -31,7 +31,7 @@ from meshplan.specs.plan import Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.host import on_host
-from meshplan.step.passes import PassTimes, pass_times, time_ops
+from meshplan.step.passes import PassTimes, forget_sums, pass_times, time_ops
 from meshplan.xp import Num
 
 
@@ -364,6 +364,7 @@ def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompu
         units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,
                                  embed_saved=embed_saved, head_saved=head_saved,
                                  p2p_paid=eff.overlap_slowdown if stack.overlap_pp else 1.0, layer_working=working)
+    forget_sums()  # the sums kept for these parts' modes (passes._sums) go with them
     return units
 
 

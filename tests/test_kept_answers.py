@@ -1,0 +1,92 @@
+"""The answers kept for the questions a search asks again (issue 83): the host's per-op sums of a group
+(step/host._issued), a group's summed times (step/passes._sums), a plan's group split over the tiers
+(collectives/comm.split_group) and the tile choices of a few GEMMs (specs/gemm_shape._small_choice) are what the
+computation gives afresh, bit for bit, and a caller cannot change what the next caller gets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meshplan.collectives.comm import Collective, Layout, _split, split_group  # noqa: PLC2701 (its own)
+from meshplan.cost.records import OpCost
+from meshplan.specs.gemm_shape import TILES, _tile_choice, tile_choice  # noqa: PLC2701 (its own)
+from meshplan.specs.hardware import load_system
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import Stack
+from meshplan.step.host import host_times, most_launches
+from meshplan.step.passes import PassTimes, _summed, _sums, pass_times  # noqa: PLC2701 (its own)
+
+US = 1e-6
+ROWS = 7
+OPS = [OpCost("norm", "fwd", "memory", 0.0, 1e3),
+       OpCost("qkv", "fwd", "gemm", np.linspace(1e6, 2e6, ROWS), 1e3, kernels=np.arange(1.0, ROWS + 1)),
+       OpCost("tp_out", "fwd", "collective", nbytes=1e3, collective=Collective("all_reduce", 1e3, "tp", 8)),
+       OpCost("qkv", "bwd_x", "gemm", 2e6, 1e3, launches=np.full(ROWS, 3.0), launch_host=5 * US),
+       OpCost("norm/eager", "bwd_x", "memory", 0.0, 1e3, kernels=12, host=np.full(ROWS, 2 * US))]
+
+
+def _times() -> list:
+    rng = np.random.default_rng(83)
+    return [rng.random(ROWS) * US for _ in OPS]
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_kept_host_sums_are_the_fresh_ones(recompute: str) -> None:
+    host = Stack(host_dispatch=10 * US).host
+    for count_of in (None, most_launches):
+        args = () if count_of is None else (count_of,)
+        first = host_times(OPS, Plan(), host, recompute, *args)
+        again = host_times(OPS, Plan(), host, recompute, *args)
+        fresh = host_times(list(OPS), Plan(), host, recompute, *args)  # another list: computed afresh
+        for ph in "fb":
+            assert np.array_equal(first[ph], fresh[ph]) and np.array_equal(again[ph], fresh[ph])
+
+
+def test_kept_sums_are_the_fresh_ones_and_read_only() -> None:
+    times = _times()
+    kept = _sums(OPS, times, False)
+    assert _sums(OPS, times, False) is kept  # the same lists: the kept answer
+    fresh = _summed(OPS, times, False)
+    assert kept.keys() == fresh.keys()
+    for key, value in kept.items():
+        assert np.array_equal(value, fresh[key])
+        if isinstance(value, np.ndarray):
+            with pytest.raises(ValueError, match="read-only"):
+                value += 1.0
+    stack = Stack(host_dispatch=10 * US)
+    for recompute in ("none", "selective", "full"):  # the pass sums as from lists met for the first time
+        kept_pass = pass_times(OPS, times, Plan(), stack, recompute)
+        fresh_pass = pass_times(list(OPS), list(times), Plan(), stack, recompute)
+        assert all(np.array_equal(getattr(kept_pass, f), getattr(fresh_pass, f)) for f in PassTimes.__slots__)
+
+
+@pytest.mark.parametrize(("group", "layout"), [(8, 1), (8.0, 1.0), (16, 4), (2.0, 1.5), (32, ((4, 1), (8, 16))),
+                                               (64, ((8.0, 2), (8, 64.0)))])
+def test_kept_splits_are_the_fresh_ones(group: float, layout: Layout) -> None:
+    cluster = load_system("h100").cluster(1024)
+    first = split_group(cluster, group, layout)
+    assert first == _split(cluster, group, layout)
+    assert all(type(x) is float for x in first)  # Python floats: the same for 8 as for 8.0
+    first.append(-1.0)  # a caller's change stays its own
+    assert split_group(cluster, group, layout) == _split(cluster, group, layout)
+
+
+def test_kept_tile_choices_are_the_fresh_ones() -> None:
+    m = np.array([512.0, 4096.0, 100.0, 512.0])
+    args = (m, 7168.0, np.array([2048.0, 1024.0, 512.0, 2048.0]), 132, 1.0, TILES, 64.0)
+    fresh = _tile_choice(*args)
+    for _ in range(2):
+        kept = tile_choice(m.copy(), *args[1:])
+        assert all(np.array_equal(a, b) for a, b in zip(kept, fresh, strict=True))
+        kept[0][:] = -1.0  # a caller's change stays its own
+
+
+def test_kept_sums_go_with_their_units() -> None:
+    from meshplan.specs.model_load import load_model  # noqa: PLC0415
+    from meshplan.step import host, passes  # noqa: PLC0415
+    from meshplan.step.units import unit_costs  # noqa: PLC0415
+
+    cluster = load_system("h100").cluster(64)
+    unit_costs(load_model("llama3-8b"), cluster, Plan(tp=2, pp=2, dp=16), Stack(host_dispatch=10 * US))
+    assert not passes._SUMS and not host._ISSUED  # noqa: SLF001 (dropped once the units are built)
