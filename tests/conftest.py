@@ -4,6 +4,7 @@ the no-skips rule of CI (MESHPLAN_NO_SKIPS=1)."""
 from __future__ import annotations
 
 import os
+import sys
 
 # One thread per library in each test process, set before NumPy loads: pytest-xdist runs a process per core, and a
 # library's own pool in each (OpenMP: PyTorch, scikit-learn's trees; OpenBLAS) would oversubscribe the cores, its
@@ -55,6 +56,11 @@ def _terminal_width_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     report/console.terminal_console) whatever terminal runs the suite; pytest-xdist's workers inherit COLUMNS=80. A test
     of a width sets its own."""
     monkeypatch.delenv("COLUMNS", raising=False)
+    # the plain progress notes of long work (cli/common.working: "meshplan: WHAT ..." once NOTE_AFTER seconds pass)
+    # depend on how loaded the machine is: in process, none unless a test asks (tests/test_new_user.py sets its own)
+    common = sys.modules.get("meshplan.cli.common")
+    if common is not None:
+        monkeypatch.setattr(common, "NOTE_AFTER", 3600.0)
 
 
 @pytest.fixture
