@@ -353,3 +353,30 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
         rows.append(OpRow("loop/step", "step", "host", 1.0, 0.0, 0.0, iteration_host(stack, cluster.python_host),
                           "host"))
     return rows
+
+
+@dataclass(frozen=True)
+class OpTotal:
+    """One op name's totals per step on the busiest rank (all its passes and occurrences)."""
+
+    name: str
+    flops: float
+    nbytes: float
+    seconds: float
+    share: float  # of the summed op time (before overlap)
+    bound: str
+
+
+def op_totals(est: Estimate) -> list[OpTotal]:
+    """Per-op totals, the most expensive first (the terminal's per-op table, report/text.py, and the report's)."""
+    sums: dict[str, list[float]] = {}
+    bound: dict[str, str] = {}
+    for op in est.ops:
+        acc = sums.setdefault(op.name, [0.0, 0.0, 0.0])
+        acc[0] += op.count * op.flops
+        acc[1] += op.count * op.nbytes
+        acc[2] += op.total_seconds
+        bound.setdefault(op.name, op.bound)
+    total = sum(r[2] for r in sums.values()) or 1.0
+    return [OpTotal(name, f, b, t, t / total, bound[name])
+            for name, (f, b, t) in sorted(sums.items(), key=lambda kv: -kv[1][2])]

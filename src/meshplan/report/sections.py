@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from meshplan.estimate import op_totals
 from meshplan.report import charts
 from meshplan.report.plots import pipeline_run, short_label
-from meshplan.report.text import op_totals
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:

@@ -5,11 +5,11 @@ scaling, and the searches' JSON. Pure formatting: numbers come from an Estimate.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meshplan.collectives.groups import axis_tiers
 from meshplan.energy import step_energy
+from meshplan.estimate import op_totals
 from meshplan.fields import MEMORY_HEADROOM, usable_hbm
 from meshplan.goodput import Reliability, plan_goodput
 from meshplan.report import terms
@@ -120,33 +120,6 @@ def stage_table(est: Estimate) -> Any:
         table.add_row(str(r), str(layers_on_rank(est.model, est.plan, r)), recompute, str(offloaded), fmt_time(step),
                       fmt_bytes(mem))
     return table
-
-
-@dataclass(frozen=True)
-class OpTotal:
-    """One op name's totals per step on the busiest rank (all its passes and occurrences)."""
-
-    name: str
-    flops: float
-    nbytes: float
-    seconds: float
-    share: float  # of the summed op time (before overlap)
-    bound: str
-
-
-def op_totals(est: Estimate) -> list[OpTotal]:
-    """Per-op totals, the most expensive first."""
-    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    bound: dict[str, str] = {}
-    for op in est.ops:
-        acc = sums[op.name]
-        acc[0] += op.count * op.flops
-        acc[1] += op.count * op.nbytes
-        acc[2] += op.total_seconds
-        bound.setdefault(op.name, op.bound)
-    total = sum(r[2] for r in sums.values()) or 1.0
-    return [OpTotal(name, f, b, t, t / total, bound[name])
-            for name, (f, b, t) in sorted(sums.items(), key=lambda kv: -kv[1][2])]
 
 
 def op_table(est: Estimate):  # -> rich.table.Table

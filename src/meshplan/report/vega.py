@@ -11,6 +11,8 @@ page's script replaces, with no code of ours in the drawing.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
 from contextlib import suppress
 from functools import lru_cache
@@ -26,26 +28,50 @@ VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # an ident
 def bundle() -> str:
     """Vega, Vega-Lite and vega-embed as one classic script that sets ``window.vega``, ``window.vegaLite`` and
     ``window.vegaEmbed`` (vl_convert.javascript_bundle; about 0.9 MB, made once per process and kept in the user's
-    cache directory per vl-convert version: bundling takes about a second, a third of a report's time)."""
-    try:
-        import vl_convert
-    except ImportError:
-        raise MissingDependency("vl-convert-python", "report") from None
-    cached = _cache_dir() / f"vega-bundle-{getattr(vl_convert, '__version__', 'unknown')}.js"
+    cache directory per vl-convert release: bundling takes about a second, a third of a report's time)."""
+    cached = _cache_dir() / f"vega-bundle-{_release()}.js"
     try:
         return cached.read_text(encoding="utf-8")
     except OSError:
         pass
-    # the stub makes the snippet required; the function's docstring: "Optionally, a JavaScript snippet"
-    script: str = vl_convert.javascript_bundle()  # type: ignore[call-arg]
-    try:  # written whole or not at all: a second report never reads half a file
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(script, encoding="utf-8")
-        partial.replace(cached)
-    except OSError:
-        pass  # a read-only home: bundle again next time
+    script: str = _vl_convert().javascript_bundle()  # its docstring: "Optionally, a JavaScript snippet"
+    _keep(cached, script)
     return script
+
+
+def _keep(path: Path, text: str) -> None:
+    """``text`` written to ``path`` whole or not at all (a second report never reads half a file); a read-only home
+    is no error: made again next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+    except OSError:
+        pass
+
+
+def _vl_convert() -> Any:
+    try:
+        import vl_convert
+    except ImportError:
+        raise MissingDependency("vl-convert-python", "report") from None
+    return vl_convert
+
+
+@lru_cache(maxsize=1)
+def _release() -> str:
+    """vl-convert-python's release, the key of what is cached from it: read from the name of its installed metadata
+    beside the package (``vl_convert_python-1.9.0.dist-info``, the wheel's layout, PEP 427) without loading its
+    87 MB library (15 ms of each report once the bundle is cached), else from the module."""
+    spec = importlib.util.find_spec("vl_convert")
+    if spec is None or spec.origin is None:
+        raise MissingDependency("vl-convert-python", "report")
+    prefix, suffix = "vl_convert_python-", ".dist-info"
+    found = list(Path(spec.origin).parent.parent.glob(f"{prefix}*{suffix}"))
+    if len(found) == 1:
+        return found[0].name[len(prefix):-len(suffix)]
+    return str(getattr(_vl_convert(), "__version__", "unknown"))
 
 
 def _cache_dir() -> Path:
@@ -55,19 +81,26 @@ def _cache_dir() -> Path:
 
 
 def require_report_extra() -> None:
-    """The report's templates and its charts' runtime (the ``report`` extra), checked before a search runs."""
+    """The report's templates and its charts' runtime (the ``report`` extra), checked before a search runs: found,
+    not loaded (``_release``)."""
     for module, package in (("jinja2", "jinja2"), ("vl_convert", "vl-convert-python")):
-        try:
-            __import__(module)
-        except ImportError:
-            raise MissingDependency(package, "report") from None
+        if importlib.util.find_spec(module) is None:
+            raise MissingDependency(package, "report")
 
 
 def versions() -> dict[str, str]:
-    """The bundled Vega and Vega-Lite versions (printed in the page's footer)."""
-    import vl_convert
-
-    return {"vega": vl_convert.get_vega_version(), "vega-lite": vl_convert.get_vegalite_versions()[-1]}
+    """The bundled Vega and Vega-Lite versions (printed in the page's footer), kept beside the bundle."""
+    cached = _cache_dir() / f"vega-versions-{_release()}.json"
+    try:
+        kept = json.loads(cached.read_text(encoding="utf-8"))
+        if isinstance(kept, dict) and set(kept) == {"vega", "vega-lite"}:
+            return {k: str(v) for k, v in kept.items()}
+    except (OSError, ValueError):
+        pass
+    vl_convert = _vl_convert()
+    found = {"vega": vl_convert.get_vega_version(), "vega-lite": vl_convert.get_vegalite_versions()[-1]}
+    _keep(cached, json.dumps(found))
+    return found
 
 
 @lru_cache(maxsize=1)

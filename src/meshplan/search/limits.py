@@ -3,6 +3,8 @@ them), and shared settings that some plan can take."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from meshplan.errors import SpecError
@@ -33,7 +35,23 @@ def check_space(model: ModelSpec, cluster: Cluster, space: Space, combos: list[C
     shared settings no plan can take (a precision the GPU lacks: every plan would be invalid). ``search`` checks it
     on its size ``combos``; a sweep checks every point before any runs."""
     if combos is None:
-        combos = valid_combos(model, cluster, space)[0]
+        try:
+            hash((model, cluster, space))
+        except TypeError:  # a field that cannot be hashed: checked again each time
+            return _check(model, cluster, space, valid_combos(model, cluster, space)[0])
+        return _passed(model, cluster, space)
+    return _check(model, cluster, space, combos)
+
+
+@lru_cache(maxsize=16)
+def _passed(model: ModelSpec, cluster: Cluster, space: Space) -> None:
+    """``check_space`` on the space's own size combinations, remembered where it passes (an error is raised again
+    each time): the report checks its GPU count before its search and again among its scaling counts
+    (sweep.param_points), about 5 ms each for Llama-3-70B on 256 H100."""
+    _check(model, cluster, space, valid_combos(model, cluster, space)[0])
+
+
+def _check(model: ModelSpec, cluster: Cluster, space: Space, combos: list[Combo]) -> None:
     shared = {k: v for k, v in space.settings.items() if k not in ("recompute_layers", "offload_layers")}  # per setting
     problems = settings_problems(model, cluster, shared, space.stack)
     if space.stack.overlap_ep and "full" in space.recompute:
