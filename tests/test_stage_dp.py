@@ -7,6 +7,7 @@ leads with a per-stage plan where one wins."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -28,7 +29,7 @@ from meshplan.search.stage_dp import (
     uniform_settings,
     written_out,
 )
-from meshplan.search.stage_lines import ends_step, priced_ranks, rank_lines
+from meshplan.search.stage_lines import ends_reach, ends_step, priced_ranks, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
@@ -69,8 +70,11 @@ def test_the_end_ranks_floor_the_step_as_the_estimate_prices_them():
     for split in ((10,) * 8, (8, 10, 10, 10, 10, 10, 10, 12), (12, 10, 10, 10, 10, 10, 10, 8)):
         plan = UNIFORM.with_(stage_layers=split, stage_recompute=("selective",) + ("full",) * 7)
         est = estimate(L70, H100_32, plan, ANY)
-        assert ends_step(L70, H100_32, plan, ANY, DEFAULT) == max(est.stage_steps[0], est.stage_steps[-1])
+        ends = ends_step(L70, H100_32, plan, ANY, DEFAULT)
+        assert ends == max(est.stage_steps[0], est.stage_steps[-1])
         assert max(est.stage_steps) <= est.step_time
+        for ceiling in (min(est.stage_steps[0], est.stage_steps[-1]), ends, math.nextafter(ends, math.inf)):
+            assert ends_reach(L70, H100_32, plan, ANY, DEFAULT, ceiling) == (ends >= ceiling)
 
 
 def test_a_rank_with_more_layers_is_slower_and_heavier():

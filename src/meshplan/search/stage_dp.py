@@ -34,7 +34,7 @@ from meshplan.cost.params import layers_on_rank
 from meshplan.estimate import Estimate
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import schedule_of
-from meshplan.search.stage_lines import BASES, RankLines, ends_step, rank_lines
+from meshplan.search.stage_lines import BASES, RankLines, ends_reach, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
@@ -403,13 +403,13 @@ def refine_ranked(model: ModelSpec, cluster: Cluster, plans: tuple[Estimate, ...
 def _below(model: ModelSpec, cluster: Cluster, stack: Stack, eff: Efficiency, ceiling: float
            ) -> Callable[[Plan], Estimate | None]:
     """``estimate()`` of a proposal, or None where its end ranks alone take ``ceiling`` (the step of the plan it
-    refines) or more (stage_lines.ends_step, priced as the estimate prices them): it cannot be faster. 2/3 of the
+    refines) or more (stage_lines.ends_reach, priced as the estimate prices them): it cannot be faster. 2/3 of the
     proposals priced are slower (1.03x to 1.3x), most of them at an end rank already."""
     from meshplan.estimate import estimate
     from meshplan.step.ranks import priced_apart
 
     def price(q: Plan) -> Estimate | None:
-        if priced_apart(model, q) and ends_step(model, cluster, q, stack, eff) >= ceiling:
+        if priced_apart(model, q) and ends_reach(model, cluster, q, stack, eff, ceiling):
             return None
         return estimate(model, cluster, q, stack, eff)
 

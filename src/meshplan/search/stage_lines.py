@@ -147,7 +147,20 @@ def rank_lines(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack:
 def ends_step(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency) -> float:
     """The larger of ``plan``'s end ranks' steps beside the bubble, priced as ``estimate`` prices a plan's ranks apart
     (the same parts, units and ``price_rank``): a floor of its step, the busiest rank's plus the bubble (>= 0)."""
+    units = _end_units(model, cluster, plan, stack, eff)
+    return max(price_rank(model, cluster, plan, stack, units, eff, r).step for r in (0, plan.pp - 1))
+
+
+def ends_reach(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, ceiling: float) -> bool:
+    """Whether ``ends_step`` is ``ceiling`` or more: the last rank priced first, the first only where the last is
+    below it (the stage DP's proposals of a strong-scaling sweep of llama3-70b over 8 GPU counts: 36 of the 51 priced
+    reach it at the last rank, 19 of them at the first)."""
+    units = _end_units(model, cluster, plan, stack, eff)
+    return any(price_rank(model, cluster, plan, stack, units, eff, r).step >= ceiling for r in (plan.pp - 1, 0))
+
+
+def _end_units(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency) -> dict[str, Units]:
+    """The units ``estimate`` prices ``plan``'s ranks with: its own and each rank's recompute mode."""
     own = work_of(plan, stack)
     parts = timed_parts(model, cluster, plan, stack, eff, works=(own,) if own else ())
-    units = units_for_recomputes(model, plan, stack, parts, (*stage_modes(plan), plan.recompute), eff)
-    return max(price_rank(model, cluster, plan, stack, units, eff, r).step for r in (0, plan.pp - 1))
+    return units_for_recomputes(model, plan, stack, parts, (*stage_modes(plan), plan.recompute), eff)
