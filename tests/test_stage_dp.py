@@ -337,6 +337,8 @@ def test_the_least_threshold_is_the_least_largest_step_of_any_split():
 
     import numpy as np
 
+    from meshplan.search.stage_dp import _least_times  # noqa: PLC2701 (the module's own DP)
+
     rng = np.random.default_rng(7)
     for _ in range(300):
         ranks, layers = int(rng.integers(1, 5)), int(rng.integers(1, 9))
@@ -347,6 +349,11 @@ def test_the_least_threshold_is_the_least_largest_step_of_any_split():
         least = min(largest, default=np.inf)
         values, lo = least_threshold((steps, steps, []), layers)
         assert (values[lo] if lo < len(values) else np.inf) == least
+        # and the min-plus DP (on each rank's span of layer totals alone) finds a split of the least sum
+        sums = [sum(steps[r, n] for r, n in enumerate(split))
+                for split in itertools.product(range(layers + 1), repeat=ranks) if sum(split) == layers]
+        (found,) = _least_times(steps[None], layers)
+        assert (np.inf if found is None else sum(steps[r, n] for r, n in enumerate(found))) == min(sums, default=np.inf)
 
 
 def test_the_dps_of_many_tables_in_one_pass_are_each_tables_own():

@@ -34,7 +34,7 @@ from meshplan.cost.params import layers_on_rank
 from meshplan.estimate import Estimate
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import schedule_of
-from meshplan.search.stage_lines import BASES, RankLines, ends_reach, rank_lines
+from meshplan.search.stage_lines import BASES, RankLines, ends_reach, layer_spans, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
@@ -143,7 +143,7 @@ def _least_largest(steps: np.ndarray, layers: int) -> np.ndarray:
     min-max convolution per rank over the counts it may hold: the bottleneck form of ``_least_times``' DP), ∞ where
     no split exists: the least T for which some split has every s_r ≤ T, in one pass over the ranks rather than a
     reachability DP per T tried. A count only another table allows is ∞ in this one's, which no max-min picks."""
-    spans = _spans(steps, layers)
+    spans = layer_spans(steps, layers)
     if spans is None:
         return np.full(steps.shape[0], _INF)
     cost = np.full((steps.shape[0], 2 * layers + 2), _INF)  # the second half: negative counts (k − n < 0), ∞
@@ -156,38 +156,15 @@ def _least_largest(steps: np.ndarray, layers: int) -> np.ndarray:
     return cost[:, layers]
 
 
-def _spans(values: np.ndarray, layers: int) -> list[tuple[np.ndarray, int, int]] | None:
-    """Per rank of ``values`` (tables × ranks × counts, ∞ where a table does not let a rank hold a count): the counts
-    any table lets it hold and the span [lo, hi] of the layers the ranks up to it may hold together on a split of
-    ``layers`` (at least the least counts of the ranks so far, at most the most, and leaving the later ranks between
-    their least and most); None where a rank may hold none or no split exists. The DPs compute their costs on these
-    spans alone: a split through a layer total outside its rank's span cannot reach ``layers``, and a total inside
-    reads only totals inside the span of the rank before (the same counts of the ranks before with one fewer), so the
-    cost, and its least count, at ``layers`` is that of the DP over every total."""
-    counts = [np.flatnonzero(np.isfinite(values[:, r]).any(axis=0)) for r in range(values.shape[1])]
-    if any(not c.size for c in counts):
-        return None
-    least = np.cumsum([int(c[0]) for c in counts])
-    most = np.cumsum([int(c[-1]) for c in counts])
-    out = []
-    for r, c in enumerate(counts):
-        lo = max(int(least[r]), layers - int(most[-1] - most[r]))
-        hi = min(int(most[r]), layers - int(least[-1] - least[r]))
-        if lo > hi:
-            return None
-        out.append((c, lo, hi))
-    return out
-
-
 def _least_times(times: np.ndarray, layers: int) -> list[list[int] | None]:
     """For each table of ``times`` (thresholds × ranks × counts), the split of least Σ t_r (a min-plus convolution
     per rank over the counts it may hold, with back pointers), None where none exists: the DPs of every threshold
     in one pass over the ranks. A rank's counts are those any table lets it hold; a count another table allows adds
     ∞ to this one's sums, which never ties a finite least (its back pointer is the first least count, as over its
     own counts alone), and a position of ∞ cost is never walked back through. Each rank's costs on its span alone
-    (``_spans``)."""
+    (stage_lines.layer_spans)."""
     n = times.shape[0]
-    spans = _spans(times, layers)
+    spans = layer_spans(times, layers)
     if spans is None:
         return [None] * n
     cost = np.full((n, 2 * layers + 2), _INF)  # the second half: the costs of negative counts (k − c < 0), ∞
