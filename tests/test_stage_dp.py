@@ -7,6 +7,7 @@ leads with a per-stage plan where one wins."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -28,7 +29,7 @@ from meshplan.search.stage_dp import (
     uniform_settings,
     written_out,
 )
-from meshplan.search.stage_lines import ends_step, priced_ranks, rank_lines
+from meshplan.search.stage_lines import ends_reach, ends_step, priced_ranks, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
@@ -69,8 +70,11 @@ def test_the_end_ranks_floor_the_step_as_the_estimate_prices_them():
     for split in ((10,) * 8, (8, 10, 10, 10, 10, 10, 10, 12), (12, 10, 10, 10, 10, 10, 10, 8)):
         plan = UNIFORM.with_(stage_layers=split, stage_recompute=("selective",) + ("full",) * 7)
         est = estimate(L70, H100_32, plan, ANY)
-        assert ends_step(L70, H100_32, plan, ANY, DEFAULT) == max(est.stage_steps[0], est.stage_steps[-1])
+        ends = ends_step(L70, H100_32, plan, ANY, DEFAULT)
+        assert ends == max(est.stage_steps[0], est.stage_steps[-1])
         assert max(est.stage_steps) <= est.step_time
+        for ceiling in (min(est.stage_steps[0], est.stage_steps[-1]), ends, math.nextafter(ends, math.inf)):
+            assert ends_reach(L70, H100_32, plan, ANY, DEFAULT, ceiling) == (ends >= ceiling)
 
 
 def test_a_rank_with_more_layers_is_slower_and_heavier():
@@ -333,6 +337,8 @@ def test_the_least_threshold_is_the_least_largest_step_of_any_split():
 
     import numpy as np
 
+    from meshplan.search.stage_dp import _least_times  # noqa: PLC2701 (the module's own DP)
+
     rng = np.random.default_rng(7)
     for _ in range(300):
         ranks, layers = int(rng.integers(1, 5)), int(rng.integers(1, 9))
@@ -343,6 +349,11 @@ def test_the_least_threshold_is_the_least_largest_step_of_any_split():
         least = min(largest, default=np.inf)
         values, lo = least_threshold((steps, steps, []), layers)
         assert (values[lo] if lo < len(values) else np.inf) == least
+        # and the min-plus DP (on each rank's span of layer totals alone) finds a split of the least sum
+        sums = [sum(steps[r, n] for r, n in enumerate(split))
+                for split in itertools.product(range(layers + 1), repeat=ranks) if sum(split) == layers]
+        (found,) = _least_times(steps[None], layers)
+        assert (np.inf if found is None else sum(steps[r, n] for r, n in enumerate(found))) == min(sums, default=np.inf)
 
 
 def test_the_dps_of_many_tables_in_one_pass_are_each_tables_own():

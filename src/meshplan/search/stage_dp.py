@@ -34,7 +34,7 @@ from meshplan.cost.params import layers_on_rank
 from meshplan.estimate import Estimate
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import schedule_of
-from meshplan.search.stage_lines import BASES, RankLines, ends_step, rank_lines
+from meshplan.search.stage_lines import BASES, RankLines, ends_reach, layer_spans, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
@@ -143,14 +143,16 @@ def _least_largest(steps: np.ndarray, layers: int) -> np.ndarray:
     min-max convolution per rank over the counts it may hold: the bottleneck form of ``_least_times``' DP), ∞ where
     no split exists: the least T for which some split has every s_r ≤ T, in one pass over the ranks rather than a
     reachability DP per T tried. A count only another table allows is ∞ in this one's, which no max-min picks."""
+    spans = layer_spans(steps, layers)
+    if spans is None:
+        return np.full(steps.shape[0], _INF)
     cost = np.full((steps.shape[0], 2 * layers + 2), _INF)  # the second half: negative counts (k − n < 0), ∞
     cost[:, 0] = -_INF
-    k = np.arange(layers + 1)[:, None]
-    for r in range(steps.shape[1]):
-        counts = np.flatnonzero(np.isfinite(steps[:, r]).any(axis=0))
-        if not counts.size:
-            return np.full(steps.shape[0], _INF)
-        cost[:, : layers + 1] = np.maximum(cost[:, k - counts[None, :]], steps[:, r, counts][:, None, :]).min(axis=2)
+    for r, (counts, lo, hi) in enumerate(spans):
+        k = np.arange(lo, hi + 1)[:, None]
+        done = np.maximum(cost[:, k - counts[None, :]], steps[:, r, counts][:, None, :]).min(axis=2)
+        cost[:, : layers + 1] = _INF
+        cost[:, lo: hi + 1] = done
     return cost[:, layers]
 
 
@@ -159,28 +161,30 @@ def _least_times(times: np.ndarray, layers: int) -> list[list[int] | None]:
     per rank over the counts it may hold, with back pointers), None where none exists: the DPs of every threshold
     in one pass over the ranks. A rank's counts are those any table lets it hold; a count another table allows adds
     ∞ to this one's sums, which never ties a finite least (its back pointer is the first least count, as over its
-    own counts alone), and a position of ∞ cost is never walked back through."""
+    own counts alone), and a position of ∞ cost is never walked back through. Each rank's costs on its span alone
+    (stage_lines.layer_spans)."""
     n = times.shape[0]
+    spans = layer_spans(times, layers)
+    if spans is None:
+        return [None] * n
     cost = np.full((n, 2 * layers + 2), _INF)  # the second half: the costs of negative counts (k − c < 0), ∞
     cost[:, 0] = 0.0
-    k = np.arange(layers + 1)[:, None]
     back = []
-    for r in range(times.shape[1]):
-        counts = np.flatnonzero(np.isfinite(times[:, r]).any(axis=0))
-        if not counts.size:
-            return [None] * n
+    for r, (counts, lo, hi) in enumerate(spans):
+        k = np.arange(lo, hi + 1)[:, None]
         prev = cost[:, k - counts[None, :]] + times[:, r, counts][:, None, :]
         best = prev.argmin(axis=2)
-        back.append(counts[best])
-        cost[:, : layers + 1] = np.take_along_axis(prev, best[:, :, None], axis=2)[:, :, 0]
+        back.append((lo, counts[best]))
+        cost[:, : layers + 1] = _INF
+        cost[:, lo: hi + 1] = np.take_along_axis(prev, best[:, :, None], axis=2)[:, :, 0]
     out: list[list[int] | None] = []
     for t in range(n):
         if not np.isfinite(cost[t, layers]):
             out.append(None)
             continue
         split, left = [], layers
-        for arg in reversed(back):
-            split.append(int(arg[t, left]))
+        for lo, arg in reversed(back):
+            split.append(int(arg[t, left - lo]))
             left -= split[-1]
         out.append(split[::-1])
     return out
@@ -376,13 +380,13 @@ def refine_ranked(model: ModelSpec, cluster: Cluster, plans: tuple[Estimate, ...
 def _below(model: ModelSpec, cluster: Cluster, stack: Stack, eff: Efficiency, ceiling: float
            ) -> Callable[[Plan], Estimate | None]:
     """``estimate()`` of a proposal, or None where its end ranks alone take ``ceiling`` (the step of the plan it
-    refines) or more (stage_lines.ends_step, priced as the estimate prices them): it cannot be faster. 2/3 of the
+    refines) or more (stage_lines.ends_reach, priced as the estimate prices them): it cannot be faster. 2/3 of the
     proposals priced are slower (1.03x to 1.3x), most of them at an end rank already."""
     from meshplan.estimate import estimate
     from meshplan.step.ranks import priced_apart
 
     def price(q: Plan) -> Estimate | None:
-        if priced_apart(model, q) and ends_step(model, cluster, q, stack, eff) >= ceiling:
+        if priced_apart(model, q) and ends_reach(model, cluster, q, stack, eff, ceiling):
             return None
         return estimate(model, cluster, q, stack, eff)
 

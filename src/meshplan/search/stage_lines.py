@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from meshplan.cost.wrapper_work import work_of
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
@@ -147,7 +149,43 @@ def rank_lines(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack:
 def ends_step(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency) -> float:
     """The larger of ``plan``'s end ranks' steps beside the bubble, priced as ``estimate`` prices a plan's ranks apart
     (the same parts, units and ``price_rank``): a floor of its step, the busiest rank's plus the bubble (>= 0)."""
+    units = _end_units(model, cluster, plan, stack, eff)
+    return max(price_rank(model, cluster, plan, stack, units, eff, r).step for r in (0, plan.pp - 1))
+
+
+def ends_reach(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, ceiling: float) -> bool:
+    """Whether ``ends_step`` is ``ceiling`` or more: the last rank priced first, the first only where the last is
+    below it (the stage DP's proposals of a strong-scaling sweep of llama3-70b over 8 GPU counts: 36 of the 51 priced
+    reach it at the last rank, 19 of them at the first)."""
+    units = _end_units(model, cluster, plan, stack, eff)
+    return any(price_rank(model, cluster, plan, stack, units, eff, r).step >= ceiling for r in (plan.pp - 1, 0))
+
+
+def _end_units(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency) -> dict[str, Units]:
+    """The units ``estimate`` prices ``plan``'s ranks with: its own and each rank's recompute mode."""
     own = work_of(plan, stack)
     parts = timed_parts(model, cluster, plan, stack, eff, works=(own,) if own else ())
-    units = units_for_recomputes(model, plan, stack, parts, (*stage_modes(plan), plan.recompute), eff)
-    return max(price_rank(model, cluster, plan, stack, units, eff, r).step for r in (0, plan.pp - 1))
+    return units_for_recomputes(model, plan, stack, parts, (*stage_modes(plan), plan.recompute), eff)
+
+
+def layer_spans(values: np.ndarray, layers: int) -> list[tuple[np.ndarray, int, int]] | None:
+    """Per rank of ``values`` (tables × ranks × counts, ∞ where a table does not let a rank hold a count): the counts
+    any table lets it hold and the span [lo, hi] of the layer totals of the ranks up to it on a split of ``layers``
+    (at least their least counts' sum, at most their most counts', and leaving the later ranks between their least
+    and most); None where a rank may hold none or no split exists. The stage DP's convolutions (search/stage_dp.py)
+    compute their costs on these spans alone: a total outside its span cannot reach ``layers``, and a total inside
+    that can reads, through each count its rank may hold, only totals of the rank before that can, so the cost and
+    least count at ``layers`` are those of the DP over every total (tests/test_stage_dp.py)."""
+    counts = [np.flatnonzero(np.isfinite(values[:, r]).any(axis=0)) for r in range(values.shape[1])]
+    if any(not c.size for c in counts):
+        return None
+    least = np.cumsum([int(c[0]) for c in counts])
+    most = np.cumsum([int(c[-1]) for c in counts])
+    out = []
+    for r, c in enumerate(counts):
+        lo = max(int(least[r]), layers - int(most[-1] - most[r]))
+        hi = min(int(most[r]), layers - int(least[-1] - least[r]))
+        if lo > hi:
+            return None
+        out.append((c, lo, hi))
+    return out
