@@ -32,9 +32,11 @@ import ctypes
 import glob
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from unaligned_gemm_gpu import event_median  # noqa: E402  (the same folder: its CUDA-event timer)
 
 # cublasLt.h / library_types.h / cublas_api.h enum values
 CUDA_R_32F, CUDA_R_16BF, COMPUTE_32F = 0, 14, 68
@@ -127,21 +129,7 @@ class Lt:
                                              result, ctypes.c_void_p(self.workspace.data_ptr()),
                                              ctypes.c_size_t(WORKSPACE), stream))
 
-        return _time(t, run, reps)
-
-
-def _time(torch, fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
-    return statistics.median(times)
+        return event_median(t, run, reps, warmups=3)
 
 
 def rows(lt: Lt, reps: int) -> list[dict]:

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from unaligned_gemm_gpu import event_median  # noqa: E402  (the same folder: its CUDA-event timer)
 
 HEADS, KV_HEADS, HEAD_DIM, KEYS, WINDOW = 64, 8, 64, 4096, 128  # openai/gpt-oss-120b config.json
 BATCHES = (1, 4)
@@ -61,20 +63,6 @@ def flops(b: int, s: int, w: int | None) -> tuple[float, float]:
 def sbhd(b: int, h: int, s: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """cuDNN's (b, h, s, d) dims with the strides of an [s, b, h, d] tensor (Megatron-Core's sbhd layout)."""
     return (b, h, s, HEAD_DIM), (h * HEAD_DIM, HEAD_DIM, b * h * HEAD_DIM, 1)
-
-
-def _time(torch, fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
-    return statistics.median(times)
 
 
 def _graph(cudnn, handle):
@@ -143,8 +131,8 @@ def measure(torch, cudnn, handle, b: int, w: int | None, sink: bool, reps: int) 
         bpack |= {bsink: t["sink"], dsink: t["dSink"]}
     bws = torch.empty(bg.get_workspace_size(), device="cuda", dtype=torch.uint8)
 
-    fwd_s = _time(torch, lambda: fg.execute(fpack, fws, handle=handle), reps)
-    bwd_s = _time(torch, lambda: bg.execute(bpack, bws, handle=handle), reps)
+    fwd_s = event_median(torch, lambda: fg.execute(fpack, fws, handle=handle), reps, warmups=3)
+    bwd_s = event_median(torch, lambda: bg.execute(bpack, bws, handle=handle), reps, warmups=3)
     fwd_f, bwd_f = flops(b, s, w)
     return {"batch": b, "heads": HEADS, "kv_heads": KV_HEADS, "d": HEAD_DIM, "keys": s, "window": w, "sink": sink,
             "fwd_s": fwd_s, "bwd_s": bwd_s, "fwd_flops": fwd_f, "bwd_flops": bwd_f,

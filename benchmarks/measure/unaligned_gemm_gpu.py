@@ -47,9 +47,10 @@ SHAPES = [(12288, k, n) for k in (768, 1024, 1600) for n in (50257, 50304)] + [
 VOCABS = (50257, 50304)
 
 
-def _time(torch, fn, reps: int) -> float:
-    """Median seconds of ``fn`` over ``reps`` CUDA-event timings after 5 warm-ups."""
-    for _ in range(5):
+def event_median(torch, fn, reps: int, warmups: int = 5) -> float:
+    """Median seconds of ``fn`` over ``reps`` CUDA-event timings after ``warmups`` untimed calls (the timer of the
+    device checks in this folder: bias_grad_gemm_gpu.py, sink_attention_gpu.py)."""
+    for _ in range(warmups):
         fn()
     times = []
     for _ in range(reps):
@@ -70,7 +71,7 @@ def _linear(torch, m: int, k: int, n: int, reps: int) -> list[dict]:
               "weight_grad": lambda: dy.t() @ x}
     rows = []
     for name, fn in passes.items():
-        seconds = _time(torch, fn, reps)
+        seconds = event_median(torch, fn, reps)
         tflops = 2 * m * k * n / seconds / 1e12
         rows.append({"m": m, "k": k, "n": n, "pass": name, "seconds": seconds, "tflops": tflops})
     return rows
@@ -83,7 +84,7 @@ def gemms(torch, reps: int) -> list[dict]:
 def _loss(torch, m: int, n: int, reps: int) -> dict:
     logits = torch.randn(m, n, device="cuda", dtype=torch.float32, requires_grad=True)
     labels = torch.randint(0, n, (m,), device="cuda")
-    seconds = _time(torch, lambda: torch.nn.functional.cross_entropy(logits, labels).backward(), reps)
+    seconds = event_median(torch, lambda: torch.nn.functional.cross_entropy(logits, labels).backward(), reps)
     return {"m": m, "n": n, "seconds": seconds}
 
 
@@ -123,8 +124,8 @@ def _compiled_linear(torch, m: int, k: int, n: int, reps: int) -> dict:
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     fn = torch.compile(lambda a, b: torch.nn.functional.linear(a, b).sum())
-    eager = _time(torch, lambda: torch.nn.functional.linear(x, w).sum().backward(), reps)
-    compiled = _time(torch, lambda: fn(x, w).backward(), reps)
+    eager = event_median(torch, lambda: torch.nn.functional.linear(x, w).sum().backward(), reps)
+    compiled = event_median(torch, lambda: fn(x, w).backward(), reps)
     return {"m": m, "k": k, "n": n, "eager_s": eager, "compiled_s": compiled}
 
 
