@@ -187,3 +187,14 @@ def draw_triple(rng: random.Random, tries: int = 400):
             stack = draw_stack(rng, model, plan.precision)
             if not check(model, cluster, plan, stack):
                 return model, cluster, plan, stack
+
+
+def draw_kept(seed: int, n: int, keep) -> list:
+    """The first ``n`` triples of ``draw_triple`` from ``random.Random(seed)`` that ``keep(model, cluster, plan,
+    stack)`` accepts."""
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        triple = draw_triple(rng)
+        if keep(*triple):
+            out.append(triple)
+    return out

@@ -6,11 +6,9 @@ both passes drained) and a run stated without torch.compile priced eager."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from draws import draw_triple
+from draws import draw_kept
 from meshplan.cost.fsdp import lead_params, lead_times
 from meshplan.cost.params import end_params, kind_params
 from meshplan.estimate import estimate
@@ -77,14 +75,8 @@ def test_a_kempnerforge_like_step_pays_its_first_gathers_each_micro_batch():
 
 @pytest.fixture(scope="module")
 def drained_triples() -> list:
-    rng = random.Random(7979)
-    out = []
-    while len(out) < 40:
-        model, cluster, plan, stack = draw_triple(rng)
-        if stack.fsdp == "none" or plan.zero < 3 or plan.dp * plan.cp < 2:
-            continue
-        out.append((model, cluster, plan, stack))
-    return out
+    return draw_kept(7979, 40, lambda m, c, plan, stack: stack.fsdp != "none" and plan.zero >= 3
+                     and plan.dp * plan.cp >= 2)
 
 
 def test_draining_never_shortens_a_step_and_more_rate_never_lengthens_one(drained_triples):

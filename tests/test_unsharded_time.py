@@ -7,13 +7,12 @@ memory.loss_workspace)."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
 
 import pytest
 
 from conftest import gpt
-from draws import draw_triple
+from draws import draw_kept
 from meshplan.cost.embed_head import head_ops
 from meshplan.cost.fsdp import accumulation_bytes
 from meshplan.cost.params import StageParams, stage_params
@@ -126,13 +125,9 @@ def test_kempnerforges_profile_runs_the_gathered_bf16_loss_and_both_behaviours()
 @pytest.fixture(scope="module")
 def kempnerforge_triples() -> list:
     """Seeded random triples under KempnerForge's behaviours (FSDP2 over the drawn stack, where it shards)."""
-    rng = random.Random(79)
-    out = []
-    while len(out) < 60:
-        model, cluster, plan, stack = draw_triple(rng)
-        if stack.fsdp == "none" or plan.zero < 2:
-            continue
-        out.append((model, cluster, plan, stack.with_(accumulate_unsharded=True, master_weights=False)))
+    out = [(model, cluster, plan, stack.with_(accumulate_unsharded=True, master_weights=False)) for
+           model, cluster, plan, stack in draw_kept(79, 60, lambda m, c, plan, stack: stack.fsdp != "none"
+                                                    and plan.zero >= 2)]
     assert sum(p.grad_accum > 1 for _, _, p, _ in out) >= 40 and sum(p.tp > 1 for _, _, p, _ in out) >= 15
     return out
 

@@ -78,10 +78,10 @@ def accumulation_bytes(plan: Plan, stack: Stack) -> Num:
 def lead_params(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
     """Parameters on one GPU of the units that a pass starting from an empty queue (``stack.drained_passes``)
     all-gathers before its first kernel can run: (the root unit, a layer); a forward gathers both, a backward the
-    layer. Per-parameter FSDP gathers a unit when its pre-forward or
-    pre-backward hook runs, and prefetches the next unit beside the current one's compute (forward: implicitly, as
-    the host runs ahead; backward: ``_backward_prefetch``), so in a steady pass each gather hides behind the unit
-    before it (step/channels.py); the first has none. The forward's first are the root unit (the embedding, the final
+    layer. Per-parameter FSDP gathers a unit when its pre-forward or pre-backward hook runs, and prefetches the next
+    unit beside the current one's compute (forward: implicitly, as the host runs ahead; backward:
+    ``_backward_prefetch``), so in a steady pass each gather hides behind the unit before it (step/channels.py); the
+    first has none. The forward's first are the root unit (the embedding, the final
     norm and the head that ``fully_shard(model)`` after the blocks takes: KempnerForge
     kempnerforge/distributed/parallel.py:288-297 @3ad9d9a) and the first layer; the backward's the last layer
     (torch/distributed/fsdp/_fully_shard/_fsdp_state.py, ``_pre_backward``, torch 2.13.0 cf30153c). A stage's own
