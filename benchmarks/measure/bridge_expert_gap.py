@@ -4,13 +4,15 @@ Reads docs/out_of_source.json (each run's out-of-source predicted metric) beside
 (the record's layout) and prints, for the Megatron-Bridge MoE runs measured in tokens/s per GPU:
 - the step measured and the step priced out of source (tokens per step / (tokens/s per GPU x GPUs));
 - the gap (measured - priced) per local expert, MoE layer on the rank and micro-batch (``per_expert_gap``): the time a
-  mechanism priced per expert GEMM and micro-batch would have to supply;
+  mechanism priced per expert GEMM and micro-batch would have to supply; beside it the gap per token through the rank
+  and MoE layer (a mechanism priced per token, as GPT-OSS-120B's own gap is: notes/reports/gptoss2.md);
 - the same-GPU contrasts that separate the candidates: one model, one GPU, one ep, two micro-batch sizes (Qwen3-30B-A3B
   on B200 at mb 1 and 4) and dropless against 25.09's token-drop recipe (drop-and-pad: no tokens-per-expert sync,
   Megatron-Core token_dispatcher.py preprocess @ core_v0.16.1; whole layers CUDA-graphed by that release's perf_matrix
   cuda_graphs: true, Megatron-Bridge 684a686 scripts/performance/configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml).
 
-    cd benchmarks/measure && PYTHONPATH=../../src python bridge_expert_gap.py [--oos ../../docs/out_of_source.json]
+    cd benchmarks/measure && PYTHONPATH=../../src python bridge_expert_gap.py --oos ../../docs/out_of_source.json
+(or the file a fresh ``benchmarks/docs/out_of_source.py --out DIR`` wrote)
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def layout(record: dict[str, Any]) -> dict[str, Any]:
     plan, model = case.plan, case.model
     return {"gpus": case.cluster.num_gpus, "tokens": plan.global_batch * model.seq_length, "mb": plan.micro_batch,
             "m": plan.global_batch / (plan.dp * plan.micro_batch), "local": model.num_experts / plan.ep,
-            "moe_layers": model.num_moe_layers / plan.pp, "ep": plan.ep}
+            "moe_layers": model.num_moe_layers / plan.pp, "ep": plan.ep,
+            "rank_tokens": plan.global_batch * model.seq_length / plan.dp}
 
 
 def rows(oos: Path) -> list[dict[str, Any]]:
@@ -63,26 +66,29 @@ def rows(oos: Path) -> list[dict[str, Any]]:
         out.append({"id": record["id"], "model": record["model"]["name"], "gpu": record["hardware"]["gpu"],
                     "error": run["oos_error"], "measured": measured, "priced": priced,
                     "gap_us": 1e6 * per_expert_gap(measured, priced, lay["local"], lay["moe_layers"], lay["m"]),
+                    "token_ns": 1e9 * (measured - priced) / (lay["rank_tokens"] * lay["moe_layers"]),
                     **lay})
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--oos", type=Path, default=ROOT / "docs/out_of_source.json")
+    parser.add_argument("--oos", type=Path, required=True,
+                        help="an out_of_source.json (benchmarks/docs/out_of_source.py)")
     table = rows(parser.parse_args().oos)
     print(f"{'run':<62} {'mb':>2} {'ep':>3} {'E/ep':>4} {'L/pp':>5} {'m':>5} {'meas s':>7} {'priced':>7} "
-          f"{'oos':>7} {'gap us/(E*L*m)':>14}")
+          f"{'oos':>7} {'gap us/(E*L*m)':>14} {'ns/(token*L)':>12}")
     for r in sorted(table, key=lambda r: (r["model"], r["gpu"], r["id"])):
         print(f"{r['id'][7:69]:<62} {r['mb']:>2} {r['ep']:>3} {r['local']:>4.0f} {r['moe_layers']:>5.1f} "
               f"{r['m']:>5.0f} {r['measured']:>7.2f} {r['priced']:>7.2f} {100 * r['error']:>+6.1f}% "
-              f"{r['gap_us']:>14.0f}")
-    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+              f"{r['gap_us']:>14.0f} {r['token_ns']:>12.0f}")
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for r in table:
-        groups[(r["model"], r["gpu"])].append(r["gap_us"])
-    print("\nmedian gap per local expert, MoE layer and micro-batch (us):")
+        groups[(r["model"], r["gpu"])].append((r["gap_us"], r["token_ns"]))
+    print("\nmedian gap per local expert, MoE layer and micro-batch (us) | per token and MoE layer on the rank (ns):")
     for (model, gpu), gaps in sorted(groups.items()):
-        print(f"  {model:<18} {gpu:<6} n={len(gaps):>2}  {statistics.median(gaps):>6.0f}")
+        per_expert, per_token = (statistics.median(g[i] for g in gaps) for i in (0, 1))
+        print(f"  {model:<18} {gpu:<6} n={len(gaps):>2}  {per_expert:>6.0f} | {per_token:>6.0f}")
 
 
 if __name__ == "__main__":
