@@ -106,8 +106,9 @@ def table_band(t: dict[str, Any], regime: dict[str, str]) -> Band:
     half = max(found["band"], math.ceil(times * found["conformal"] * 1e4 - 1e-9) / 1e4)
     what = ", ".join(f"{a} {regime.get(a, '?')}" for a in unseen)
     return Band(half, t["coverage"], found["runs"], found["sources"], where,
-                note=f"no measured run like this ({what}): band from the widest of the measured runs "
-                     f"{'with ' + where if where else 'of any regime'}, x{times:.1f} as a new source needed",
+                note=f"no measured run like this ({what}): band from the widest regime of the measured runs"
+                     f"{' with ' + where if where else ''}, x{times:.1f} (how far new sources fell beyond their "
+                     "neighbours' bands)",
                 conformal=found["conformal"])
 
 
