@@ -53,7 +53,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "docs" / "out_of_source.json"
 OUT = ROOT / "src" / "meshplan" / "presets" / "error_bands.json"
 COVERAGE = 0.8  # every band's nominal share of the runs it comes from
-SOURCE_COVERAGE = 0.9  # the share of new sources whose runs a band holds at COVERAGE (module docstring)
+# the share of new sources whose runs a band holds at COVERAGE (module docstring); at 0.8, the runs' own nominal,
+# seven families of 20 or more runs held for 29-78 % of their runs with their source left out, at 0.9 two
+# (tests/test_bands.py NOT_HELD)
+SOURCE_COVERAGE = 0.9
 SHARP = 2.5  # a band at most this many times its regime's median |error| (issue 79, "It must show")
 MIN_RUNS = 20
 MIN_MEMORY_RUNS = 8
