@@ -1,7 +1,8 @@
 """Error bands that hold out of source (issue 79; specs/bands.py, specs/regime.py, benchmarks/docs/error_bands.py):
 every estimate carries the band of the measured runs of its regime, each band covers at least its nominal share of those
-runs' out-of-source errors and is sharp, a plan no measured run is like says so, and plans within the fastest one's
-ranking band are equivalent, the simpler first (search/run.py simple_first)."""
+runs' out-of-source errors and is sharp, holds for the runs of a source left out of every table, a plan no measured
+run is like says so, and plans within the fastest one's ranking band are equivalent, the simpler first (search/run.py
+simple_first)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ BANDS = json.loads((ROOT / "src/meshplan/presets/error_bands.json").read_text())
 RUNS = [r for r in json.loads((ROOT / "docs" / "out_of_source.json").read_text())["runs"]
         if r.get("oos_error") is not None and r.get("regime")]
 sys.path.insert(0, str(ROOT / "benchmarks" / "docs"))
-from error_bands import SERVING_CLASSES, conformal  # noqa: E402
+from error_bands import SERVING_CLASSES, SHARP, conformal, coverage, finish, new_source  # noqa: E402
 
 
 def test_a_band_is_the_conformal_quantile_of_its_runs_errors():
@@ -36,6 +37,53 @@ def test_a_band_is_the_conformal_quantile_of_its_runs_errors():
     assert conformal([0.01 * k * (-1) ** k for k in range(1, 11)]) == 0.09
     # 3 errors: ⌈4·0.8⌉ = 4 > 3, so the largest
     assert conformal([0.1, -0.3, 0.2]) == 0.3
+
+
+def test_the_new_source_multiplier_is_the_conformal_quantile_of_the_sources_own_quantiles():
+    # ten sources of one seen run each, scores 1..10 (|error| over the band quoted without them): nominal 0.9 over
+    # the groups, the ⌈11·0.9⌉ = 10th; no unseen run: 1. Source "s9" left out: nine groups, ⌈10·0.9⌉ = 9th of 1..8, 10
+    scores = [("training", f"s{k}", "hopper megatron", False, float(k + 1)) for k in range(10)]
+    assert new_source(scores) == {"seen": 10.0, "unseen": 1.0}
+    assert new_source(scores, left_out="s9") == {"seen": 9.0, "unseen": 1.0}
+    # one source's 10 runs are one group, summed up by their own conformal 0.8 quantile (the 9th): 9, not 10
+    assert new_source([("training", "s", "f", True, float(k + 1)) for k in range(10)])["unseen"] == 9.0
+
+
+def test_a_band_widens_for_a_new_source_but_stays_sharp():
+    t = {"entries": {"a": {"conformal": 0.10, "lower_median": 0.08, "band": 0.10},   # 2 x 0.10 < 2.5 x 0.08
+                     "b": {"conformal": 0.10, "lower_median": 0.05, "band": 0.10},   # capped at 2.5 x 0.05
+                     "c": {"conformal": 0.30, "lower_median": 0.10, "band": 0.30}}}  # never below conformal
+    bands = {k: e["band"] for k, e in finish(t, {"seen": 2.0, "unseen": 3.0})["entries"].items()}
+    assert bands == {"a": 0.2, "b": SHARP * 0.05, "c": 0.3}
+
+
+# Families (GPU and framework or engine, 20 or more runs) whose runs, their source left out of every table, fall
+# inside their band for fewer than the nominal share, each with the reason; listed so that the check still fails for
+# every other family, and for these once they hold (the entry must then go). Their bands say so in their one line.
+NOT_HELD = {
+    # left out, TensorRT-LLM's own serving runs leave only LMDeploy's A100 runs (within 10 %) and dstack's nine MI300X
+    # runs measuring the time per output token under load; meshplan misses TensorRT-LLM's by 75-330 % (its median
+    # 154 %: the queueing of a rate-driven engine is not priced). Nothing another source measured tells that.
+    ("serving/tpot", "hopper trtllm"),
+    # B200 runs of two sources: NeMo's seven (dense, +19-35 %) and Megatron-Bridge's 36 (MoE: GPT-OSS-120B +45-103 %,
+    # DeepSeek-V3 and Qwen3-235B +38-43 %, as on GB200, tests/test_bands.py UNSHARP). Either left out, B200 holds
+    # fewer than 20 runs and takes 3.2 x its neighbours' widest band, which Hopper's and GB200's dense runs set.
+    ("training", "blackwell megatron"),
+}
+
+
+def test_out_of_source_the_bands_hold_for_a_source_left_out_of_every_table():
+    """Every table and its multipliers built without each source in turn (every level and fallback as specs/bands.py
+    picks them then; the multipliers from the other sources' scores): the share of that source's runs inside the band
+    then quoted, overall and per family with 20 or more runs, is at least the nominal share."""
+    data = json.loads((ROOT / "docs" / "out_of_source.json").read_text())
+    held = coverage(data)
+    every = [(n, share) for by in held.values() for k, (n, share) in by.items() if k == ""]
+    assert sum(n * share for n, share in every) / sum(n for n, _ in every) >= 0.8
+    short = {(name, k) for name, by in held.items() for k, (n, share) in by.items() if k and n >= 20 and share < 0.8}
+    assert short == NOT_HELD, {k: held[k[0]][k[1]] for k in short ^ NOT_HELD}
+    # every table too but the time per output token, whose TensorRT-LLM runs are most of it (NOT_HELD)
+    assert all(by[""][1] >= 0.8 for name, by in held.items() if name != "serving/tpot"), held
 
 
 def test_an_estimate_carries_the_band_of_the_finest_regime_with_enough_runs():
@@ -149,10 +197,13 @@ def test_out_of_source_each_regime_is_covered_at_its_nominal_share_and_sharply(t
         assert sum(n for _, n, _, _ in checked) >= 0.7 * len(rows)  # the regimes checked hold most of the runs
 
 
-def test_the_ranking_band_is_the_models_dense_band_at_tp_1():
+def test_the_ranking_band_is_the_models_dense_conformal_band_at_tp_1():
+    # two plans of one search share their source: the ranking band is the regime's own conformal band, not the one
+    # widened for a new source
     model, cluster, stack = load_model("qwen3-30b-a3b"), load_system("h100").cluster(64), load_stack("megatron-core")
     regime = training_regime(model, cluster, Plan(), stack) | {"kind": "dense"}
-    assert ranking_band(model, cluster, stack) == band("training", regime).half_width
+    b = band("training", regime)
+    assert ranking_band(model, cluster, stack) == b.conformal <= b.half_width
 
 
 def test_plans_within_the_band_are_equivalent_and_follow_the_fastest_simplest_first():

@@ -1,9 +1,9 @@
 """The trust panel: how far a plan's predicted step time may be from the real one, the published runs that say so, and
 what the estimate assumed.
 
-- The error band (``Estimate.band``, presets/error_bands.json): the conformal 80 % quantile of the out-of-source
-  |predicted / measured − 1| of the measured runs of the plan's regime (specs/regime.py, specs/bands.py), and how many
-  runs of how many sources it rests on.
+- The error band (``Estimate.band``, presets/error_bands.json): from the out-of-source |predicted / measured − 1| of
+  the measured runs of the plan's regime, widened to hold for a source not yet measured (specs/regime.py,
+  specs/bands.py), and how many runs of how many sources it rests on.
 - The nearest runs: presets/validation_runs.json, which benchmarks/docs/accuracy.py writes from the validation layer
   (benchmarks/measure/validation_runs.py) and tests/test_docs.py keeps current, so that the core reads the runs as
   packaged data and never imports meshplan_validation. Runs of the same GPU generation and model class come first, then

@@ -4,13 +4,19 @@ regime (issue 79; specs/regime.py says what a regime is).
 ``presets/error_bands.json`` (written by benchmarks/docs/error_bands.py from docs/out_of_source.json) holds one table
 per quantity: training step time, peak memory, and serving throughput, time to first token, time per output token and
 end-to-end latency. A table has its axes, its levels (from the most specific regime to every run), its nominal
-coverage and, per regime of each level with runs, the band: the conformal quantile of the |errors| of the regime's
-runs, each priced with every fitted constant refitted without its source (the smallest |e| that at least
-⌈(n + 1)·q⌉ of the n runs do not exceed; Vovk et al. 2005, "Algorithmic Learning in a Random World", §2.3), the runs it
-rests on and how many sources they come from. A plan takes the band of the most specific level whose regime holds at
-least ``min_runs`` runs. Where the plan's own value of an axis has fewer than ``min_runs`` measured runs in the whole
-table (an AMD engine, a GPU with a new host, an engine version nobody measured), no measured run is like it: the band
-widens to the widest band of the regimes that differ from it only there, and says so in one line (``Band.note``).
+coverage and, per regime of each level with runs, the ``conformal`` band (the conformal quantile of the |errors| of
+the regime's runs, each priced with every fitted constant refitted without its source: the smallest |e| that at least
+⌈(n + 1)·q⌉ of the n runs do not exceed; Vovk et al. 2005, "Algorithmic Learning in a Random World", §2.3), which
+covers a new run of the sources that measured the regime, and the ``band`` quoted, widened for a source not yet
+measured (``new_source["seen"]`` times the conformal band, at most 2.5 times the runs' median |error|: the script's
+docstring says how, after Dunn, Wasserman & Ramdas 2023 and Barber et al. 2021), the runs it rests on, how many sources
+they come from and ``held``, the share of its runs inside the band quoted them when every table was built without
+their source. A plan takes the band of the most specific level whose regime holds at least ``min_runs`` runs. Where
+that share is below the nominal coverage, the band says so in one line (``Band.note``). Where the plan's own value of
+an axis has fewer than ``min_runs`` measured runs in the whole table (an AMD engine, a GPU with a new host, an engine
+version nobody measured), no measured run is like it: the band widens to the widest band of the regimes that differ
+from it only there, times ``new_source["unseen"]`` (how far a source's runs fell beyond the band its neighbouring
+regimes quoted when it was new), and says so in one line.
 
 Two plans whose step times differ by less than the ranking band cannot be told apart by this model (search/run.py
 ranks them as equivalent): the dense band of the model's regime at tensor parallelism 1 and one sequence per
@@ -20,6 +26,7 @@ micro-batch (``ranking_band``), one number for a whole search.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -37,7 +44,8 @@ class Band:
     runs: int  # the measured runs it rests on
     sources: int  # the sources they come from
     basis: str  # which regime: "gpu=hopper, stack=megatron, kind=dense, work=large"
-    note: str = ""  # one line where no measured run is like the plan
+    note: str = ""  # one line where no measured run is like the plan, or where out of source it held for fewer
+    conformal: float = 0.0  # the band a new run of the measured sources needs (module docstring): the ranking band
 
     def to_dict(self) -> dict[str, Any]:
         return {"half_width": self.half_width, "coverage": self.coverage, "runs": self.runs, "sources": self.sources,
@@ -68,8 +76,10 @@ def band(table: str, regime: dict[str, str]) -> Band:
     return table_band(_tables()[table], regime)
 
 
-def table_band(t: dict[str, Any], regime: dict[str, str]) -> Band:
-    """The band a table of the bands file (``t``) quotes for ``regime``."""
+def basis(t: dict[str, Any], regime: dict[str, str]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(the entry of the most specific level of table ``t`` whose regime holds ``min_runs`` runs, that level, the
+    axes whose value ``regime`` holds no measured run of), the entry widened to the widest of its neighbours where
+    any axis is unseen (module docstring)."""
     entries, least = t["entries"], t["min_runs"]
     unseen = [a for a in t["trust"] if t["seen"][a].get(regime.get(a, ""), 0) < least]
     for level in t["levels"]:
@@ -80,14 +90,26 @@ def table_band(t: dict[str, Any], regime: dict[str, str]) -> Band:
             break
     else:  # pragma: no cover  (the file's last level is every run, with all of them)
         level, found = [], entries[""]
+    return (_widest(t, regime, level, unseen, found) if unseen else found), level, unseen
+
+
+def table_band(t: dict[str, Any], regime: dict[str, str]) -> Band:
+    """The band a table of the bands file (``t``) quotes for ``regime``."""
+    found, level, unseen = basis(t, regime)
+    where = key_of(regime, level)
     if not unseen:
-        return Band(found["band"], t["coverage"], found["runs"], found["sources"], key_of(regime, level))
-    wide = _widest(t, regime, level, unseen, found)
+        held = found.get("held", 1.0)
+        note = (f"out of source, {held:.0%} of its {found['runs']} runs fell inside a band built without their "
+                f"source: a source not yet measured may fall outside it more often" if held < t["coverage"] else "")
+        return Band(found["band"], t["coverage"], found["runs"], found["sources"], where, note, found["conformal"])
+    times = t["new_source"]["unseen"]
+    half = max(found["band"], math.ceil(times * found["conformal"] * 1e4 - 1e-9) / 1e4)
     what = ", ".join(f"{a} {regime.get(a, '?')}" for a in unseen)
-    basis = key_of(regime, level)
-    return Band(wide["band"], t["coverage"], wide["runs"], wide["sources"], basis,
-                note=f"no measured run like this ({what}): the widest band of the measured runs "
-                     f"{'with ' + basis if basis else 'of any regime'} is quoted")
+    return Band(half, t["coverage"], found["runs"], found["sources"], where,
+                note=f"no measured run like this ({what}): band from the widest regime of the measured runs"
+                     f"{' with ' + where if where else ''}, x{times:.1f} (how far new sources fell beyond their "
+                     "neighbours' bands)",
+                conformal=found["conformal"])
 
 
 def _widest(t: dict[str, Any], regime: dict[str, str], level: list[str], unseen: list[str],
@@ -100,7 +122,7 @@ def _widest(t: dict[str, Any], regime: dict[str, str], level: list[str], unseen:
     shared = {a: regime[a] for a in level}
     siblings = [e for k, e in t["entries"].items() if e["runs"] >= t["min_runs"] and _level_of(k) == set(wider)
                 and all(f"{a}={v}" in k.split(", ") for a, v in shared.items())]
-    return max([found, *siblings], key=lambda e: e["band"])
+    return max([found, *siblings], key=lambda e: (e["conformal"], e["band"]))
 
 
 def _level_of(key: str) -> set[str]:
@@ -125,7 +147,7 @@ def ranking_band(model: Any, cluster: Any, stack: Any) -> float:
     from meshplan.specs.plan import Plan  # noqa: PLC0415  (plan imports the spec modules)
 
     regime = training_regime(model, cluster, Plan(), stack) | {"kind": "dense"}
-    return band("training", regime).half_width
+    return band("training", regime).conformal
 
 
 def serving_band(metric: str, regime: dict[str, str]) -> Band:
@@ -154,7 +176,7 @@ def serving_ranking_band(regime: dict[str, str]) -> float:
     cap = next(training["entries"][k] for k in (f"gpu={regime['gpu']}, kind=dense, work=large", "kind=dense, "
                                                 "work=large") if training["entries"].get(k, {}).get("runs", 0)
                >= training["min_runs"])
-    return min(serving_band("throughput", regime).half_width, cap["band"])
+    return min(serving_band("throughput", regime).conformal, cap["conformal"])
 
 
 def serving_latency_error(regime: dict[str, str], metric: str) -> tuple[dict[str, Any], str]:
