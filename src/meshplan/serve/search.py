@@ -7,8 +7,8 @@ instances' figures (metrics.instance) are computed once per shape and scheme on 
 them (replicas filling the GPUs, each prefill / decode split) is a few array operations (metrics.deployment).
 
 The ranking (``ServeSpace.prefer_simple``), the training search's rule (search/select.py) on serving's figures: the
-best configuration's throughput X (or TPOT, ranking by latency) sets the band X / (1 + b), b the serving error band of
-the GPU's architecture (specs/bands.serving_band: the median |error| of the published runs' throughput), within
+best configuration's throughput X (or TPOT, ranking by latency) sets the band X / (1 + b), b the serving ranking band
+of the plan's regime (specs/bands.serving_ranking_band: the conformal band of the measured runs' throughput), within
 which the model cannot tell two configurations apart. The best leads (a faster machine never makes #1 worse: issue
 48); the others within the band follow it, the simplest first (fewer of tp, pp, dpa, ep above 1, a disaggregated
 deployment and a format other than the checkpoint's, one each), then the ones on fewer GPUs, then the faster; the rest
