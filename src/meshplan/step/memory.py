@@ -1,14 +1,18 @@
-"""Activation bytes of a step's pipeline ranks from its units (memory.py's formulas with ``Units``' saved bytes):
-on the first and the last rank with the loss workspace and what the pipeline runtime keeps, on the middle rank that
-holds the most micro-batches in flight (rank 1: p − 1 under 1F1B), and what activation offload moves to host memory.
+"""Activation bytes of a step's pipeline ranks from its units (memory.py's formulas with ``Units``' saved bytes), by
+phase (``Phases``: what the whole step keeps, the loss phase's and the layer phase's transients): on the first and the
+last rank with the loss workspace and what the pipeline runtime keeps, on the middle rank that holds the most
+micro-batches in flight (rank 1: p − 1 under 1F1B), and what activation offload moves to host memory. A rank's peak
+is its states, what it keeps and the larger phase (``Phases.peak``), not their sum.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 from meshplan.cost.params import layers_on_first, layers_on_last, layers_on_rank, middle_or_first
 from meshplan.memory import (
+    Memory,
     activation_bytes,
     embedding_in_flight,
     layer_input_bytes,
@@ -21,17 +25,56 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.units import Saved, Units
-from meshplan.xp import Num, maximum
+from meshplan.xp import Num, maximum, where
+
+
+class Phases(NamedTuple):
+    """A pipeline rank's activation bytes by when they live. ``kept``: what every phase of the step holds at its
+    peak (the in-flight micro-batches' saved activations or recomputed layers' inputs, the embedding's, what the
+    pipeline runtime keeps). ``loss``: the loss phase's transients, after the last layer's forward and before its
+    backward, on the rank that computes the loss (the head's saved logits and the loss's backward workspace,
+    memory.loss_workspace). ``working``: the layer phase's own, while the backward pass reruns a layer (full
+    recompute's one layer of activations, a per-op policy's ``Units.layer_working``); the layer phase also holds
+    memory.buffer_memory's gathered weights and gradients (ZeRO-3) and TP buffers, priced per ZeRO stage apart."""
+
+    kept: Num
+    loss: Num
+    working: Num
+
+    def peak(self, buffers: Num) -> Num:
+        """Bytes at the rank's activation peak with ``buffers``: ``kept`` plus the larger phase, the loss's or the
+        layer's (``working`` + ``buffers``). The two never coexist. The loss phase runs between the last layer's
+        forward and its backward. The layer-phase buffers of the forward are freed by then: FSDP2 reshards each
+        unit after its forward (reshard_after_forward, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py
+        post_forward), and a layer's recompute begins only when its backward does. The logits, their gradients
+        and the loss workspace are freed before the last layer's backward begins. The allocated peak is this
+        maximum: a block freed is reusable by a later request (c10/cuda/CUDACachingAllocator.cpp, free_block /
+        get_free_block), and torch.cuda.max_memory_allocated counts live blocks only."""
+        return self.kept + maximum(self.loss, self.working + buffers)
+
+
+def memory_at_peak(states: tuple[Num, Num, Num], phases: Phases, buffers: Num) -> Memory:
+    """The rank's memory by part at its peak instant (``Phases.peak``): the model states, ``kept`` with the binding
+    phase's activations, and the layer phase's buffers where that phase binds (none in the loss phase)."""
+    loss_binds = phases.loss > phases.working + buffers
+    return Memory(*states, phases.kept + where(loss_binds, phases.loss, phases.working),
+                  where(loss_binds, 0.0, buffers))
+
+
+def recompute_working(plan: Plan, layer_saved: Num, working: Num) -> Num:
+    """What memory.activation_bytes adds for the layer the backward pass reruns: one layer's saved activations
+    under full recompute (Korthikanti et al. 2022 Table 2), ``working`` under a per-op policy over the layer."""
+    return layer_saved if plan.recompute == "full" else working
 
 
 def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units | Saved, middle: bool = False
-                      ) -> tuple[Num, ...]:
-    """Saved activations on the first, on the last and (``middle``) on the middle pipeline rank 1 (memory.py; the
-    first's where p ≤ 2), with the loss's transient workspace on the rank that computes the loss and what the
-    pipeline runtime keeps per micro-batch: torch.distributed.pipelining's 4·m·v boundaries on a middle rank against
-    the first's 2·m·(2v − 1) (memory.pipeline_runtime_memory)."""
+                      ) -> tuple[Phases, ...]:
+    """``Phases`` of the first, of the last and (``middle``) of the middle pipeline rank 1 (memory.py; the first's
+    where p ≤ 2): the loss's on the rank that computes the loss, and what the pipeline runtime keeps per
+    micro-batch: torch.distributed.pipelining's 4·m·v boundaries on a middle rank against the first's 2·m·(2v − 1)
+    (memory.pipeline_runtime_memory)."""
     single, layer_input = plan.pp == 1, layer_input_bytes(model, plan)
-    loss = loss_workspace(model, plan, stack)
+    loss = u.head_saved + loss_workspace(model, plan, stack)
     embed = u.embed_saved * embedding_in_flight(plan)
     kept_first, kept_last = pipeline_runtime_memory(model, plan, stack)
     # ZB-V: the head on the first rank (its V); Chimera: both ends run an embedding and a head (the records)
@@ -39,15 +82,17 @@ def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units | Sav
     head_first = True if record.head_first else single
     head_last, embed_last = record.head_last, True if record.embed_last else single
     work = u.layer_working
-    first = activation_bytes(model, plan, u.layer_saved, layer_input, working=work) + embed + (
-        u.head_saved + loss) * head_first
-    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True, working=work) + (
-        u.head_saved + loss) * head_last + embed * embed_last
+    redo = recompute_working(plan, u.layer_saved, work)
+    first = activation_bytes(model, plan, u.layer_saved, layer_input, working=work) - redo + embed + kept_first
+    last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True, working=work) - redo + (
+        embed * embed_last + kept_last)
+    ends = (Phases(first, loss * head_first, redo), Phases(last, loss * head_last, redo))
     if not middle:
-        return first + kept_first, last + kept_last
-    rank1 = activation_bytes(model, plan, u.layer_saved, layer_input, rank=1, working=work) + (
+        return ends
+    rank1 = activation_bytes(model, plan, u.layer_saved, layer_input, rank=1, working=work) - redo + (
         kept_first * 2 * plan.vpp / (2 * plan.vpp - 1))
-    return first + kept_first, last + kept_last, middle_or_first(plan, rank1, first + kept_first)
+    return (*ends, Phases(*(middle_or_first(plan, x, y) for x, y in zip(Phases(rank1, 0.0, redo), ends[0],
+                                                                        strict=True))))
 
 
 def offloaded_activations(model: ModelSpec, plan: Plan, u: Units | Saved, middle: bool = False) -> Num:

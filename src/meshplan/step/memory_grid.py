@@ -26,28 +26,33 @@ from meshplan.xp import Num
 class MemoryGrid:
     """Bytes per GPU of a plan (or a batch) under every setting of a grid, each part for the settings it changes
     with: model states per (ZeRO stage, optimizer offload, rank), activations per (recompute, activation offload,
-    rank), buffers per ZeRO stage, and what offload moves to the host; the ranks (first, last, the middle rank 1 with
+    rank, phase), buffers per ZeRO stage, and what offload moves to the host; the ranks (first, last, the middle rank 1 with
     the most micro-batches in flight of the middle ones) on an axis of 3. Held in float64; ``peak`` and ``host`` sum
     them in the caller's dtype (the search's: float32)."""
 
     weights: np.ndarray  # (Z, O, 3, ...)
     grads: np.ndarray
     optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
-    activations: np.ndarray  # (R, A, 3, ...)
+    activations: np.ndarray  # (R, A, 3, 3, ...): step.memory.Phases (kept, loss, working) of each rank
     buffers: np.ndarray  # (Z, ...)
     host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload) and weights
     host_activations: np.ndarray  # (R, A, ...): step.memory.offloaded_activations
 
     def peak(self, dtype: type = np.float64) -> np.ndarray:
         """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the largest of the ranks'
-        weights + grads + optimizer + activations + buffers."""
+        weights + grads + optimizer + what the step keeps + the larger of the loss phase's transients and the layer
+        phase's with the buffers (step.memory.Phases.peak)."""
         states = (self.weights + self.grads + self.optimizer).astype(dtype, copy=False)
         acts: np.ndarray = self.activations.astype(dtype, copy=False)
-        buffers: np.ndarray = self.buffers.astype(dtype, copy=False)
-        peak = states[None, :, :, None, 0] + acts[:, None, None, :, 0]  # the first rank
-        for rank in range(1, self.weights.shape[2]):  # or the last, or a middle one (middle_may_bind)
-            np.maximum(peak, states[None, :, :, None, rank] + acts[:, None, None, :, rank], out=peak)
-        peak += buffers[None, :, None, None]
+        buffers: np.ndarray = self.buffers.astype(dtype, copy=False)[None, :, None, None]
+
+        def at(rank: int) -> np.ndarray:
+            kept, loss, working = (acts[:, None, None, :, rank, i] for i in range(3))
+            return states[None, :, :, None, rank] + kept + np.maximum(loss, working + buffers)
+
+        peak = at(0)  # the first rank, or the last, or a middle one (middle_may_bind)
+        for rank in range(1, self.weights.shape[2]):
+            np.maximum(peak, at(rank), out=peak)
         return peak
 
     def host(self, dtype: type = np.float64) -> np.ndarray:
@@ -85,7 +90,7 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units | Sav
         host_weights = {z: kept[z, False][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
     states = [_array([[[arr(end[i]) for end in kept[z, oo]] for oo in oos] for z in zeros]) for i in range(3)]
     settled = {(rc, oa): with_settings(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
-    acts = _array([[[arr(a) for a in activation_memory(model, settled[rc, oa], stack, units[rc], n == 3)]
+    acts = _array([[[[arr(x) for x in a] for a in activation_memory(model, settled[rc, oa], stack, units[rc], n == 3)]
                     for oa in oas]
                    for rc in rcs])
     weights, grads, optimizer = states

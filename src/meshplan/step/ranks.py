@@ -49,7 +49,7 @@ from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
 from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, step_channels, update_time
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops
-from meshplan.step.memory import activation_memory
+from meshplan.step.memory import Phases, activation_memory, memory_at_peak, recompute_working
 from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
 from meshplan.step.stages import cadence, loop_times, rank_body, with_sends
@@ -158,7 +158,7 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     dp, moved = float(updates * (channels[zero][0] + fixed.tied)), float(updates * channels[zero][1])
     opt = float(updates * fixed.optimizer + fixed.iteration)
     weights, grads, optimizer = model_states(params, view, stack, last)
-    memory = Memory(weights, grads, optimizer, _activations(model, view, stack, u, rank), fixed.buffers)
+    memory = memory_at_peak((weights, grads, optimizer), _activations(model, view, stack, u, rank), fixed.buffers)
     host = model_states(params, revised(view, {"offload_optimizer": False}), stack, last)[2] if plan.offload_optimizer \
         else 0.0  # the optimizer's states held in host memory, where they are offloaded
     if view.offload_activations:  # the offloaded layers' share of what the rank would otherwise keep
@@ -169,16 +169,17 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
                     float(host))
 
 
-def _activations(model: ModelSpec, view: Plan, stack: Stack, u: Units, rank: int) -> float:
-    """Rank ``rank``'s activations: an end rank's as step/memory.py prices it (the embedding's or the head's and the
-    loss's with its layers'); a middle rank's layers for its micro-batches in flight, and what the pipeline runtime
-    keeps: torch.distributed.pipelining's 4·m·v boundaries on a middle rank against the first rank's 2·m·(2v − 1)
-    (memory.pipeline_runtime_memory)."""
+def _activations(model: ModelSpec, view: Plan, stack: Stack, u: Units, rank: int) -> Phases:
+    """Rank ``rank``'s activations by phase (step/memory.Phases): an end rank's as step/memory.py prices it (the
+    embedding's or the head's and the loss's with its layers'); a middle rank's layers for its micro-batches in
+    flight, and what the pipeline runtime keeps: torch.distributed.pipelining's 4·m·v boundaries on a middle rank
+    against the first rank's 2·m·(2v − 1) (memory.pipeline_runtime_memory)."""
     if rank in (0, view.pp - 1):
-        return float(activation_memory(model, view, stack, u)[rank != 0])
+        return Phases(*(float(x) for x in activation_memory(model, view, stack, u)[rank != 0]))
     kept = pipeline_runtime_memory(model, view, stack)[0] * 2 * view.vpp / (2 * view.vpp - 1)
-    return float(activation_bytes(model, view, u.layer_saved, layer_input_bytes(model, view), rank=rank,
-                                  working=u.layer_working) + kept)
+    redo = recompute_working(view, u.layer_saved, u.layer_working)
+    return Phases(float(activation_bytes(model, view, u.layer_saved, layer_input_bytes(model, view), rank=rank,
+                                         working=u.layer_working) - redo + kept), 0.0, float(redo))
 
 
 def rank_bubble(plan: Plan, times: list[PassTimes]) -> float:
