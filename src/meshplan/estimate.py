@@ -113,6 +113,9 @@ class Estimate:
     reasons: tuple[str, ...] = ()
     host_memory: float = 0.0  # bytes offloaded to host memory per GPU
     rank_memory: tuple[float, float] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
+    # what PyTorch's caching allocator reserves at most: ``peak_memory`` and the smaller phase's cached blocks
+    # (step/memory.Phases.stranded), the peak torch.cuda.max_memory_reserved reads
+    reserved_memory: float = 0.0
     # every pipeline rank's step beside the bubble and its peak memory, where they are priced apart (step/ranks.py)
     stage_steps: tuple[float, ...] = ()
     stage_memory: tuple[float, ...] = ()
@@ -225,6 +228,7 @@ def _summary(e: Estimate) -> dict[str, Any]:
         "breakdown_s": dict(e.breakdown), "memory_bytes": dict(e.memory),
         "peak_memory_bytes": e.peak_memory, "hbm_bytes": e.cluster.accelerator.hbm_bytes,
         "rank_memory_bytes": {"first": e.rank_memory[0], "last": e.rank_memory[1]},
+        "reserved_memory_bytes": e.reserved_memory,
         "host_memory_bytes": e.host_memory,
         **({"stage_steps_s": list(e.stage_steps), "stage_memory_bytes": list(e.stage_memory)} if e.stage_steps else {}),
         "fits": e.fits, "reasons": list(e.reasons), "error_band": e.error_band,
@@ -274,6 +278,7 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAM
                     memory={k: float(v) for k, v in costs.memory.items()}, peak_memory=float(costs.peak_memory),
                     host_memory=float(costs.host_memory),
                     rank_memory=(float(costs.rank_memory[0]), float(costs.rank_memory[1])),
+                    reserved_memory=float(costs.reserved_memory),
                     stage_steps=tuple(map(float, costs.stage_steps)),
                     stage_memory=tuple(map(float, costs.stage_memory)),
                     model_flops=model_flops, hardware_flops=hardware_flops,

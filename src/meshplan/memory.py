@@ -17,7 +17,8 @@ asynchronous schedules (no flush: m does not bound it). Those also keep old weig
 PipeDream's stash, 2BW's second buffer) beside the current weights. Full recompute keeps only
 each recomputed layer's input plus one layer's activations while it is recomputed (Korthikanti Table 2).
 Beside them: the loss's transient workspace (``loss_workspace``), what the pipeline runtime keeps per micro-batch
-(``pipeline_runtime_memory``) and the transient buffers of TP collectives and ZeRO-3 (``buffer_memory``).
+(``pipeline_runtime_memory``) and the transient buffers of TP collectives and ZeRO-3 (``buffer_memory``). The loss's
+transients and the layers' (the recomputed layer, the buffers) never coexist: the larger phase's count (step/memory.py).
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ class Memory:
     optimizer: Num
     activations: Num
     buffers: Num
+    stranded: Num = 0.0  # beyond ``total``, what the caching allocator keeps reserved (step/memory.Phases.stranded)
 
     @property
     def total(self) -> Num:
@@ -127,7 +129,12 @@ class Memory:
 def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = False) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer) bytes per GPU under ZeRO stage ``plan.zero`` on the first (or ``last``)
     pipeline rank; under LoRA gradients and optimizer state exist for the adapters only (``trainable``); the weights
-    with the older versions of the trainable ones that an asynchronous schedule keeps (``weight_versions``)."""
+    with the older versions of the trainable ones that an asynchronous schedule keeps (``weight_versions``).
+    ``stack.replicated_embedding``: the token embedding whole on each TP rank, tp times its share (KempnerForge's,
+    "The token embedding stays replicated": kempnerforge/distributed/tensor_parallel.py:20-23 @01b461a, 3ad9d9a,
+    5666d0d; sharded over dp in FSDP2's root unit, parallel.py:290-297 @5666d0d)."""
+    if stack.replicated_embedding:
+        params = replace(params, dense=params.dense + params.embedding * (plan.tp - 1))
     n_dense = plan.dp * plan.cp
     n_expert = plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
     z = partitioned_zero(plan, stack)  # BF16_Optimizer partitions its states without ZeRO too (cost/wrappers.py)
@@ -390,7 +397,3 @@ def buffer_memory(model: ModelSpec, plan: Plan) -> Num:
     sharded = layer * (plan.zero == 3) * (grads_in_transit + in_use)
     gathered = 2 * token_rows(model, plan)[0] * model.hidden_size * ACT_BYTES
     return sharded + gathered * (plan.tp * plan.tp2 > 1)
-
-
-def peak_of(first: Memory, last: Memory) -> Num:
-    return maximum(first.total, last.total)

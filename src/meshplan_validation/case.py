@@ -43,6 +43,7 @@ class Case:
     assumptions: tuple[str, ...]
     basis: str = ""  # FLOP formula for tflops / mfu metrics
     measured_memory: float | None = None  # bytes
+    memory_peak: str = "allocated"  # what it measured (sources.SourceDefaults.memory_peak)
 
     @property
     def attention_kernel(self) -> str:
@@ -117,7 +118,8 @@ def _map_run(record: dict[str, Any], hybrid: bool) -> Case:
     usable = isinstance(memory, (int, float)) and 0 < memory < math.inf
     return Case(id=record["id"], group=str(record.get("group") or ""), model=model, cluster=cluster, plan=plan,
                 stack=stack, metric=metric, measured=value, assumptions=tuple(notes), basis=basis,
-                measured_memory=float(memory) * GiB if usable else None)
+                measured_memory=float(memory) * GiB if usable else None,
+                memory_peak=source_defaults(record).memory_peak)
 
 
 def _architecture_text(record: dict[str, Any]) -> str:

@@ -46,14 +46,15 @@ def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
 
     est = estimate(case.model, case.cluster, case.plan, case.stack, case.efficiency(eff))
     predicted = predicted_metric(case, est.step_time)
+    peak = est.reserved_memory if case.memory_peak == "reserved" else est.peak_memory  # the peak it measured
     result = RunResult(id=case.id, group=case.group, metric=case.metric, predicted=predicted,
                        measured=case.measured, error=predicted / case.measured - 1, assumptions=case.assumptions,
-                       step_time=est.step_time, breakdown=dict(est.breakdown), memory_predicted=est.peak_memory,
+                       step_time=est.step_time, breakdown=dict(est.breakdown), memory_predicted=peak,
                        memory_capacity=case.cluster.accelerator.hbm_bytes, fits=est.fits,
                        in_fit_set=in_fit_set(case.id))
     if case.measured_memory:
         result.memory_measured = case.measured_memory
-        result.memory_error = est.peak_memory / case.measured_memory - 1
+        result.memory_error = peak / case.measured_memory - 1
     return result
 
 

@@ -39,6 +39,10 @@ class SourceDefaults:
     # the stack's attention is PyTorch's scaled_dot_product_attention, whose kernel depends on the PyTorch release
     # (SDPA_CUDNN_FROM; map_kernels.attention_kernel)
     sdpa: bool = False
+    # the peak memory its runs report: "allocated" (torch.cuda.max_memory_allocated, Estimate.peak_memory) or
+    # "reserved" (the caching allocator's reserved peak, Estimate.reserved_memory: torchtitan logs
+    # reserved_bytes.all.peak, torchtitan/metrics.py get_peak_stats @021137a; nvidia-smi shows at least that)
+    memory_peak: str = "allocated"
     # expert tensor parallelism when the record does not state it (MoE with ep > 1): 1, the expert weights whole on
     # each expert-parallel rank, unless the stack takes Megatron-Core's own default, etp = tp
     # (megatron/training/arguments.py: expert_tensor_parallel_size None → tensor_model_parallel_size; before
@@ -141,7 +145,7 @@ MEGATRON_DEEPSPEED = SourceDefaults(
     load_stack("megatron-deepspeed"), False, 1, 4, "full",
     "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 gradient reduction after the "
     "backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same construction (Megatron-LM model code on "
-    "DeepSpeed's pipeline engine and ZeRO-1)")
+    "DeepSpeed's pipeline engine and ZeRO-1)", memory_peak="reserved")  # BLOOM's memory column: nvidia-smi's
 
 
 # vTrain's measured runs (Bang et al. 2024; VIA-Research/vTrain f8dda847): "collected using Megatron-DeepSpeed codebase"
@@ -304,7 +308,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "compiled at the benchmark commit); the blocks in eager PyTorch unless the row says torch.compile; "
                    "float8 linears scale each tensor from its current amax (torchao Float8Linear, tensorwise dynamic "
                    "scaling); pipeline parallelism by torch.distributed.pipelining, of the PyTorch the December 2024 "
-                   "benchmarks name (torch 1963fc8)", sdpa=True),
+                   "benchmarks name (torch 1963fc8)", sdpa=True, memory_peak="reserved"),
     # Stacks that run Hugging Face model code in eager PyTorch under DeepSpeed ZeRO or accelerate / Trainer FSDP.
     SourceDefaults("DeepSpeed / Hugging Face",
                    r"^(?!.*automodel).*(?:deepspeed|hugging ?face|transformers|accelerate|llama[-_ ]?factory|axolotl)",
@@ -332,15 +336,17 @@ SOURCES: tuple[SourceDefaults, ...] = (
     # @3ad9d9a). Its loop synchronises the host twice a micro-batch, so every pass starts drained: the loss's
     # `if (flat_labels == -100).all()` between the forward and the backward (training/loss.py:28 @3ad9d9a and
     # 5666d0d) and `total_loss += loss.item()` after the backward (scripts/train.py:845 @3ad9d9a; :298 @01b461a,
-    # whose loss, F.cross_entropy inline, has no branch: the forward passes alone there, taken as both).
+    # whose loss, F.cross_entropy inline, has no branch: the forward passes alone there, taken as both). Its TP plan
+    # leaves the token embedding whole on every TP rank (tensor_parallel.py:20-23 @all three): replicated_embedding.
     replace(pytorch_fsdp("KempnerForge", r"kempnerforge", "fsdp2", 4,
                          "KempnerForge (FSDP2 + TP): gradients reduced in fp32 (default_mp_policy reduce_dtype "
                          "float32) and accumulated unsharded between syncs, the model in bf16 without an fp32 master "
                          "copy, F.cross_entropy on bf16 logits gathered to every TP rank, cuDNN's SDPA, separate "
-                         "projections, two host synchronisations a micro-batch"),
+                         "projections, two host synchronisations a micro-batch, the token embedding replicated "
+                         "over TP"),
             stack=SDPA_ERA.with_(fsdp="fsdp2", accumulate_unsharded=True, master_weights=False,
                                  cross_entropy="gathered_bf16", attention_kernel="fused", projections="separate",
-                                 drained_passes="both")),
+                                 drained_passes="both", replicated_embedding=True)),
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),

@@ -30,6 +30,7 @@ class StageParams:
     dense: Num  # replicated across the dp·cp ranks
     expert: Num  # replicated across the expert-data-parallel ranks
     adapters: Num = 0.0  # LoRA adapter parameters (plan.finetune = "lora"), replicated across the dp·cp ranks
+    embedding: Num = 0.0  # of ``dense``, the token embedding's vocabulary-parallel share V·h/tp (end_params)
 
     @property
     def total(self) -> Num:
@@ -291,18 +292,21 @@ def stage_params(model: ModelSpec, plan: Plan, first: bool) -> StageParams:
     moe_layer = kind_params(model, plan, "moe")
     if schedule_of(plan.schedule).mirrored:  # Chimera: each rank holds stage r of one replica and p − 1 − r of the
         one, two = (stage_params(model, replace(plan, schedule=one_chunk()), end) for end in (True, False))  # other
-        return StageParams(one.dense + two.dense, one.expert + two.expert, one.adapters + two.adapters)  # ends
+        return StageParams(one.dense + two.dense, one.expert + two.expert, one.adapters + two.adapters,  # ends
+                           one.embedding + two.embedding)
     single = plan.pp == 1
     extra = end_params(model, plan.tp, single, first)
     mtp = mtp_params(model, plan)
     on_stage = single if first else 1  # the MTP layers sit on the last stage
+    table = 1 if first else single  # the token embedding's stage (end_params)
     if not schedule_of(plan.schedule).head_last:  # ZB-V's V: the first rank holds the first and the last chunk
         extra = end_params(model, plan.tp, 1, True) if first else 0.0
-        on_stage = 1 if first else 0
+        on_stage = table = 1 if first else 0
     adapters = adapter_params(model, plan) * layers
     dense = other * (layers - moe_layers) + moe_layer.dense * moe_layers
     return StageParams(dense=dense + extra + on_stage * mtp.dense + adapters,
-                       expert=moe_layer.expert * moe_layers + on_stage * mtp.expert, adapters=adapters)
+                       expert=moe_layer.expert * moe_layers + on_stage * mtp.expert, adapters=adapters,
+                       embedding=table * model.vocab_size * model.hidden_size / plan.tp)
 
 
 def end_params(model: ModelSpec, tp: Num, single: Num, first: bool) -> Num:

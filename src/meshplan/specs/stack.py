@@ -117,6 +117,9 @@ class Stack:
                                        "false: the model is cast to 16 bits and torch.optim updates it in place, "
                                        "its state and gradients in the weights' dtype (memory.model_states, "
                                        "step/channels.step_bytes, goodput.saved_state_bytes)")
+    replicated_embedding: bool = _flag(False, "the token embedding kept whole on every tensor-parallel rank, not "
+                                              "split over the vocabulary: its weights, gradients and optimizer "
+                                              "state tp times a vocabulary-parallel one's (memory.model_states)")
     pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch: "
                                                                   "megatron (Megatron-Core) or torch (pipelining)")
     cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")

@@ -302,6 +302,7 @@ class StepCosts:
     # exposed communication (``PassTimes.passes``): what the timeline simulates
     ranks: tuple[tuple[Num, Num], ...] = ()
     rank_memory: tuple[Num, Num] = (0.0, 0.0)  # peak memory of the first and of the last pipeline rank
+    reserved_memory: Num = 0.0  # what the caching allocator reserves at most (memory.Memory.reserved)
     use_first: Num = True  # the first pipeline rank takes the longer step (else the last): the breakdown's rank
     # every rank's step beside the bubble and peak memory, where the ranks are priced apart (step/ranks.py)
     stage_steps: tuple[Num, ...] = ()
@@ -335,7 +336,8 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
                      host_memory=mem.host()[0, 0, 0, 0],
                      ranks=tuple((r.t_f, r.t_b) for r in (step.first.passes(), step.middle.passes(),
                                                           step.last.passes())),
-                     rank_memory=(mems[0].total, mems[1].total), use_first=_flag(busiest != 1))
+                     rank_memory=(mems[0].total, mems[1].total), use_first=_flag(busiest != 1),
+                     reserved_memory=np.max(np.stack([np.asarray(x.total + x.stranded) for x in mems]), axis=0))
 
 
 def _choose(index: Num, values: tuple) -> Num:

@@ -25,7 +25,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.units import Saved, Units
-from meshplan.xp import Num, maximum, where
+from meshplan.xp import Num, maximum, minimum, where
 
 
 class Phases(NamedTuple):
@@ -52,13 +52,23 @@ class Phases(NamedTuple):
         get_free_block), and torch.cuda.max_memory_allocated counts live blocks only."""
         return self.kept + maximum(self.loss, self.working + buffers)
 
+    def stranded(self, buffers: Num) -> Num:
+        """What the caching allocator keeps reserved beyond ``peak``: the smaller phase's blocks. The forward's
+        layer-phase blocks (gathered weights, TP buffers, a layer's activations between saves) are freed and cached
+        before the loss; the loss's logits and their gradients are larger than any of them, so the allocator maps a
+        new segment for those (CUDACachingAllocator.cpp malloc: a cached block serves a request only when at least
+        as large, else alloc_block), and keeps every segment until empty_cache or a failed allocation
+        (release_cached_blocks). Its reserved peak (torch.cuda.max_memory_reserved, torchtitan's logged "memory",
+        torchtitan/metrics.py get_peak_stats reserved_bytes.all.peak @021137a) is therefore ``peak`` + this."""
+        return minimum(self.loss, self.working + buffers)
+
 
 def memory_at_peak(states: tuple[Num, Num, Num], phases: Phases, buffers: Num) -> Memory:
     """The rank's memory by part at its peak instant (``Phases.peak``): the model states, ``kept`` with the binding
     phase's activations, and the layer phase's buffers where that phase binds (none in the loss phase)."""
     loss_binds = phases.loss > phases.working + buffers
     return Memory(*states, phases.kept + where(loss_binds, phases.loss, phases.working),
-                  where(loss_binds, 0.0, buffers))
+                  where(loss_binds, 0.0, buffers), phases.stranded(buffers))
 
 
 def recompute_working(plan: Plan, layer_saved: Num, working: Num) -> Num:

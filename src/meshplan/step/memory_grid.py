@@ -26,9 +26,9 @@ from meshplan.xp import Num
 class MemoryGrid:
     """Bytes per GPU of a plan (or a batch) under every setting of a grid, each part for the settings it changes
     with: model states per (ZeRO stage, optimizer offload, rank), activations per (recompute, activation offload,
-    rank, phase), buffers per ZeRO stage, and what offload moves to the host; the ranks (first, last, the middle rank 1 with
-    the most micro-batches in flight of the middle ones) on an axis of 3. Held in float64; ``peak`` and ``host`` sum
-    them in the caller's dtype (the search's: float32)."""
+    rank, phase: step/memory.Phases), buffers per ZeRO stage, and what offload moves to the host; the ranks (first,
+    last, the middle rank 1 with the most micro-batches in flight of the middle ones) on an axis of 3. Held in
+    float64; ``peak`` and ``host`` sum them in the caller's dtype (the search's: float32)."""
 
     weights: np.ndarray  # (Z, O, 3, ...)
     grads: np.ndarray

@@ -227,7 +227,8 @@ def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack,
                      host_memory=max(c.host for c in ranks),
                      ranks=tuple((r.t_f, r.t_b) for r in (c.times.passes() for c in (ranks[0], middle, ranks[-1]))),
                      rank_memory=(ranks[0].memory.total, ranks[-1].memory.total), use_first=busiest != plan.pp - 1,
-                     stage_steps=tuple(c.step for c in ranks), stage_memory=tuple(c.memory.total for c in ranks))
+                     stage_steps=tuple(c.step for c in ranks), stage_memory=tuple(c.memory.total for c in ranks),
+                     reserved_memory=max(float(c.memory.total + c.memory.stranded) for c in ranks))
 
 
 def stage_recompute_flops(model: ModelSpec, plan: Plan, stack: Stack) -> float:
