@@ -115,7 +115,9 @@ def test_torchtitan_pipeline_batches_and_fsdp():
     assert case.stack.pipeline_runtime == "torch"
     result = evaluate_case(case)
     est = estimate(case.model, case.cluster, p, case.stack)
-    assert result.memory_predicted == pytest.approx(est.peak_memory) == pytest.approx(est.rank_memory[1])
+    assert est.peak_memory == pytest.approx(est.rank_memory[1])
+    # torchtitan logs the caching allocator's reserved peak (sources.SourceDefaults.memory_peak)
+    assert result.memory_predicted == pytest.approx(est.reserved_memory) and est.reserved_memory >= est.peak_memory
     assert est.rank_memory[1] > est.rank_memory[0]
     # the last rank keeps m = 8 micro-batches' fp32 logits (4 × 8192 tokens × 128000 / 8 × 4 B = 1.95 GiB each)
     # and 2·m layer inputs (4 × 8192 / 8 tokens × 16384 × 2 B = 128 MiB each) that Megatron-Core would not

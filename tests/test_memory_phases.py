@@ -1,0 +1,122 @@
+"""The peak memory as a maximum over the step's phases (step/memory.Phases): the model states, what the whole step
+keeps, and the larger of the loss phase's transients and the layer phase's (recompute, ZeRO-3 / TP buffers), never
+their sum; the caching allocator's reserved peak (Estimate.reserved_memory) with both; and a token embedding kept whole
+on every TP rank (Stack.replicated_embedding, KempnerForge's). Issue 79: KempnerForge's 175B read +15 % with the sum."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from meshplan.cost.params import StageParams, layer_params, stage_params
+from meshplan.estimate import estimate
+from meshplan.memory import Memory, buffer_memory, model_state_memory, model_states
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import load_stack
+from meshplan.step.memory import Phases, activation_memory, memory_at_peak
+from meshplan.step.units import unit_costs
+
+TITAN = load_stack("torchtitan")
+KF = load_stack("pytorch-fsdp").with_(fsdp="fsdp2", accumulate_unsharded=True, master_weights=False,
+                                       cross_entropy="gathered_bf16", replicated_embedding=True)
+MODEL = load_model("llama3-8b")
+PLANS = [  # (plan, stack): FSDP2 alone, FSDP2 with TP, a Megatron pipeline, selective recompute
+    (Plan(dp=8, zero=3, micro_batch=1, global_batch=16, recompute="full"), TITAN),
+    (Plan(dp=2, tp=4, sequence_parallel=True, zero=3, micro_batch=2, global_batch=8, recompute="full"), KF),
+    (Plan(dp=2, tp=2, pp=2, sequence_parallel=True, micro_batch=1, global_batch=8), load_stack("megatron-core")),
+    (Plan(dp=8, zero=3, micro_batch=1, global_batch=8, recompute="selective"), TITAN),
+]
+
+
+def _peak(model, plan, stack):
+    return estimate(model, load_system("h100").cluster(plan.dp * plan.tp * plan.pp), plan, stack)
+
+
+def test_phases_by_hand():
+    # kept 10, loss phase 6, layer phase 3 + buffers 2: the loss phase binds, 16 not 21; the buffers are not held then
+    loss_binds = Phases(kept=10.0, loss=6.0, working=3.0)
+    assert loss_binds.peak(2.0) == 16.0 and loss_binds.stranded(2.0) == 5.0
+    assert memory_at_peak((1.0, 2.0, 3.0), loss_binds, 2.0) == Memory(1.0, 2.0, 3.0, 16.0, 0.0, 5.0)
+    # a smaller loss: the layer phase binds, with its buffers
+    layer_binds = Phases(kept=10.0, loss=4.0, working=3.0)
+    assert layer_binds.peak(2.0) == 15.0
+    assert memory_at_peak((1.0, 2.0, 3.0), layer_binds, 2.0) == Memory(1.0, 2.0, 3.0, 13.0, 2.0, 4.0)
+    assert memory_at_peak((1.0, 2.0, 3.0), layer_binds, 2.0).total == 21.0  # 6 of states + the peak's 15
+
+
+def test_an_8b_fsdp_step_by_hand():
+    # Llama 3 8B (h 4096, V 128256, 32 layers), one micro-batch of 8192 tokens, FSDP2 over 8 GPUs, full recompute,
+    # torchtitan's loss: F.cross_entropy on fp32 logits in eager autograd
+    t, h, v = 8192, 4096, 128256
+    plan, cluster = PLANS[0][0], load_system("h100").cluster(8)
+    plan = replace(plan, global_batch=8)
+    est = estimate(MODEL, cluster, plan, TITAN)
+    units = unit_costs(MODEL, cluster, plan, TITAN)
+    states = est.memory["weights"] + est.memory["grads"] + est.memory["optimizer"]
+    assert states == pytest.approx(18.068e9, rel=1e-3)  # 16 bytes a parameter over 8 GPUs, 8.03 G parameters
+    kept = 32 * t * h * 2  # each recomputed layer's bf16 input: 2.15 GB
+    # the loss phase: the saved fp32 logits and the head's fp32 input (4·T·V + 4·T·h), the loss backward's two fp32
+    # tensors beside them (8·T·V): 12.74 GB
+    loss = 4 * t * v + 4 * t * h + 8 * t * v
+    assert units.head_saved + 8 * t * v == pytest.approx(loss)
+    # the layer phase: the recomputed layer's activations (1.14 GB) and ZeRO-3's buffers of 218 M parameters a
+    # layer, 2 + 2 bytes gathered (in use, prefetched) + 2 autograd's + 4 the fp32 reduce-scatter input: 2.18 GB
+    layer = units.layer_saved + 10 * layer_params(MODEL, plan).dense
+    assert layer == pytest.approx(3.323e9, rel=1e-3)
+    assert est.peak_memory == pytest.approx(states + kept + loss)  # 32.96 GB: max(12.74, 3.32), not their sum
+    assert est.peak_memory == pytest.approx(32.958e9, rel=1e-3)
+    assert est.reserved_memory == pytest.approx(est.peak_memory + layer)  # 36.28 GB: the layer phase's blocks cached
+    assert est.memory["activations"] == pytest.approx(kept + loss) and est.memory["buffers"] == 0.0
+
+
+@pytest.mark.parametrize("index", range(len(PLANS)))
+def test_the_peak_is_the_larger_phase_never_below_either_nor_above_their_sum(index):
+    plan, stack = PLANS[index]
+    est = _peak(MODEL, plan, stack)
+    cluster = load_system("h100").cluster(plan.dp * plan.tp * plan.pp)
+    phases = activation_memory(MODEL, plan, stack, unit_costs(MODEL, cluster, plan, stack))
+    buffers = buffer_memory(MODEL, plan)
+    ends = []
+    for states, rank in zip(model_state_memory(MODEL, plan, stack), phases, strict=True):
+        base = sum(states) + rank.kept
+        peak = sum(states) + rank.peak(buffers)
+        assert peak >= base + rank.loss and peak >= base + rank.working + buffers  # never below either phase
+        assert peak == pytest.approx(base + max(rank.loss, rank.working + buffers))
+        ends.append((peak, base + rank.loss + rank.working + buffers))  # the allocator's reserved: both
+    assert est.rank_memory == pytest.approx(tuple(peak for peak, _ in ends))
+    assert est.peak_memory == pytest.approx(max(peak for peak, _ in ends))
+    assert est.reserved_memory == pytest.approx(max(both for _, both in ends))
+    assert est.reserved_memory >= est.peak_memory
+
+
+@pytest.mark.parametrize("index", range(len(PLANS)))
+def test_the_peak_grows_with_the_sequence_the_micro_batch_and_the_vocabulary(index):
+    plan, stack = PLANS[index]
+    base = _peak(MODEL, plan, stack).peak_memory
+    for seq in (4096, 2048):
+        assert _peak(replace(MODEL, seq_length=seq), plan, stack).peak_memory <= base
+    assert _peak(replace(MODEL, vocab_size=2 * MODEL.vocab_size), plan, stack).peak_memory >= base
+    assert _peak(replace(MODEL, vocab_size=MODEL.vocab_size // 4), plan, stack).peak_memory <= base
+    bigger = replace(plan, micro_batch=2 * plan.micro_batch, global_batch=2 * plan.global_batch)
+    assert _peak(MODEL, bigger, stack).peak_memory >= base
+
+
+def test_a_replicated_embedding_holds_the_whole_table_on_each_tp_rank():
+    plan = Plan(dp=2, tp=4, sequence_parallel=True, zero=3, micro_batch=1, global_batch=8, grad_bytes=4)
+    first = stage_params(MODEL, plan, True)
+    assert first.embedding == pytest.approx(128256 * 4096 / 4)
+    whole, split = KF, KF.with_(replicated_embedding=False)
+    grown = [a - b for a, b in zip(model_states(first, plan, whole), model_states(first, plan, split), strict=True)]
+    table = 128256 * 4096 * (1 - 1 / 4)  # the three quarters a vocabulary-parallel rank does not hold
+    assert grown == pytest.approx([2 * table / 2, 4 * table, 4 * table / 2])  # bf16 weights, fp32 whole grads, m + v
+    # nothing moves at tp 1, nor for a stage without the embedding, nor the step time
+    one = replace(plan, tp=1, sequence_parallel=False)
+    assert model_states(stage_params(MODEL, one, True), one, whole) == model_states(
+        stage_params(MODEL, one, True), one, split)
+    assert StageParams(1.0, 0.0).embedding == 0.0
+    cluster = load_system("h100").cluster(8)
+    assert estimate(MODEL, cluster, plan, whole).step_time == estimate(MODEL, cluster, plan, split).step_time
+    assert estimate(MODEL, cluster, plan, whole).peak_memory > estimate(MODEL, cluster, plan, split).peak_memory
