@@ -82,6 +82,8 @@ def test_matrix_product_strategies_as_alpa_table_3():
     ins, outs = place(MM, (None, "k"))  # row parallel: the contraction split leaves partial sums
     assert ins == ((R, 1), (R, 0)) and outs == ((R, P),)
     assert len(assignments(MM, (2, 8), [(4, 64), (64, 64)], [(4, 64)])) == 12  # m = 4 cannot split 8 ways
+    twin = replace(MM, sizes={"m": 1})  # an equal rule, another object: looked up by identity first, then by value
+    assert place(twin, ("m", "n")) is place(MM, ("m", "n")) and place(MM, ("m", "n")) is place(MM, ("m", "n"))
 
 
 def test_followers_keep_or_replicate():

@@ -114,8 +114,22 @@ def _fits(rule: Rule, combo: tuple[str | None, ...], sizes: tuple[int, ...], sha
 
 def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1
           ) -> tuple[tuple[Placements, ...], tuple[Placements, ...]]:
-    """``_place``, memoised: the same rules and strategies recur on every (sub-)mesh the planner builds."""
-    return _placed(rule, combo, leader)
+    """``_place``, memoised: the same rules and strategies recur on every (sub-)mesh the planner builds. Looked up
+    by the rule's identity first (``_BY_ID``, the rule kept beside it so its id is not reused): hashing a Rule
+    hashes its ten fields, and an op's rule is asked for each of its node's strategies (Llama-3-8B on 64 H100s:
+    11 000 calls, 140 distinct rules)."""
+    tag = (id(rule), combo, leader)
+    hit = _BY_ID.get(tag)
+    if hit is not None and hit[0] is rule:
+        return hit[1]
+    found = _placed(rule, combo, leader)
+    if len(_BY_ID) >= 65536:
+        _BY_ID.clear()
+    _BY_ID[tag] = (rule, found)
+    return found
+
+
+_BY_ID: dict[tuple, tuple[Rule, tuple[tuple[Placements, ...], tuple[Placements, ...]]]] = {}
 
 
 @lru_cache(maxsize=65536)
