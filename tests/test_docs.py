@@ -271,18 +271,24 @@ def test_the_speed_measurements_counts_are_the_searchs_now():
             "benchmarks/docs/speed_doc.py")
 
 
-def test_architecture_document_is_current(tmp_path):
+@pytest.fixture(scope="module")
+def architecture():
+    """benchmarks/docs/architecture_doc.py, loaded once for both tests below: it reads the import test's graph once."""
+    return _script("architecture_doc")
+
+
+def test_architecture_document_is_current(tmp_path, architecture):
     """docs/ARCHITECTURE.md from the import-order test's own LAYERS and import graph (tests/test_imports.py), its
     hand-written section kept from the committed file."""
-    doc = _script("architecture_doc")
+    doc = architecture
     doc.main(["--doc", str(tmp_path / "ARCHITECTURE.md")])
     _same(tmp_path / "ARCHITECTURE.md", "ARCHITECTURE.md", "python benchmarks/docs/architecture_doc.py")
 
 
-def test_architecture_picture_keeps_only_the_shortest_edges():
+def test_architecture_picture_keeps_only_the_shortest_edges(architecture):
     """The graph's transitive reduction: 2 -> 0 goes (2 reaches 0 through 1), 3 -> 1 stays (its only way), and a
     layer moved or a new import between layers shows in the document (its stack line lists every layer it imports)."""
-    doc = _script("architecture_doc")
+    doc = architecture
     assert doc.reduce({(2, 1), (1, 0), (2, 0), (3, 1)}) == {(2, 1), (1, 0), (3, 1)}
     test = doc.import_test()
     edges = doc.layer_edges(test)
@@ -294,9 +300,10 @@ def test_architecture_picture_keeps_only_the_shortest_edges():
 
 def test_autoshard_document_is_current(tmp_path):
     """The sharding planner's agreement with the estimate, the plans it finds, the non-transformers' plans and the
-    program's size (about 20 s on 2 cores: traces on fake tensors and a few dozen integer programs)."""
-    subprocess.run([sys.executable, str(ROOT / "benchmarks/docs/autoshard.py"), "--out", str(tmp_path)], check=True,
-                   capture_output=True)
+    program's size (about 20 s on 2 cores: traces on fake tensors and a few dozen integer programs). In this process,
+    as the other scripts here: a command of its own imported PyTorch and transformers again (about a third of its
+    CPU), which the suite's worker has already imported for other files."""
+    _script("autoshard").main(["--out", str(tmp_path)])
     _same(tmp_path / "AUTOSHARD.md", "AUTOSHARD.md", "python benchmarks/docs/autoshard.py")
 
 
