@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from meshplan.collectives.comm import Collective, Layout, _split, split_group  # noqa: PLC2701 (its own)
+from meshplan.cost.params import middle_params, stage_params
 from meshplan.cost.records import OpCost
 from meshplan.specs.gemm_shape import TILES, _tile_choice, tile_choice  # noqa: PLC2701 (its own)
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.step.grid import PARAMS_READ, _params, rank_params  # noqa: PLC2701 (its own)
+from meshplan.step.grid import PARAMS_READ, _params, params_of_rank, rank_params  # noqa: PLC2701 (its own)
 from meshplan.step.host import host_times, most_launches
 from meshplan.step.passes import PassTimes, _summed, _sums, pass_times  # noqa: PLC2701 (its own)
 
@@ -114,11 +115,14 @@ def test_kept_rank_params_read_only_their_fields(name: str, plan: Plan) -> None:
     model = load_model(name)
     assert set(UNREAD) | set(PARAMS_READ) | {"tags"} == set(Plan.__dataclass_fields__)  # every field named
     fresh = _params(model, plan)
+    ranks = [stage_params(model, plan, r == 0) if r in (0, plan.pp - 1) else middle_params(model, plan, r)
+             for r in range(plan.pp)]
     assert rank_params(model, plan) == fresh
     for field, value in UNREAD.items():  # a plan differing elsewhere: the same parameters, computed or kept
         other = plan.with_(**{field: value})
         assert _params(model, other) == fresh, field
         assert rank_params(model, other) == fresh, field
+        assert [params_of_rank(model, other, r) for r in range(plan.pp)] == ranks, field
     wider = plan.with_(tp=2 * plan.tp, etp=2 * plan.etp)  # a field they read: its own
     assert rank_params(model, wider) == _params(model, wider) != fresh
 

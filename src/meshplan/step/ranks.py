@@ -24,8 +24,6 @@ from meshplan.cost.params import (
     layers_on_first,
     layers_on_rank,
     layers_on_stage,
-    middle_params,
-    stage_params,
 )
 from meshplan.cost.tensors import tensors_on_rank
 from meshplan.cost.wrapper_work import work_of
@@ -48,6 +46,7 @@ from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
 from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, step_channels, update_time
+from meshplan.step.grid import params_of_rank
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops
 from meshplan.step.memory import activation_memory
 from meshplan.step.passes import PassTimes
@@ -145,7 +144,7 @@ def rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
 def _rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int
                  ) -> RankShared:
     first, last = rank == 0, rank == plan.pp - 1
-    params = stage_params(model, plan, first) if first or last else middle_params(model, plan, rank)
+    params = params_of_rank(model, plan, rank)  # kept across plans alike in what it reads
     collectives = dp_collectives(model, cluster, plan, params, eff, stack)
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
