@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from draws import draw_kept
 from meshplan.collectives.comm import Collective, Layout, _split, split_group  # noqa: PLC2701 (its own)
 from meshplan.cost.params import middle_params, stage_params
 from meshplan.cost.records import OpCost
@@ -125,6 +126,16 @@ def test_kept_rank_params_read_only_their_fields(name: str, plan: Plan) -> None:
         assert [params_of_rank(model, other, r) for r in range(plan.pp)] == ranks, field
     wider = plan.with_(tp=2 * plan.tp, etp=2 * plan.etp)  # a field they read: its own
     assert rank_params(model, wider) == _params(model, wider) != fresh
+
+
+
+def test_kept_rank_params_of_drawn_plans() -> None:
+    """The same on 40 drawn (model, plan) pairs (tests/draws.py: every axis and option), each field flipped alone."""
+    for model, _, plan, _ in draw_kept(83, 40, lambda *_: True):
+        fresh = _params(model, plan)
+        for field, value in UNREAD.items():
+            other = plan.with_(**{field: value})
+            assert _params(model, other) == rank_params(model, other) == fresh, (model.name, plan, field)
 
 
 def test_kept_rank_shared_is_the_fresh_one() -> None:
