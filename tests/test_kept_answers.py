@@ -1,19 +1,24 @@
 """The answers kept for the questions a search asks again (issue 83): the host's per-op sums of a group
 (step/host._issued), a group's summed times (step/passes._sums), a plan's group split over the tiers
-(collectives/comm.split_group) and the tile choices of a few GEMMs (specs/gemm_shape._small_choice) are what the
-computation gives afresh, bit for bit, and a caller cannot change what the next caller gets."""
+(collectives/comm.split_group), the tile choices of a few GEMMs (specs/gemm_shape._small_choice), a plan's ranks'
+parameters (step/grid.rank_params) and a rank's shared part (step/ranks.rank_shared) are what the computation gives
+afresh, bit for bit, and a caller cannot change what the next caller gets."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from draws import draw_kept
 from meshplan.collectives.comm import Collective, Layout, _split, split_group  # noqa: PLC2701 (its own)
+from meshplan.cost.params import middle_params, stage_params
 from meshplan.cost.records import OpCost
 from meshplan.specs.gemm_shape import TILES, _tile_choice, tile_choice  # noqa: PLC2701 (its own)
 from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.grid import PARAMS_READ, _params, params_of_rank, rank_params  # noqa: PLC2701 (its own)
 from meshplan.step.host import host_times, most_launches
 from meshplan.step.passes import PassTimes, _summed, _sums, pass_times  # noqa: PLC2701 (its own)
 
@@ -90,3 +95,57 @@ def test_kept_sums_go_with_their_units() -> None:
     cluster = load_system("h100").cluster(64)
     unit_costs(load_model("llama3-8b"), cluster, Plan(tp=2, pp=2, dp=16), Stack(host_dispatch=10 * US))
     assert not passes._SUMS and not host._ISSUED  # noqa: SLF001 (dropped once the units are built)
+
+
+# a value other than the plans' below for every field the ranks' parameters do not read (step/grid.PARAMS_READ)
+UNREAD = {"dp": 16, "cp": 2, "sequence_parallel": True, "micro_batch": 4, "global_batch": 4096, "zero": 3,
+          "recompute": "full", "recompute_layers": 2, "recompute_modules": ("mlp",), "stage_recompute": ("full",) * 4,
+          "stage_offload": (1,) * 4, "offload_optimizer": True, "offload_activations": True, "offload_layers": 1,
+          "precision": "fp8", "optimizer": "sgd", "grad_bytes": 2, "placement": ("pp", "dp", "cp", "tp2", "tp"),
+          "summa_panels": 3, "dp_mode": "ps", "servers": 4, "collectives": "mst", "offload_weights": True}
+
+
+@pytest.mark.parametrize(("name", "plan"), [
+    ("llama3-70b", Plan(dp=8, tp=8, pp=4, global_batch=512)),
+    ("llama3-70b", Plan(dp=8, tp=4, pp=4, vpp=2, last_stage_layers=16, global_batch=512, finetune="lora")),
+    ("deepseek-v3", Plan(dp=32, tp=2, pp=4, ep=16, global_batch=1024, first_stage_layers=13)),
+    ("mixtral-8x7b", Plan(dp=8, tp=2, pp=4, ep=4, etp=1, global_batch=256, stage_layers=(6, 8, 9, 9))),
+    ("mixtral-8x7b", Plan(dp=4, tp=2, pp=4, ep=2, global_batch=256, schedule="chimera")),
+])
+def test_kept_rank_params_read_only_their_fields(name: str, plan: Plan) -> None:
+    model = load_model(name)
+    assert set(UNREAD) | set(PARAMS_READ) | {"tags"} == set(Plan.__dataclass_fields__)  # every field named
+    fresh = _params(model, plan)
+    ranks = [stage_params(model, plan, r == 0) if r in (0, plan.pp - 1) else middle_params(model, plan, r)
+             for r in range(plan.pp)]
+    assert rank_params(model, plan) == fresh
+    for field, value in UNREAD.items():  # a plan differing elsewhere: the same parameters, computed or kept
+        other = plan.with_(**{field: value})
+        assert _params(model, other) == fresh, field
+        assert rank_params(model, other) == fresh, field
+        assert [params_of_rank(model, other, r) for r in range(plan.pp)] == ranks, field
+    wider = plan.with_(tp=2 * plan.tp, etp=2 * plan.etp)  # a field they read: its own
+    assert rank_params(model, wider) == _params(model, wider) != fresh
+
+
+
+def test_kept_rank_params_of_drawn_plans() -> None:
+    """The same on 40 drawn (model, plan) pairs (tests/draws.py: every axis and option), each field flipped alone."""
+    for model, _, plan, _ in draw_kept(83, 40, lambda *_: True):
+        fresh = _params(model, plan)
+        for field, value in UNREAD.items():
+            other = plan.with_(**{field: value})
+            assert _params(model, other) == rank_params(model, other) == fresh, (model.name, plan, field)
+
+
+def test_kept_rank_shared_is_the_fresh_one() -> None:
+    from meshplan.specs.efficiency import DEFAULT as EFF
+    from meshplan.step.ranks import _rank_shared, rank_shared  # noqa: PLC2701 (its own)
+    model, cluster = load_model("deepseek-v3"), load_system("h100").cluster(256)
+    plan, stack = Plan(dp=8, tp=2, pp=4, ep=8, global_batch=256, stage_layers=(13, 16, 16, 16)), Stack()
+    for rank in (0, 3, 1):
+        kept = rank_shared(model, cluster, plan, stack, EFF, rank)
+        assert rank_shared(model, cluster, plan, stack, EFF, rank) is kept  # the same objects: kept
+        assert kept == _rank_shared(model, cluster, plan, stack, EFF, rank)
+    other = plan.with_(stage_layers=(16, 16, 16, 13))  # an equal plan is not the same object: priced again
+    assert rank_shared(model, cluster, other, stack, EFF, 0) == _rank_shared(model, cluster, other, stack, EFF, 0)

@@ -24,8 +24,6 @@ from meshplan.cost.params import (
     layers_on_first,
     layers_on_rank,
     layers_on_stage,
-    middle_params,
-    stage_params,
 )
 from meshplan.cost.tensors import tensors_on_rank
 from meshplan.cost.wrapper_work import work_of
@@ -48,6 +46,7 @@ from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
 from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, step_channels, update_time
+from meshplan.step.grid import params_of_rank
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops
 from meshplan.step.memory import Phases, activation_memory, memory_at_peak, recompute_working
 from meshplan.step.passes import PassTimes
@@ -119,11 +118,33 @@ class RankShared:
     buffers: Num
 
 
+# the last few answers of ``rank_shared``, by the identities of its arguments (held with the answer, so that no id is
+# reused while kept): the stage DP's pruning (search/stage_lines.ends_reach) prices a proposal's end ranks and then
+# ``estimate`` prices them again (``assemble_ranks``), the same objects (8-count sweep: 30 of 266 calls; DeepSeek-V3:
+# 36). Every argument is frozen, so the same objects give the same answer.
+_KEPT: dict[tuple[int, ...], tuple[tuple[object, ...], RankShared]] = {}
+_KEEP = 16
+
+
 def rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int
                 ) -> RankShared:
-    """``RankShared`` of rank ``rank`` of ``plan``: nothing here reads the rank's own recompute or offload."""
+    """``RankShared`` of rank ``rank`` of ``plan``: nothing here reads the rank's own recompute or offload. The
+    answer for the same objects kept a while (``_KEPT``)."""
+    held = (model, cluster, plan, stack, eff)
+    key = (*map(id, held), rank)
+    if key in _KEPT:
+        return _KEPT[key][1]
+    shared = _rank_shared(model, cluster, plan, stack, eff, rank)
+    if len(_KEPT) >= _KEEP:
+        del _KEPT[next(iter(_KEPT))]  # the oldest
+    _KEPT[key] = (held, shared)
+    return shared
+
+
+def _rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int
+                 ) -> RankShared:
     first, last = rank == 0, rank == plan.pp - 1
-    params = stage_params(model, plan, first) if first or last else middle_params(model, plan, rank)
+    params = params_of_rank(model, plan, rank)  # kept across plans alike in what it reads
     collectives = dp_collectives(model, cluster, plan, params, eff, stack)
     shared = Collectives(*shared_collectives(model, cluster, plan, params, eff, collectives))  # contention.py
     traffic = (collectives, shared) if stack.overlap_dp and any_shared(shared) else collectives
