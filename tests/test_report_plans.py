@@ -117,9 +117,9 @@ def test_trust_nearest_runs_and_assumptions():
     assert trust.distance(est, own) == pytest.approx(0.0, abs=1e-9)
     assert trust.distance(est, own | {"tp": 8, "pp": 8}) == pytest.approx(3.0)
     b = est.band  # its regime's runs, from specs/bands.py's table (presets/error_bands.json)
-    assert trust.band_note(est) == (f"80% of the {b.runs} measured runs of {b.sources} sources like it ({b.basis}) "
-                                    "were predicted within it, each with the fitted constants refitted without its "
-                                    "source")
+    assert trust.band_note(est) == (f"from the {b.runs} measured runs of {b.sources} sources like it ({b.basis}), "
+                                    "each priced with the fitted constants refitted without its source, widened to "
+                                    "hold 80% of the runs of a source not yet measured")
     assert b.basis.startswith("gpu=hopper") and "kind=dense" in b.basis and b.runs >= 20
     said = " ".join(a for a, _ in trust.assumptions(est, 0.09))
     assert "the megatron-core stack runs the plan" in said and "9% of HBM left free" in said  # estimate's default

@@ -58,9 +58,10 @@ def estimate_tables(est: Estimate, console: Console | PlainConsole, ops: bool = 
     summary.add_row("axes on tiers", ", ".join(f"{a}={getattr(p, a)}: {t}" for a, t in tiers.items())
                     or "one GPU per group")
     summary.add_row("stack", est.stack.describe())
-    band = band_text(est)  # the 80th-percentile |error| of published runs on this GPU generation and model kind
-    summary.add_row("step time", fmt_time(est.step_time) + (f"{band} (error band: {est.band.coverage:.0%} of "
-                                                             f"{est.band.runs} measured runs like it)" if band else ""))
+    band = band_text(est)  # its regime's band, widened to hold for a source not yet measured (specs/bands.py)
+    summary.add_row("step time", fmt_time(est.step_time) + (f"{band} (error band: {est.band.coverage:.0%} of a new "
+                                                             f"source's runs, from {est.band.runs} measured runs like "
+                                                             "it)" if band else ""))
     if band and est.band.note:
         summary.add_row("", est.band.note)
     summary.add_row("tokens/s", f"{fmt_count(est.tokens_per_s)} ({fmt_count(est.tokens_per_s / est.cluster.num_gpus)}"

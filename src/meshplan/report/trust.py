@@ -105,12 +105,14 @@ def _precision(name: str) -> str:
 
 
 def band_note(est: Estimate) -> str:
-    """Where the plan's band comes from: the regime of measured runs, how many there are, what share of them the band
-    held out of source, and the line that says so where no measured run is like the plan (specs/bands.py)."""
+    """Where the plan's band comes from: the regime of measured runs, how many there are, the share of a source not
+    yet measured it is built to hold, and the line that says so where no measured run is like the plan or where out
+    of source it held for fewer (specs/bands.py)."""
     b = est.band
     where = b.basis or "every regime"
-    text = (f"{b.coverage:.0%} of the {b.runs} measured runs of {b.sources} source{'s' if b.sources != 1 else ''} "
-            f"like it ({where}) were predicted within it, each with the fitted constants refitted without its source")
+    text = (f"from the {b.runs} measured runs of {b.sources} source{'s' if b.sources != 1 else ''} like it ({where}), "
+            f"each priced with the fitted constants refitted without its source, widened to hold {b.coverage:.0%} of "
+            "the runs of a source not yet measured")
     return f"{text}; {b.note}" if b.note else text
 
 
