@@ -69,6 +69,13 @@ NOT_HELD = {
     # DeepSeek-V3 and Qwen3-235B +38-43 %, as on GB200, tests/test_bands.py UNSHARP). Either left out, B200 holds
     # fewer than 20 runs and takes 3.2 x its neighbours' widest band, which Hopper's and GB200's dense runs set.
     ("training", "blackwell megatron"),
+    # peak memory has three sources, each reading its own counter: BLOOM's nvidia-smi (30 runs, A100), torchtitan's
+    # reserved peak (18) and KempnerForge's allocated peak (11, since the peak is a maximum over phases within 1-2 %
+    # but for one TP run). Left out, torchtitan's Hopper runs (median 5 %) take a band that KempnerForge's alone
+    # set, at most 2.5 x their median |error|; BLOOM's take 3.2 x the Hopper band. Sharp and new-source coverage
+    # cannot both hold on three sources: the band says so in its one line.
+    ("memory", "hopper pytorch"),
+    ("memory", "ampere deepspeed"),
 }
 
 
@@ -82,8 +89,9 @@ def test_out_of_source_the_bands_hold_for_a_source_left_out_of_every_table():
     assert sum(n * share for n, share in every) / sum(n for n, _ in every) >= 0.8
     short = {(name, k) for name, by in held.items() for k, (n, share) in by.items() if k and n >= 20 and share < 0.8}
     assert short == NOT_HELD, {k: held[k[0]][k[1]] for k in short ^ NOT_HELD}
-    # every table too but the time per output token, whose TensorRT-LLM runs are most of it (NOT_HELD)
-    assert all(by[""][1] >= 0.8 for name, by in held.items() if name != "serving/tpot"), held
+    # every table too but the time per output token, whose TensorRT-LLM runs are most of it, and peak memory, whose
+    # two families are all of it (NOT_HELD)
+    assert all(by[""][1] >= 0.8 for name, by in held.items() if name not in ("serving/tpot", "memory")), held
 
 
 def test_an_estimate_carries_the_band_of_the_finest_regime_with_enough_runs():
