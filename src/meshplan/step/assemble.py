@@ -327,7 +327,8 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
                  "bubble": step.bubble} | pick
     mem = compose_memory(model, plan, {plan.recompute: u}, settings, stack)
     mems = tuple(memory_at_peak((mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e]),
-                                Phases(*mem.activations[0, 0, e]), mem.buffers[0]) for e in range(mem.weights.shape[2]))
+                                Phases(*mem.activations[0, 0, e]), mem.buffers[0], mem.ends[0])
+                 for e in range(mem.weights.shape[2]))
     heaviest = np.argmax(np.stack([np.asarray(x.total) for x in mems]), axis=0)
     memory = {k: _choose(heaviest, tuple(getattr(x, k) for x in mems)) for k in MEMORY}
     return StepCosts(breakdown=breakdown, step_time=step.total(), memory=memory,

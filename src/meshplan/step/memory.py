@@ -10,8 +10,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import NamedTuple
 
-from meshplan.cost.params import layers_on_first, layers_on_last, layers_on_rank, middle_or_first
+from meshplan.cost.params import (
+    end_params,
+    layer_params,
+    layers_on_first,
+    layers_on_last,
+    layers_on_rank,
+    middle_or_first,
+)
 from meshplan.memory import (
+    WEIGHT_BYTES,
     Memory,
     activation_bytes,
     embedding_in_flight,
@@ -41,18 +49,24 @@ class Phases(NamedTuple):
     loss: Num
     working: Num
 
-    def peak(self, buffers: Num) -> Num:
-        """Bytes at the rank's activation peak with ``buffers``: ``kept`` plus the larger phase, the loss's or the
-        layer's (``working`` + ``buffers``). The two never coexist. The loss phase runs between the last layer's
+    def peak(self, buffers: Num, ends: Num = 0.0) -> Num:
+        """Bytes at the rank's activation peak with ``buffers``: ``kept`` plus the larger phase, the loss's (with
+        ``ends``, on the rank that computes the loss: ``gathered_ends``) or the layer's (``working`` + ``buffers``).
+        The two never coexist. The loss phase runs between the last layer's
         forward and its backward. The layer-phase buffers of the forward are freed by then: FSDP2 reshards each
         unit after its forward (reshard_after_forward, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py
         post_forward), and a layer's recompute begins only when its backward does. The logits, their gradients
         and the loss workspace are freed before the last layer's backward begins. The allocated peak is this
         maximum: a block freed is reusable by a later request (c10/cuda/CUDACachingAllocator.cpp, free_block /
         get_free_block), and torch.cuda.max_memory_allocated counts live blocks only."""
-        return self.kept + maximum(self.loss, self.working + buffers)
+        return self.kept + maximum(self.loss_phase(ends), self.working + buffers)
 
-    def stranded(self, buffers: Num) -> Num:
+    def loss_phase(self, ends: Num = 0.0) -> Num:
+        """The loss phase's bytes: its transients and, where the rank computes the loss, the ``ends`` FSDP2 left
+        gathered (``gathered_ends``)."""
+        return self.loss + where(self.loss > 0, ends, 0.0)
+
+    def stranded(self, buffers: Num, ends: Num = 0.0) -> Num:
         """What the caching allocator keeps reserved beyond ``peak``: the smaller phase's blocks. The forward's
         layer-phase blocks (gathered weights, TP buffers, a layer's activations between saves) are freed and cached
         before the loss; the loss's logits and their gradients are larger than any of them, so the allocator maps a
@@ -60,15 +74,39 @@ class Phases(NamedTuple):
         as large, else alloc_block), and keeps every segment until empty_cache or a failed allocation
         (release_cached_blocks). Its reserved peak (torch.cuda.max_memory_reserved, torchtitan's logged "memory",
         torchtitan/metrics.py get_peak_stats reserved_bytes.all.peak @021137a) is therefore ``peak`` + this."""
-        return minimum(self.loss, self.working + buffers)
+        return minimum(self.loss_phase(ends), self.working + buffers)
 
 
-def memory_at_peak(states: tuple[Num, Num, Num], phases: Phases, buffers: Num) -> Memory:
+def memory_at_peak(states: tuple[Num, Num, Num], phases: Phases, buffers: Num, ends: Num = 0.0) -> Memory:
     """The rank's memory by part at its peak instant (``Phases.peak``): the model states, ``kept`` with the binding
-    phase's activations, and the layer phase's buffers where that phase binds (none in the loss phase)."""
-    loss_binds = phases.loss > phases.working + buffers
+    phase's activations, and the layer phase's buffers where that phase binds, else the loss phase's gathered
+    ``ends`` (gathered weights, as the buffers' are)."""
+    loss = phases.loss_phase(ends)
+    loss_binds = loss > phases.working + buffers
     return Memory(*states, phases.kept + where(loss_binds, phases.loss, phases.working),
-                  where(loss_binds, 0.0, buffers), phases.stranded(buffers))
+                  where(loss_binds, loss - phases.loss, buffers), phases.stranded(buffers, ends))
+
+
+def gathered_ends(model: ModelSpec, plan: Plan, stack: Stack) -> Num:
+    """Bytes per GPU of the units FSDP2 leaves gathered from their forward into the loss phase
+    (``stack.gathered_ends``), on the rank that computes the loss: the root unit (``fully_shard(model)``: the token
+    embedding, the final norm and the output head; cost/params.end_params' share on one GPU) and the last
+    transformer block, each in the compute dtype (the MixedPrecisionPolicy's bf16 param_dtype). torchtitan
+    (parallelize_llama.py:331-339 @9dec370, its December 2024 benchmarks' commit) builds the last block with
+    ``reshard_after_forward=False`` ("do not reshard after forward for the last transformer block since FSDP would
+    prefetch it immediately") and the root with ``reshard_after_forward=not pp_enabled``; the torch of those
+    benchmarks (1963fc8, 2024-12-23) keeps the root gathered whatever it is given (FSDPState._lazy_init: "For the
+    root, do not reshard after forward", post_forward_mesh_info = None; torch/distributed/_composable/fsdp/
+    _fsdp_state.py, pytorch/pytorch#131965; respected from pytorch/pytorch#154704, 2025-05-30). Only ZeRO-3
+    (reshard after forward) adds them: ZeRO 0 / 2 hold every weight whole (memory.model_states), and a shard group of
+    one keeps its parameters whole (memory.buffer_memory). Neglected: the root also stays gathered through the layer
+    phase, until its post-backward, and a pipelined first rank's embedding."""
+    if not stack.gathered_ends:
+        return 0.0
+    block = layer_params(model, plan)
+    dense = end_params(model, plan.tp, plan.pp == 1, False) + block.dense
+    sharded = dense * (plan.dp * plan.cp > 1) + block.expert * (plan.tp * plan.cp * plan.dp > plan.ep * plan.etp)
+    return sharded * (plan.zero == 3) * WEIGHT_BYTES
 
 
 def recompute_working(plan: Plan, layer_saved: Num, working: Num) -> Num:
