@@ -148,8 +148,10 @@ def test_validate_gives_each_run_the_band_meshplan_would_quote():
 
 def _coverage(table: str, rows: list[dict]) -> list[tuple[str, int, float, float]]:
     """(regime, runs, share of runs within their quoted band, median band / median |error|) per whole regime with
-    20 or more runs; the peak-memory table's errors are the runs' ``memory_error`` (no fitted constant prices memory:
-    in sample is out of source, benchmarks/docs/out_of_source.py)."""
+    the runs its table quotes a band on (``min_runs``: 20; peak memory 8, its three sources' stacks each a regime:
+    benchmarks/docs/error_bands.py MIN_MEMORY_RUNS, MEMORY_LEVELS); the peak-memory table's errors are the
+    runs' ``memory_error`` (no fitted constant prices memory: in sample is out of source,
+    benchmarks/docs/out_of_source.py)."""
     error = "memory_error" if table == "memory" else "oos_error"
     by: dict[str, list[dict]] = defaultdict(list)
     axes = BANDS[table]["axes"]
@@ -157,7 +159,7 @@ def _coverage(table: str, rows: list[dict]) -> list[tuple[str, int, float, float
         by[key_of(r["regime"], axes)].append(r)
     out = []
     for key, runs in by.items():
-        if len(runs) < 20:
+        if len(runs) < BANDS[table]["min_runs"]:
             continue
         quoted = np.array([band(table, r["regime"]).half_width for r in runs])
         errors = np.abs([r[error] for r in runs])

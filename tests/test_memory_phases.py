@@ -1,7 +1,9 @@
 """The peak memory as a maximum over the step's phases (step/memory.Phases): the model states, what the whole step
 keeps, and the larger of the loss phase's transients and the layer phase's (recompute, ZeRO-3 / TP buffers), never
 their sum; the caching allocator's reserved peak (Estimate.reserved_memory) with both; and a token embedding kept whole
-on every TP rank (Stack.replicated_embedding, KempnerForge's). Issue 79: KempnerForge's 175B read +15 % with the sum."""
+on every TP rank (Stack.replicated_embedding, KempnerForge's); the units FSDP2 leaves gathered (Stack.gathered_ends,
+torchtitan's root unit through both phases, its last block into the loss phase). Issue 79: KempnerForge's 175B read
++15 % with the sum."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
-from meshplan.step.memory import Phases, activation_memory, memory_at_peak
+from meshplan.step.memory import Ends, Phases, activation_memory, gathered_ends, memory_at_peak
 from meshplan.step.units import unit_costs
 
 TITAN = load_stack("torchtitan")
@@ -45,6 +47,19 @@ def test_phases_by_hand():
     assert layer_binds.peak(2.0) == 15.0
     assert memory_at_peak((1.0, 2.0, 3.0), layer_binds, 2.0) == Memory(1.0, 2.0, 3.0, 13.0, 2.0, 4.0)
     assert memory_at_peak((1.0, 2.0, 3.0), layer_binds, 2.0).total == 21.0  # 6 of states + the peak's 15
+    # FSDP2's gathered root (1) is held through both phases; its last block (2) joins the loss phase (4 + 2 > 3 + 2):
+    # it binds, both ends read as buffers. The block is one of the layer phase's buffers too, so the reserved peak
+    # holds it once: 10 + 1 + 4 + 3 + 2 = 20 = 17 + 3
+    ends = Ends(root=1.0, block=2.0)
+    assert layer_binds.peak(2.0, ends) == 17.0 and layer_binds.stranded(2.0, ends) == 3.0
+    assert memory_at_peak((1.0, 2.0, 3.0), layer_binds, 2.0, ends) == Memory(1.0, 2.0, 3.0, 14.0, 3.0, 3.0)
+    # a smaller block (4 + 0.5 < 3 + 2): the layer phase binds, with the root beside its buffers; reserved 20 again
+    ends = Ends(root=1.0, block=0.5)
+    assert layer_binds.peak(2.0, ends) == 16.0 and layer_binds.stranded(2.0, ends) == 4.0
+    assert memory_at_peak((1.0, 2.0, 3.0), layer_binds, 2.0, ends) == Memory(1.0, 2.0, 3.0, 13.0, 3.0, 4.0)
+    # a rank without the loss holds neither
+    without = Phases(kept=10.0, loss=0.0, working=3.0)
+    assert without.peak(2.0, Ends(7.0, 7.0)) == 15.0 and without.stranded(2.0, Ends(7.0, 7.0)) == 0.0
 
 
 def test_an_8b_fsdp_step_by_hand():
@@ -66,10 +81,17 @@ def test_an_8b_fsdp_step_by_hand():
     # layer, 2 + 2 bytes gathered (in use, prefetched) + 2 autograd's + 4 the fp32 reduce-scatter input: 2.18 GB
     layer = units.layer_saved + 10 * layer_params(MODEL, plan).dense
     assert layer == pytest.approx(3.323e9, rel=1e-3)
-    assert est.peak_memory == pytest.approx(states + kept + loss)  # 32.96 GB: max(12.74, 3.32), not their sum
-    assert est.peak_memory == pytest.approx(32.958e9, rel=1e-3)
-    assert est.reserved_memory == pytest.approx(est.peak_memory + layer)  # 36.28 GB: the layer phase's blocks cached
-    assert est.memory["activations"] == pytest.approx(kept + loss) and est.memory["buffers"] == 0.0
+    # FSDP2's root unit (the embedding and the head, V·h each, the final norm: 2.10 GB) held through both phases, and
+    # the last block (0.44 GB) beside the logits, gathered in bf16 (torchtitan's reshard_after_forward,
+    # Stack.gathered_ends): 2.54 GB
+    root, block = 2 * (2 * v * h + h), 2 * 218_112_000
+    assert gathered_ends(MODEL, plan, TITAN) == Ends(root, block) and root + block == 2_537_578_496
+    assert est.peak_memory == pytest.approx(states + kept + root + loss + block)  # 35.50 GB: 2.10 + max(13.18, 3.32)
+    assert est.peak_memory == pytest.approx(35.496e9, rel=1e-3)
+    # the layer phase's blocks cached (38.39 GB), less the last block's: it is one of them, reserved once
+    assert est.reserved_memory == pytest.approx(est.peak_memory + layer - block)
+    assert est.reserved_memory == pytest.approx(states + kept + root + loss + layer)
+    assert est.memory["activations"] == pytest.approx(kept + loss) and est.memory["buffers"] == root + block
 
 
 @pytest.mark.parametrize("index", range(len(PLANS)))
@@ -78,14 +100,15 @@ def test_the_peak_is_the_larger_phase_never_below_either_nor_above_their_sum(ind
     est = _peak(MODEL, plan, stack)
     cluster = load_system("h100").cluster(plan.dp * plan.tp * plan.pp)
     phases = activation_memory(MODEL, plan, stack, unit_costs(MODEL, cluster, plan, stack))
-    buffers = buffer_memory(MODEL, plan)
+    buffers, gathered = buffer_memory(MODEL, plan), gathered_ends(MODEL, plan, stack)
     ends = []
     for states, rank in zip(model_state_memory(MODEL, plan, stack), phases, strict=True):
-        base = sum(states) + rank.kept
-        peak = sum(states) + rank.peak(buffers)
-        assert peak >= base + rank.loss and peak >= base + rank.working + buffers  # never below either phase
-        assert peak == pytest.approx(base + max(rank.loss, rank.working + buffers))
-        ends.append((peak, base + rank.loss + rank.working + buffers))  # the allocator's reserved: both
+        base, loss = sum(states) + rank.kept + rank.on_loss_rank(gathered.root), rank.loss_phase(gathered)
+        peak = sum(states) + rank.peak(buffers, gathered)
+        assert peak >= base + loss and peak >= base + rank.working + buffers  # never below either phase
+        assert peak == pytest.approx(base + max(loss, rank.working + buffers))
+        # the allocator's reserved: both phases, the last block once (one of the layer phase's buffers)
+        ends.append((peak, base + rank.loss + rank.working + buffers))
     assert est.rank_memory == pytest.approx(tuple(peak for peak, _ in ends))
     assert est.peak_memory == pytest.approx(max(peak for peak, _ in ends))
     assert est.reserved_memory == pytest.approx(max(both for _, both in ends))
@@ -120,3 +143,33 @@ def test_a_replicated_embedding_holds_the_whole_table_on_each_tp_rank():
     cluster = load_system("h100").cluster(8)
     assert estimate(MODEL, cluster, plan, whole).step_time == estimate(MODEL, cluster, plan, split).step_time
     assert estimate(MODEL, cluster, plan, whole).peak_memory > estimate(MODEL, cluster, plan, split).peak_memory
+
+
+def test_the_gathered_ends_are_torchtitans_zero3_root_and_last_block_only():
+    # Llama 3 8B, tp 2 over dp 4: the vocabulary matrices and the block split 2-ways, the final norm whole; bf16
+    plan = Plan(dp=4, tp=2, sequence_parallel=True, zero=3, micro_batch=1, global_batch=8)
+    h, v = 4096, 128256
+    ends = gathered_ends(MODEL, plan, TITAN)
+    assert ends == pytest.approx((2 * (2 * v * h / 2 + h), 2 * layer_params(MODEL, plan).dense))
+    # none where the weights are whole already (ZeRO 2, DDP; a shard group of one), nor for a stack that reshards them
+    for whole in (replace(plan, zero=2), replace(plan, zero=0), replace(plan, dp=1, global_batch=2)):
+        assert gathered_ends(MODEL, whole, TITAN) == (0.0, 0.0)
+    assert gathered_ends(MODEL, plan, TITAN.with_(gathered_ends=False)) == (0.0, 0.0)
+    assert gathered_ends(MODEL, plan, KF) == (0.0, 0.0)
+    cluster = load_system("h100").cluster(8)
+    with_ends, without = (estimate(MODEL, cluster, plan, s) for s in (TITAN, TITAN.with_(gathered_ends=False)))
+    assert with_ends.step_time == without.step_time
+    assert without.peak_memory < with_ends.peak_memory <= without.peak_memory + sum(ends)
+    # the reserved peak gains the root alone: the last block is among the layer phase's cached buffers already
+    assert with_ends.reserved_memory == pytest.approx(without.reserved_memory + ends.root)
+
+
+@pytest.mark.parametrize("field", ["vocab_size", "hidden_size"])
+def test_the_gathered_ends_grow_with_the_vocabulary_and_the_width(field):
+    plan, cluster = PLANS[0][0], load_system("h100").cluster(8)
+    last = (0.0, 0.0)
+    for scale in (0.5, 1.0, 2.0):
+        model = replace(MODEL, **{field: int(getattr(MODEL, field) * scale)})
+        now = (sum(gathered_ends(model, plan, TITAN)), estimate(model, cluster, plan, TITAN).peak_memory)
+        assert now[0] > last[0] and now[1] > last[1]
+        last = now

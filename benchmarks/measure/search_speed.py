@@ -100,7 +100,7 @@ def timed(model: ModelSpec, cluster: Cluster, gbs: int, repeat: int) -> tuple[Se
 
 
 def framework_searches() -> list[dict[str, Any]]:
-    """The searches a user runs with the command line's defaults, Space's (megatron-core, 12 % headroom, simplest of
+    """The searches a user runs with the command line's defaults, Space's (megatron-core, MEMORY_HEADROOM, simplest of
     the equivalents first), one process, against their targets: the quick start, the 1T model and DeepSeek-V3 (an MoE,
     whose wide error band keeps the most plans timed: search/best.py) within 1 s, a strong-scaling table over 8 GPU
     counts within 2 s, the seed-003 sweep (3 systems x NVLink 4 / 8 / 64 x 6 counts) within 10 s."""

@@ -40,7 +40,7 @@ GPUS = 64
 SYSTEMS = ("h100", "a100", "gb200")
 OPS_SYSTEM = "h100"  # the per-op table is kept for the first template on this system
 # the searches run every plan meshplan models (the generic stack), with no memory headroom, ranked by time alone (not
-# Space's defaults, the command line's: Megatron-Core, the 9 % headroom, the simplest plan within the error band)
+# Space's defaults, the command line's: Megatron-Core, MEMORY_HEADROOM, the simplest plan within the error band)
 EVERY_PLAN = {"stack": Stack(), "headroom": 0.0, "prefer_simple": False}
 SEARCHES = (  # (model, system, gpus, global batch, space options)
     ("llama3-70b", "h100", 1024, 512, {}),

@@ -1,8 +1,9 @@
 """Activation bytes of a step's pipeline ranks from its units (memory.py's formulas with ``Units``' saved bytes), by
-phase (``Phases``: what the whole step keeps, the loss phase's and the layer phase's transients): on the first and the
-last rank with the loss workspace and what the pipeline runtime keeps, on the middle rank that holds the most
-micro-batches in flight (rank 1: p − 1 under 1F1B), and what activation offload moves to host memory. A rank's peak
-is its states, what it keeps and the larger phase (``Phases.peak``), not their sum.
+phase (``Phases``: what the whole step keeps, the loss phase's and the layer phase's transients; ``Ends``: the units
+FSDP2 leaves gathered): on the first and the last rank with the loss workspace and what the pipeline runtime keeps,
+on the middle rank that holds the most micro-batches in flight (rank 1: p − 1 under 1F1B), and what activation
+offload moves to host memory. A rank's peak is its states, what it keeps and the larger phase (``Phases.peak``), not
+their sum.
 """
 
 from __future__ import annotations
@@ -10,8 +11,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import NamedTuple
 
-from meshplan.cost.params import layers_on_first, layers_on_last, layers_on_rank, middle_or_first
+from meshplan.cost.params import (
+    end_params,
+    layer_params,
+    layers_on_first,
+    layers_on_last,
+    layers_on_rank,
+    middle_or_first,
+)
 from meshplan.memory import (
+    WEIGHT_BYTES,
     Memory,
     activation_bytes,
     embedding_in_flight,
@@ -28,6 +37,19 @@ from meshplan.step.units import Saved, Units
 from meshplan.xp import Num, maximum, minimum, where
 
 
+class Ends(NamedTuple):
+    """The units FSDP2 leaves gathered on the rank that computes the loss (``gathered_ends``), by how long: ``root``,
+    the root unit (token embedding, final norm, output head), from the forward's start to the backward's end, so
+    through every phase; ``block``, the last transformer block, from its forward through the loss phase into its own
+    backward, where it is the layer phase's gathered layer in use (memory.buffer_memory) and so counted there."""
+
+    root: Num = 0.0
+    block: Num = 0.0
+
+
+NO_ENDS = Ends()  # a stack that reshards every unit after its forward, or a rank without the loss
+
+
 class Phases(NamedTuple):
     """A pipeline rank's activation bytes by when they live. ``kept``: what every phase of the step holds at its
     peak (the in-flight micro-batches' saved activations or recomputed layers' inputs, the embedding's, what the
@@ -41,34 +63,75 @@ class Phases(NamedTuple):
     loss: Num
     working: Num
 
-    def peak(self, buffers: Num) -> Num:
-        """Bytes at the rank's activation peak with ``buffers``: ``kept`` plus the larger phase, the loss's or the
-        layer's (``working`` + ``buffers``). The two never coexist. The loss phase runs between the last layer's
-        forward and its backward. The layer-phase buffers of the forward are freed by then: FSDP2 reshards each
-        unit after its forward (reshard_after_forward, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py
-        post_forward), and a layer's recompute begins only when its backward does. The logits, their gradients
-        and the loss workspace are freed before the last layer's backward begins. The allocated peak is this
-        maximum: a block freed is reusable by a later request (c10/cuda/CUDACachingAllocator.cpp, free_block /
+    def peak(self, buffers: Num, ends: Ends = NO_ENDS) -> Num:
+        """Bytes at the rank's activation peak with ``buffers``: ``kept`` and the gathered root (``ends.root``, held
+        through both phases on the rank that computes the loss), plus the larger phase, the loss's (with the last
+        block gathered, ``ends.block``) or the layer's (``working`` + ``buffers``). The two never coexist. The loss
+        phase runs between the last layer's forward and its backward. The layer-phase buffers of the forward are freed
+        by then: FSDP2 reshards each unit after its forward (reshard_after_forward,
+        torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_forward; but ``ends``), and a layer's
+        recompute begins only when its backward does. The logits, their gradients and the loss workspace are freed
+        before the last layer's backward begins. The allocated peak is this maximum: a block freed is reusable by a
+        later request (c10/cuda/CUDACachingAllocator.cpp, free_block /
         get_free_block), and torch.cuda.max_memory_allocated counts live blocks only."""
-        return self.kept + maximum(self.loss, self.working + buffers)
+        return self.kept + self.on_loss_rank(ends.root) + maximum(self.loss_phase(ends), self.working + buffers)
 
-    def stranded(self, buffers: Num) -> Num:
+    def on_loss_rank(self, gathered: Num) -> Num:
+        """``gathered`` on the rank that computes the loss (``loss`` > 0), none elsewhere."""
+        return where(self.loss > 0, gathered, 0.0)
+
+    def loss_phase(self, ends: Ends = NO_ENDS) -> Num:
+        """The loss phase's bytes: its transients and, where the rank computes the loss, the last block FSDP2 left
+        gathered (``ends.block``; the root is held through every phase, ``peak``)."""
+        return self.loss + self.on_loss_rank(ends.block)
+
+    def stranded(self, buffers: Num, ends: Ends = NO_ENDS) -> Num:
         """What the caching allocator keeps reserved beyond ``peak``: the smaller phase's blocks. The forward's
         layer-phase blocks (gathered weights, TP buffers, a layer's activations between saves) are freed and cached
         before the loss; the loss's logits and their gradients are larger than any of them, so the allocator maps a
         new segment for those (CUDACachingAllocator.cpp malloc: a cached block serves a request only when at least
         as large, else alloc_block), and keeps every segment until empty_cache or a failed allocation
         (release_cached_blocks). Its reserved peak (torch.cuda.max_memory_reserved, torchtitan's logged "memory",
-        torchtitan/metrics.py get_peak_stats reserved_bytes.all.peak @021137a) is therefore ``peak`` + this."""
-        return minimum(self.loss, self.working + buffers)
+        torchtitan/metrics.py get_peak_stats reserved_bytes.all.peak @021137a) is therefore ``peak`` + this. The
+        last block's gather (``ends.block``) is one of the forward's two layer buffers in use (memory.buffer_memory),
+        allocated in the layer phase's segments and never freed before its backward: the loss phase's new segment
+        holds the loss's transients alone, so the block is reserved once, not in both phases."""
+        return minimum(self.loss_phase(ends), self.working + buffers) - self.on_loss_rank(ends.block)
 
 
-def memory_at_peak(states: tuple[Num, Num, Num], phases: Phases, buffers: Num) -> Memory:
+def memory_at_peak(states: tuple[Num, Num, Num], phases: Phases, buffers: Num, ends: Ends = NO_ENDS) -> Memory:
     """The rank's memory by part at its peak instant (``Phases.peak``): the model states, ``kept`` with the binding
-    phase's activations, and the layer phase's buffers where that phase binds (none in the loss phase)."""
-    loss_binds = phases.loss > phases.working + buffers
+    phase's activations, and the gathered weights: the root FSDP2 left gathered (``ends.root``) with the layer
+    phase's buffers where that phase binds, else with the last block (``ends.block``)."""
+    loss = phases.loss_phase(ends)
+    loss_binds = loss > phases.working + buffers
     return Memory(*states, phases.kept + where(loss_binds, phases.loss, phases.working),
-                  where(loss_binds, 0.0, buffers), phases.stranded(buffers))
+                  phases.on_loss_rank(ends.root) + where(loss_binds, loss - phases.loss, buffers),
+                  phases.stranded(buffers, ends))
+
+
+def gathered_ends(model: ModelSpec, plan: Plan, stack: Stack) -> Ends:
+    """Bytes per GPU of the units FSDP2 leaves gathered from their forward (``stack.gathered_ends``; ``Ends``), on
+    the rank that computes the loss: the root unit (``fully_shard(model)``: the token embedding, the final norm and
+    the output head; cost/params.end_params' share on one GPU) and the last transformer block, each in the compute
+    dtype (the MixedPrecisionPolicy's bf16 param_dtype). torchtitan (parallelize_llama.py:331-339 @9dec370, its
+    December 2024 benchmarks' commit) builds the last block with ``reshard_after_forward=False`` ("do not reshard
+    after forward for the last transformer block since FSDP would prefetch it immediately"): it stays gathered into
+    its backward, whose post-backward reshards it (torch/distributed/_composable/fsdp/_fsdp_param_group.py
+    post_backward). It builds the root with ``reshard_after_forward=not pp_enabled``; the torch of those benchmarks
+    (1963fc8, 2024-12-23) keeps the root gathered whatever it is given (FSDPState._lazy_init: "For the root, do not
+    reshard after forward", post_forward_mesh_info = None; torch/distributed/_composable/fsdp/_fsdp_state.py,
+    pytorch/pytorch#131965; respected from pytorch/pytorch#154704, 2025-05-30), until the root's post-backward at
+    the backward's end: through the layer phase too. Only ZeRO-3 (reshard after forward) adds them: ZeRO 0 / 2 hold
+    every weight whole (memory.model_states), and a shard group of one keeps its parameters whole
+    (memory.buffer_memory). Neglected: a pipelined first rank's embedding."""
+    if not stack.gathered_ends:
+        return NO_ENDS
+    block = layer_params(model, plan)
+    gathers = (plan.zero == 3) * WEIGHT_BYTES
+    root = end_params(model, plan.tp, plan.pp == 1, False) * (plan.dp * plan.cp > 1) * gathers
+    last = block.dense * (plan.dp * plan.cp > 1) + block.expert * (plan.tp * plan.cp * plan.dp > plan.ep * plan.etp)
+    return Ends(root, last * gathers)
 
 
 def recompute_working(plan: Plan, layer_saved: Num, working: Num) -> Num:

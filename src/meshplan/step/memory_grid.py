@@ -17,7 +17,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.grid import Settings, middle_may_bind, rank_params, with_settings
-from meshplan.step.memory import activation_memory, offloaded_activations
+from meshplan.step.memory import Ends, Phases, activation_memory, gathered_ends, offloaded_activations
 from meshplan.step.units import Saved, Units
 from meshplan.xp import Num
 
@@ -35,20 +35,23 @@ class MemoryGrid:
     optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
     activations: np.ndarray  # (R, A, 3, 3, ...): step.memory.Phases (kept, loss, working) of each rank
     buffers: np.ndarray  # (Z, ...)
+    ends: np.ndarray  # (2, Z, ...): the units FSDP2 leaves gathered, root and last block (step.memory.Ends)
     host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload) and weights
     host_activations: np.ndarray  # (R, A, ...): step.memory.offloaded_activations
 
     def peak(self, dtype: type = np.float64) -> np.ndarray:
         """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the largest of the ranks'
-        weights + grads + optimizer + what the step keeps + the larger of the loss phase's transients and the layer
-        phase's with the buffers (step.memory.Phases.peak)."""
+        weights + grads + optimizer + what the step keeps (with the root unit FSDP2 left gathered) + the larger of the
+        loss phase's transients (with the last block it left gathered) and the layer phase's with the buffers
+        (step.memory.Phases.peak)."""
         states = (self.weights + self.grads + self.optimizer).astype(dtype, copy=False)
         acts: np.ndarray = self.activations.astype(dtype, copy=False)
         buffers: np.ndarray = self.buffers.astype(dtype, copy=False)[None, :, None, None]
+        ends = Ends(*(e.astype(dtype, copy=False)[None, :, None, None] for e in self.ends))
 
         def at(rank: int) -> np.ndarray:
-            kept, loss, working = (acts[:, None, None, :, rank, i] for i in range(3))
-            return states[None, :, :, None, rank] + kept + np.maximum(loss, working + buffers)
+            phases = Phases(*(acts[:, None, None, :, rank, i] for i in range(3)))
+            return states[None, :, :, None, rank] + phases.peak(buffers, ends)
 
         peak = at(0)  # the first rank, or the last, or a middle one (middle_may_bind)
         for rank in range(1, self.weights.shape[2]):
@@ -95,8 +98,9 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units | Sav
                    for rc in rcs])
     weights, grads, optimizer = states
     buffers = _array([arr(buffer_memory(model, with_settings(plan, zero=z))) for z in zeros])
+    gathered = _array([[arr(e) for e in gathered_ends(model, with_settings(plan, zero=z), stack)] for z in zeros])
     hosted = {z: host_weights[z] if plan.offload_weights else 0.0 for z in zeros}
-    return MemoryGrid(weights, grads, optimizer, acts, buffers,
+    return MemoryGrid(weights, grads, optimizer, acts, buffers, np.moveaxis(gathered, 1, 0),
                       _array([[arr((kept[z, False][0][2] if oo else 0.0) + hosted[z]) for oo in oos] for z in zeros]),
                       _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc], n == 3)) for oa in oas]
                               for rc in rcs]))

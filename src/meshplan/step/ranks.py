@@ -48,7 +48,7 @@ from meshplan.step.assemble import StepCosts
 from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, step_channels, update_time
 from meshplan.step.grid import params_of_rank
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops
-from meshplan.step.memory import Phases, activation_memory, memory_at_peak, recompute_working
+from meshplan.step.memory import Phases, activation_memory, gathered_ends, memory_at_peak, recompute_working
 from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
 from meshplan.step.stages import cadence, loop_times, rank_body, with_sends
@@ -179,7 +179,8 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     dp, moved = float(updates * (channels[zero][0] + fixed.tied)), float(updates * channels[zero][1])
     opt = float(updates * fixed.optimizer + fixed.iteration)
     weights, grads, optimizer = model_states(params, view, stack, last)
-    memory = memory_at_peak((weights, grads, optimizer), _activations(model, view, stack, u, rank), fixed.buffers)
+    memory = memory_at_peak((weights, grads, optimizer), _activations(model, view, stack, u, rank), fixed.buffers,
+                            gathered_ends(model, plan, stack))
     host = model_states(params, revised(view, {"offload_optimizer": False}), stack, last)[2] if plan.offload_optimizer \
         else 0.0  # the optimizer's states held in host memory, where they are offloaded
     if view.offload_activations:  # the offloaded layers' share of what the rank would otherwise keep
