@@ -13,14 +13,15 @@ batch, and its mean time per output token (TPOT, first token excluded) a decode 
 
 What differs from Argonne's MI300X runs (vLLM v0.6.1 from its Dockerfile.rocm, FP16, Llama 2 7B / 70B), each from the
 two builds' published scripts and vLLM's source: the decode attention kernel (v0.6.1's hipified generic kernel, one
-thread block per query head; ROCm's GQA-aware kernel here, immaterial at these 80 + ~60 tokens of context); BF16
-GEMMs, not FP16; PyTorch 2.4.1, which runs F.linear on rocBLAS, where v0.6.1 asks for a 2.5 pre-release on ROCm
-(CMakeLists.txt:39@v0.6.1 TORCH_SUPPORTED_VERSION_ROCM "2.5.0"), whose line prefers hipBLASLt (Context.h of the
-2.4.1 and 2.5.0 wheels: `== true` and `!= false` of TORCH_BLAS_PREFER_HIPBLASLT; pytorch/pytorch#127944); greedy sampling
+thread block per query head; ROCm's GQA-aware kernel here, immaterial at these 80 + ~60 tokens of context); BF16 GEMMs,
+not FP16; PyTorch 2.4.1, which runs F.linear on rocBLAS, where v0.6.1 asks for a 2.5 pre-release on ROCm
+(CMakeLists.txt:39@v0.6.1 TORCH_SUPPORTED_VERSION_ROCM "2.5.0"), whose line prefers hipBLASLt (Context.h of the 2.4.1
+and 2.5.0 wheels: `== true` and `!= false` of TORCH_BLAS_PREFER_HIPBLASLT; pytorch/pytorch#127944); greedy sampling
 (benchmark_serving's temperature 0) where Argonne's script samples at temperature 1; Llama 3.1's 128K context, which
-turns chunked prefill on by default (vllm/engine/arg_utils.py:872-889@v0.6.1, max_num_batched_tokens 512: the prompts
-of the runs at N >= 64 share their first decode steps, which a static batch does not price). iteration_latency, fitted
-on Argonne's runs only, is at its prior here (meshplan_validation/fitted.py ITERATION_LATENCY_PRIOR).
+turns chunked prefill on by default (vllm/engine/arg_utils.py:872-889@v0.6.1, max_num_batched_tokens 512: the prompts of
+the runs at N >= 64 share their first decode steps, which a static batch does not price). iteration_latency is the
+shipped value (fitted on Argonne's H100 runs) but on the lines of the priors (meshplan_validation/fitted.py
+ITERATION_LATENCY_PRIOR).
 
 Run: python benchmarks/measure/dstack_mi300x.py   (about a minute)
 """

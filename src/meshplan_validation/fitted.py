@@ -157,7 +157,8 @@ FITTED: tuple[Fitted, ...] = (
            "src/meshplan/presets/engines/vllm-v0.6.2-rocm-rocblas.toml skinny_gemm_rate (PyTorch 2.4)", "serving",
            _engine("vllm-v0.6.2-rocm-rocblas", "skinny_gemm_rate"),
            "chosen: Nscale's bound (the prior), with dstack's runs of vLLM 0.6.3.dev on torch 2.4.1 in view (fitted "
-           "freely beyond the bound)", frozenset({"dstack"}), "benchmarks/measure/dstack_mi300x.py", UNTUNED_GEMM_PRIOR),
+           "freely beyond the bound)", frozenset({"dstack"}), "benchmarks/measure/dstack_mi300x.py",
+           UNTUNED_GEMM_PRIOR),
     Fitted("vLLM ROCm kernel_gap", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml kernel_gap (and every "
            "vllm-*-rocm*)", "serving", _engine("vllm-v0.6-rocm", "kernel_gap"), "as skinny_gemm_rate, jointly",
            frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py", KERNEL_GAP_PRIOR,
