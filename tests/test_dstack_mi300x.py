@@ -1,6 +1,6 @@
 """dstack's vLLM runs on 8x MI300X (data/serving/dstack_mi300x.jsonl, data/serving/README.md): a second source for
-vLLM's untuned ROCm build, priced with upstream's ROCm preset from v0.6.2 (presets/engines/vllm-v0.6.2-rocm.toml),
-held out by source like every other run (issue 79)."""
+vLLM's untuned ROCm build, priced with upstream's ROCm preset from v0.6.2 over PyTorch 2.4, whose untuned GEMMs are
+rocBLAS's (presets/engines/vllm-v0.6.2-rocm-rocblas.toml), held out by source like every other run (issue 79)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan.serve.engine import load_engine
 from meshplan.serve.engine_version import preset_for
 from meshplan_validation import loso_serving
+from meshplan_validation.fitted import UNTUNED_GEMM_SPEEDUP, by_name
 from meshplan_validation.provenance import record_source
 from meshplan_validation.serving_eval import predict, results
 from meshplan_validation.serving_map import case_of
@@ -37,7 +38,8 @@ def test_the_runs_are_one_batch_each_of_80_token_prompts_with_their_locator():
 
 def test_an_upstream_rocm_build_keeps_the_untuned_presets_and_amds_images_do_not():
     # the engine strings name the build: upstream's (untuned GEMMs) or AMD's tuned images (the CUDA V0 preset)
-    assert {preset_for(r["engine"], r["date"]) for r in RUNS} == {"vllm-v0.6.2-rocm"}
+    assert {preset_for(r["engine"], r["date"]) for r in RUNS} == {"vllm-v0.6.2-rocm-rocblas"}  # torch 2.4.1
+    assert preset_for("vLLM 0.6.3 upstream, ROCm") == "vllm-v0.6.2-rocm"
     assert preset_for("vLLM 0.6.1 upstream, ROCm") == "vllm-v0.6-rocm"
     assert preset_for("vLLM 0.5.3 upstream, ROCm") == "vllm-v0.5-rocm"
     assert preset_for("vLLM 0.6.6 ROCm (AMD rocm/vllm image)") == "vllm-v0"
@@ -65,22 +67,43 @@ def test_from_v0_6_2_a_gqa_group_reads_its_kv_head_once():
 
 
 def test_the_rocm_constants_are_priced_out_of_source_on_these_runs():
-    # fitted on Argonne's runs alone: leaving dstack out keeps them as shipped, so dstack's in-sample errors are out of
-    # source; leaving Argonne out, they fall to the values fitted on dstack's runs
-    names = ("vLLM ROCm skinny_gemm_rate", "vLLM ROCm kernel_gap")
-    assert not set(names) & set(loso_serving.single_without("dstack"))
-    assert set(names) <= set(loso_serving.single_without("argonne_bench"))
-    assert "vllm-v0.6.2-rocm" in loso_serving.ROCM
+    # the hipBLASLt rate and the gap are fitted on Argonne's runs alone, the rocBLAS rate chosen on dstack's: leaving
+    # dstack out keeps the first two as shipped and puts the third at its prior, which it is; leaving Argonne out, the
+    # first two fall to their priors and the third stays
+    hip, roc, gap = "vLLM ROCm skinny_gemm_rate", "vLLM ROCm skinny_gemm_rate, rocBLAS", "vLLM ROCm kernel_gap"
+    without_dstack, without_argonne = (loso_serving.single_without(s) for s in ("dstack", "argonne_bench"))
+    assert set(without_dstack) == {roc} and {hip, gap} <= set(without_argonne) and roc not in without_argonne
+    assert "vllm-v0.6.2-rocm" in loso_serving.ROCM and "vllm-v0.6.2-rocm-rocblas" in loso_serving.ROCBLAS
     shipped = results(RUNS[:2])
-    moved = loso_serving.priced(RUNS[:2], loso_serving.single_without("argonne_bench"))
+    out = loso_serving.priced(RUNS[:2], without_dstack)
     assert all(r.metric == "tpot_ms" and r.error is not None for r in shipped)
-    # Argonne's build ran its steps slower than dstack's: its values read these runs too slow, the others near
-    assert all(a.error > 0.3 for a in shipped)
-    assert all(abs(b.error) < 0.1 for b in moved)
+    assert [r.predicted for r in out] == [r.predicted for r in shipped]  # in sample = out of source
+    # the hipBLASLt builds' rate reads these runs far too slow, the rocBLAS rate near
+    hipblaslt = loso_serving.priced(RUNS[:2], {roc: by_name(hip).value()})
+    assert all(a.error > 0.3 for a in hipblaslt)
+    assert all(abs(b.error) < 0.2 for b in shipped)
 
 
-@pytest.mark.parametrize("name", ["vllm-v0.5-rocm", "vllm-v0.6-rocm", "vllm-v0.6.2-rocm"])
+@pytest.mark.parametrize("name", ["vllm-v0.5-rocm", "vllm-v0.6-rocm", "vllm-v0.6.2-rocm", "vllm-v0.6.2-rocm-rocblas"])
 def test_every_untuned_rocm_build_carries_the_same_fitted_constants(name):
+    # one rate per GEMM library (PyTorch's preferred backend), one gap for the ROCm 6.1 runtime
     ref = load_engine("vllm-v0.6-rocm")
     engine = load_engine(name)
-    assert (engine.skinny_gemm_rate, engine.kernel_gap) == (ref.skinny_gemm_rate, ref.kernel_gap)
+    rate = by_name("vLLM ROCm skinny_gemm_rate, rocBLAS" if name in loso_serving.ROCBLAS else
+                   "vLLM ROCm skinny_gemm_rate").value()
+    assert (engine.skinny_gemm_rate, engine.kernel_gap) == (rate, ref.kernel_gap)
+
+
+def test_the_builds_over_pytorch_2_4_differ_in_the_gemm_rate_alone_and_decode_faster():
+    # PyTorch 2.4 prefers rocBLAS, 2.5 hipBLASLt (Context.h of the two wheels): the rocBLAS preset differs from
+    # upstream's v0.6.2 preset in skinny_gemm_rate alone, so a decode step (at most 256 rows) is faster on it and
+    # slows as its rate falls back to the hipBLASLt builds'
+    hip, roc = load_engine("vllm-v0.6.2-rocm"), load_engine("vllm-v0.6.2-rocm-rocblas")
+    differ = {f for f in hip.__dataclass_fields__ if getattr(hip, f) != getattr(roc, f)}
+    assert differ <= {"name", "version", "source", "skinny_gemm_rate"} and "skinny_gemm_rate" in differ
+    assert hip.skinny_gemm_rate < roc.skinny_gemm_rate <= 1 / UNTUNED_GEMM_SPEEDUP + 1e-4
+    case = case_of(RUNS[0])
+    assert not isinstance(case, str)
+    tpots = [predict(replace(case, engine=replace(roc, skinny_gemm_rate=x)), SERVE_DEFAULT)[0]["tpot_ms"]
+             for x in (roc.skinny_gemm_rate, (roc.skinny_gemm_rate + hip.skinny_gemm_rate) / 2, hip.skinny_gemm_rate)]
+    assert tpots == sorted(tpots) and tpots[0] < tpots[-1]

@@ -72,28 +72,26 @@ def _headroom() -> float:
     return float(MEMORY_HEADROOM)
 
 
-# vLLM ROCm skinny_gemm_rate and kernel_gap without Argonne's runs: fitted jointly on the one other published measure of
-# vLLM's untuned ROCm build of 2024 on MI300X, dstack's runs of upstream vLLM 0.6.3.dev on ROCm 6.1 (default
-# configuration: no tuned GEMMs, HIP graphs; Llama 3.1 405B BF16 at tp 8, 1-256 prompts at once; dstack blog,
-# 2024-10-09; its nine runs of up to 256 prompts at once are data/serving/dstack_mi300x.jsonl), priced with the preset
-# of upstream's ROCm build (vllm-v0.6.2-rocm): 0.1357 and 4.54 us read their mean time per output token at 2.3 %
-# median |error|, where Argonne's fitted 0.0665 and 8.35 us read them 53 % too slow
-# (benchmarks/measure/dstack_mi300x.py; with the TP workers' look at the input queue priced, tp_broadcast_poll, the
-# fit moves within a flat valley where the two trade off, 0.1372 and 4.58 us at 2.2 %, a grid's best 0.129 and 3.8 us
-# at 2.1 %: the values are kept). Within the two
-# bounds published before: Nscale's vLLM runs on MI300X gain "up to 7.2x" from GEMM tuning (Nscale blog, "AMD MI300X
-# GPUs with GEMM tuning improves throughput and latency by up to 7.2x", 2024), and a step's GEMMs gain at least what
-# the whole step gains, so an untuned GEMM runs at most 1 / 7.2 = 0.139 of the tuned rate; Kog AI measured about
-# 4.5 us of launch-plus-cleanup overhead per kernel on 8x MI300X (Kog AI, "Building a single-kernel, latency-optimized
-# LLM inference engine on AMD MI300X GPUs", blog.kog.ai, 2026-05-28, as quoted by news.creeta.com's report of it), a
-# floor for the gap a 2024 HIP graph leaves between its nodes (HIP graphs then replayed no faster than stream
-# launches: HIP docs "currently in Beta", ROCm/clr#77, PyFR/PyFR#312). The values fitted on Argonne's MI300X runs keep
-# to both bounds, further from them: Argonne's build ran its steps about 1.5x slower than dstack's (FP16 where dstack
-# ran BF16, a PyTorch 2.5 nightly where dstack ran 2.4.1, Llama 2 7B / 70B; no source found says which of them)
+# vLLM ROCm skinny_gemm_rate and kernel_gap without Argonne's runs. The rate is that of PyTorch's preferred BLAS
+# library at decode's rows, untuned: hipBLASLt from PyTorch 2.5, which vLLM's ROCm builds of v0.5.3-v0.6.2 install (the
+# rate fitted on Argonne's runs), rocBLAS on 2.4 and before (presets/engines/vllm-v0.6.2-rocm-rocblas.toml has the
+# sources). No other published run of the hipBLASLt build prices it: without Argonne's runs it falls to the bound
+# Nscale's vLLM runs on MI300X set: they gain "up to 7.2x" from GEMM tuning (Nscale blog, "AMD MI300X GPUs with GEMM
+# tuning improves throughput and latency by up to 7.2x", 2024), and a step's GEMMs gain at least what the whole step
+# gains, so an untuned GEMM runs at most 1 / 7.2 = 0.1389 of the tuned rate. rocBLAS's rate is that bound too, chosen
+# with dstack's runs of upstream vLLM 0.6.3.dev on torch 2.4.1 in view (data/serving/dstack_mi300x.jsonl: 10.6 % median
+# |error| of their time per output token with the shared gap, 55 % too slow at hipBLASLt's 0.0665; fitted freely 0.21,
+# beyond the bound; benchmarks/measure/dstack_mi300x.py). The gap is the ROCm 6.1 runtime's with its HIP-graph patch,
+# in both builds: without Argonne's runs it falls to the 4.5 us per kernel Kog AI measured launching kernels on 8x
+# MI300X (Kog AI, "Building a single-kernel, latency-optimized LLM inference engine on AMD MI300X GPUs", blog.kog.ai,
+# 2026-05-28, as quoted by news.creeta.com's report of it), a floor for the gap a 2024 HIP graph leaves between its
+# nodes (HIP graphs then replayed no faster than stream launches: HIP docs "currently in Beta", ROCm/clr#77,
+# PyFR/PyFR#312); dstack's runs read 2.8 % at the two priors (the rate and gap fitted on them alone: 0.1357 and 4.54 us,
+# 2.3 %)
 UNTUNED_GEMM_SPEEDUP = 7.2
-UNTUNED_GEMM_PRIOR = 0.1357
+UNTUNED_GEMM_PRIOR = round(1 / UNTUNED_GEMM_SPEEDUP, 4)
 MI300X_LAUNCH_GAP_US = 4.5
-KERNEL_GAP_PRIOR = 4.54e-6
+KERNEL_GAP_PRIOR = MI300X_LAUNCH_GAP_US * 1e-6
 
 # vLLM V0 iteration_latency without Argonne's runs: not 0 (nothing beside the forward pass and the measured host loop),
 # but what the CPU measurement of that loop says it leaves out before any GPU run is seen: "about 20 of each
@@ -150,12 +148,19 @@ FITTED: tuple[Fitted, ...] = (
            frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py",
            ITERATION_LATENCY_PRIOR, "s"),
     Fitted("vLLM ROCm skinny_gemm_rate", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml skinny_gemm_rate (and "
-           "vllm-v0.5-rocm)", "serving", _engine("vllm-v0.6-rocm", "skinny_gemm_rate"),
+           "vllm-v0.5-rocm, vllm-v0.6.2-rocm: hipBLASLt, PyTorch >= 2.5)", "serving",
+           _engine("vllm-v0.6-rocm", "skinny_gemm_rate"),
            "the released half of Argonne's LLM-Inference-Bench, MI300X runs (one model against the other)",
            frozenset({"argonne_bench"}),
            "benchmarks/measure/fit_llm_inference_bench.py", UNTUNED_GEMM_PRIOR),
-    Fitted("vLLM ROCm kernel_gap", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml kernel_gap (and "
-           "vllm-v0.5-rocm)", "serving", _engine("vllm-v0.6-rocm", "kernel_gap"), "as skinny_gemm_rate, jointly",
+    Fitted("vLLM ROCm skinny_gemm_rate, rocBLAS",
+           "src/meshplan/presets/engines/vllm-v0.6.2-rocm-rocblas.toml skinny_gemm_rate (PyTorch 2.4)", "serving",
+           _engine("vllm-v0.6.2-rocm-rocblas", "skinny_gemm_rate"),
+           "chosen: Nscale's bound (the prior), with dstack's runs of vLLM 0.6.3.dev on torch 2.4.1 in view (fitted "
+           "freely beyond the bound)", frozenset({"dstack"}), "benchmarks/measure/dstack_mi300x.py",
+           UNTUNED_GEMM_PRIOR),
+    Fitted("vLLM ROCm kernel_gap", "src/meshplan/presets/engines/vllm-v0.6-rocm.toml kernel_gap (and every "
+           "vllm-*-rocm*)", "serving", _engine("vllm-v0.6-rocm", "kernel_gap"), "as skinny_gemm_rate, jointly",
            frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py", KERNEL_GAP_PRIOR,
            "s per kernel"),
     Fitted("Grace interpreter_host", "src/meshplan/presets/hardware/gh200.toml interpreter_host (gb200, gb300)",

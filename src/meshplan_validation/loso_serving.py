@@ -34,10 +34,13 @@ COORDS = EFFICIENCY + tuple(Coordinate(engine, bounds, log=False, step=step)
                             for engine, (_, _, bounds, step) in ENGINES.items())
 # constants fitted on one source only: without it they fall to their priors (fitted.py), otherwise they keep their
 # shipped values (no refit needed): (registry name, the engine presets that carry it, the field)
-ROCM = ("vllm-v0.5-rocm", "vllm-v0.6-rocm", "vllm-v0.6.2-rocm")  # vLLM's untuned ROCm builds (engine_versions.toml)
-SINGLE = (("vLLM V0 iteration_latency", ("vllm-v0.5", "vllm-v0", *ROCM), "iteration_latency"),
+# vLLM's untuned ROCm builds (engine_versions.toml): over PyTorch >= 2.5 (hipBLASLt), and over 2.4 (rocBLAS)
+ROCM = ("vllm-v0.5-rocm", "vllm-v0.6-rocm", "vllm-v0.6.2-rocm")
+ROCBLAS = ("vllm-v0.6.2-rocm-rocblas",)
+SINGLE = (("vLLM V0 iteration_latency", ("vllm-v0.5", "vllm-v0", *ROCM, *ROCBLAS), "iteration_latency"),
           ("vLLM ROCm skinny_gemm_rate", ROCM, "skinny_gemm_rate"),
-          ("vLLM ROCm kernel_gap", ROCM, "kernel_gap"))
+          ("vLLM ROCm skinny_gemm_rate, rocBLAS", ROCBLAS, "skinny_gemm_rate"),
+          ("vLLM ROCm kernel_gap", (*ROCM, *ROCBLAS), "kernel_gap"))
 # A single-source constant that other sources' runs price too: without its own source it is refitted on the runs of
 # every other source it prices (``alternate_fit``) rather than falling to its prior. vLLM V0's iteration latency
 # (fitted on Argonne's H100 runs; its prior, 0.1 ms, is the floor the CPU measurement of the loop leaves out,
