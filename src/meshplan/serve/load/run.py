@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from meshplan.errors import SpecError
 from meshplan.serve import check
+from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
 from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
@@ -40,8 +41,9 @@ LoadInstance = tuple[Scheduler, Prices | SpeculativePrices]
 
 
 def load_instance(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
-             choices: Choices = DEFAULT_CHOICES) -> LoadInstance:
-    """One instance's scheduler and iteration prices (contexts up to ``longest`` tokens)."""
+                  choices: Choices = DEFAULT_CHOICES, eff: ServeEfficiency = SERVE_DEFAULT) -> LoadInstance:
+    """One instance's scheduler and iteration prices (contexts up to ``longest`` tokens; ``eff``: the serving
+    efficiencies, the validation's trial values where it refits them)."""
     check.servable(model)
     broken = check.first_problem(check.structural(model, cluster, plan_columns(plan), plan.quant, engine))
     if broken:
@@ -50,7 +52,7 @@ def load_instance(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: E
     sched = scheduler(model, cluster, plan, engine, choices.prefix_hit, spec, choices.scheduler)
     if sched.kv_tokens <= 0:
         raise SpecError(f"{check.MEMORY}: no KV cache is left for {plan.describe()}")
-    price = (prices(model, cluster, plan, engine, longest) if spec is None
+    price = (prices(model, cluster, plan, engine, longest, eff) if spec is None
              else speculative_prices(model, cluster, plan, engine, longest, spec))
     return sched, price
 
