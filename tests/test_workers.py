@@ -155,7 +155,7 @@ def _pid_after(i: int) -> tuple[int, int]:
     import os
     import time
 
-    time.sleep(0.05)
+    time.sleep(0.1)  # long enough that this process, which starts at once, takes some under any load
     return i, os.getpid()
 
 
@@ -167,8 +167,8 @@ def test_forked_map_works_in_this_process_beside_its_workers(monkeypatch):
     from meshplan.search import workers
 
     monkeypatch.setattr(workers, "idle_cores", lambda: 2)
-    found = workers.forked_map(_pid_after, list(range(12)))
-    assert [i for i, _ in found] == list(range(12))
+    found = workers.forked_map(_pid_after, list(range(16)))
+    assert [i for i, _ in found] == list(range(16))
     assert os.getpid() in {pid for _, pid in found}  # this process took some (it starts on them at once)
 
 
