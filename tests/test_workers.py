@@ -149,3 +149,50 @@ def test_a_search_in_a_forked_map_worker_runs_alone(monkeypatch):
     monkeypatch.setattr(workers.os, "cpu_count", lambda: 2)
     assert workers.worker_count(large, 0) == 2
     assert workers.forked_map(lambda i: workers.worker_count(large, 0), [0, 1]) == [1, 1]
+
+
+def _pid_after(i: int) -> tuple[int, int]:
+    import os
+    import time
+
+    time.sleep(0.1)  # long enough that this process, which starts at once, takes some under any load
+    return i, os.getpid()
+
+
+def test_forked_map_works_in_this_process_beside_its_workers(monkeypatch):
+    """forked_map forks one process fewer than it uses: this one takes the next i when it is free, as the workers do
+    (each i taken once, from a pipe written whole before the fork: workers._handout)."""
+    import os
+
+    from meshplan.search import workers
+
+    monkeypatch.setattr(workers, "idle_cores", lambda: 2)
+    found = workers.forked_map(_pid_after, list(range(16)))
+    assert [i for i, _ in found] == list(range(16))
+    assert os.getpid() in {pid for _, pid in found}  # this process took some (it starts on them at once)
+
+
+def test_handout_gives_each_number_once_to_every_reader_together():
+    """A number written to _handout's pipe is read by one process only, whichever reads first; a long list (more
+    than a page of numbers) fits too."""
+    import multiprocessing
+    import os
+
+    from meshplan.search import workers
+
+    numbers = list(range(3000))
+    tokens = workers._handout(numbers)
+    try:
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            helpers = [pool.apply_async(_taken_list, (tokens,)) for _ in range(2)]
+            mine = list(workers._taken(tokens))
+            theirs = [n for helper in helpers for n in helper.get()]
+    finally:
+        os.close(tokens)
+    assert sorted(mine + theirs) == numbers
+
+
+def _taken_list(tokens: int) -> list[int]:
+    from meshplan.search import workers
+
+    return list(workers._taken(tokens))

@@ -3,11 +3,12 @@ process or by forked worker processes, which inherit the combinations instead of
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import signal
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -82,8 +83,9 @@ def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: 
                  losing: Losing | None = None) -> list[T]:
     """Evaluate every job of one or more searches (each: its jobs, combinations and evaluate's arguments after the
     combinations: model, cluster, space, top_k, eff, and an ``Explored`` each job starts afresh from, or None) in
-    this process (``workers`` = 1) or in one pool of forked ones (search/variants.py's expert-GEMM searches share
-    it: a pool each would fork twice), and return ``finish(s, parts)`` of each search ``s``; ``progress(done,
+    this process (``workers`` = 1) or in this one and a pool of ``workers`` - 1 forked ones, each process taking the
+    next task when it is free (``_evaluated``; search/variants.py's expert-GEMM searches share the pool: a pool each
+    would fork twice), and return ``finish(s, parts)`` of each search ``s``; ``progress(done,
     total)`` counts finished jobs. Each search's parts come in its jobs' order, whichever process finished first, so
     that what a search keeps (the first example of a refusal, the order of equal plans) does not depend on the
     processes' timing. Searches with the same jobs (variants.py's, whose combinations the expert GEMMs do not
@@ -95,7 +97,7 @@ def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: 
     tasks = _tasks(searches)
     parts: list[list[Part | None]] = [[None] * len(shares) for shares, _, _ in searches]
     total, done = sum(len(shares) for shares, _, _ in searches), 0
-    with _pool(searches, workers, finish, losing) as pool:
+    with _pool((searches, tasks), workers, finish, losing) as pool:
         for (ss, j), found in _evaluated(searches, tasks, pool):
             for s, part in zip(ss, found, strict=True):
                 parts[s][j] = part
@@ -126,47 +128,95 @@ def _tasks(searches: list[tuple[list[Job], list[Combo], tuple]]) -> list[tuple[t
 
 
 @contextmanager
-def _pool(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int, finish: Callable[[int, list[Part]], Any],
-          losing: Losing | None) -> Iterator[Pool | None]:
-    """A pool of ``workers`` forked processes, which inherit the searches, ``finish`` and ``losing`` (``_SHARED``)
-    and a pipe on which this process sends them the rank of its result; None for one worker (this process)."""
+def _pool(searches: tuple[list[tuple[list[Job], list[Combo], tuple]], list[tuple[tuple[int, ...], int]]], workers: int,
+          finish: Callable[[int, list[Part]], Any], losing: Losing | None) -> Iterator[Pool | None]:
+    """``workers`` processes: this one and a pool of ``workers`` - 1 forked ones, which inherit the searches,
+    ``finish`` and ``losing`` (``_SHARED``), the tasks to take (``searches``: the searches and their tasks; their
+    numbers in ``_handout``'s pipe) and a pipe on which this process sends them the rank of its result; None for one
+    worker (this process alone)."""
     if workers == 1:
         yield None
         return
     import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
 
     ranked = os.pipe()  # the rank of this process's result, for the workers (a pipe: no shared ctypes to import)
-    _SHARED.update(searches=searches, finish=finish, losing=losing, ranked=ranked)
+    tokens = _handout(range(len(searches[1])))
+    _SHARED.update(searches=searches[0], tasks=searches[1], finish=finish, losing=losing, ranked=ranked,
+                   tokens=tokens, helpers=workers - 1)
     try:
-        with multiprocessing.get_context("fork").Pool(workers, initializer=ignore_interrupts) as pool:
+        with multiprocessing.get_context("fork").Pool(workers - 1, initializer=ignore_interrupts) as pool:
             yield pool
             pool.close()  # every task answered: the workers take their sentinels and exit (``with`` terminates
             pool.join()  # them, which is for a pool left early: an error, Ctrl-C)
     finally:
         _SHARED.clear()
-        for end in ranked:
+        for end in (*ranked, tokens):
             os.close(end)
 
 
 def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list[tuple[tuple[int, ...], int]],
                pool: Pool | None) -> Iterator[tuple[tuple[tuple[int, ...], int], list[Part]]]:
-    """Each task and its searches' parts, in this process (no ``pool``) or, as they finish, in the pool's."""
+    """Each task and its searches' parts, in this process (no ``pool``) or, with a pool, in this process and the
+    pool's alike: each process takes the next task (``_handout``, the heaviest first) when it is free, this one's
+    parts as they come, then the workers'."""
     if pool is None:
         for task in tasks:
             yield task, _evaluate_task(searches, task)
         return
-    yield from pool.imap_unordered(_evaluate_shared, tasks)
+    helpers = [pool.apply_async(_evaluate_shared) for _ in range(_SHARED["helpers"])]
+    for t in _taken(_SHARED["tokens"]):
+        yield tasks[t], _evaluate_task(searches, tasks[t])
+    for helper in helpers:
+        for t, found in helper.get():
+            yield tasks[t], found
+
+
+def _handout(numbers: Iterable[int]) -> int:
+    """The read end of a pipe that holds ``numbers`` (in their order), for the processes that share the work to take
+    one at a time (``_taken``): written whole before any process forks and read without waiting, so that an empty
+    pipe means every number is taken; each a 4-byte read, which the kernel serves whole to one reader (pipe(7))."""
+    data = b"".join(struct.pack("I", n) for n in numbers)
+    read, write = os.pipe()
+    try:
+        if len(data) > 4096:  # the least a pipe holds (one page) may be too few: room for every number
+            import fcntl  # noqa: PLC0415  (only for a long list)
+
+            fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, len(data))
+        os.set_blocking(write, False)  # a pipe too small raises (BlockingIOError), it does not wait for ever
+        if os.write(write, data) != len(data):
+            raise BlockingIOError(f"a pipe too small for {len(data) // 4} numbers")
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    os.set_blocking(read, False)
+    return read
+
+
+def _taken(tokens: int) -> Iterator[int]:
+    """The numbers this process takes from ``_handout``'s pipe, until it is empty."""
+    while True:
+        try:
+            data = os.read(tokens, 4)
+        except BlockingIOError:
+            return
+        if not data:
+            return
+        yield struct.unpack("I", data)[0]
 
 
 def forked_map(call: Callable[[int], T], order: Sequence[int], done: Callable[[int, int], None] | None = None
                ) -> list[T]:
-    """``call(i)`` for every i of ``order``, in forked processes (one an idle core, at most one an i: ``idle_cores``),
-    which inherit ``call``, each i's result pickled back; the i's handed out in ``order`` (the heaviest first: the
-    longest processing time first), the results in the order of the i's. ``done(finished, total)`` counts them.
-    Where calls fail, the error of the least i is raised, as a loop over the i's in order raises it. With fewer than
-    two idle cores, the loop in this process: forked processes that wait for busy cores took 1.2x its CPU seconds
-    and 1.26x its wall time (the 8-count strong-scaling plan under a load of 10 on two cores), where two idle cores
-    take ~0.6x its wall time. A search in a worker runs in that process alone (``worker_count``)."""
+    """``call(i)`` for every i of ``order``, in this process and forked ones (one an idle core, at most one an i:
+    ``idle_cores``), which inherit ``call``, each i's result pickled back; each process takes the next i of ``order``
+    when it is free (``_handout``: the heaviest first, the longest processing time first), the results in the order
+    of the i's. ``done(finished, total)`` counts them (this process's as they come, then the workers'). Where calls
+    fail, the error of the least i is raised, as a loop over the i's in order raises it. With fewer than two idle
+    cores, the loop in this process: forked processes that wait for busy cores took 1.2x its CPU seconds and 1.26x
+    its wall time (the 8-count strong-scaling plan under a load of 10 on two cores), where two idle cores take ~0.6x
+    its wall time. A search in a worker, or in this process meanwhile, runs in that process alone
+    (``worker_count``)."""
     processes = min(idle_cores(), len(order))
     if processes < 2:
         out = []
@@ -178,16 +228,18 @@ def forked_map(call: Callable[[int], T], order: Sequence[int], done: Callable[[i
     import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
 
     results: dict[int, tuple[bool, Any]] = {}
-    _FORKED["call"] = call
+    _FORKED.update(call=call, tokens=_handout(order))
     try:
-        with multiprocessing.get_context("fork").Pool(processes, initializer=ignore_interrupts) as pool:
-            for i, ok, result in pool.imap_unordered(_call_forked, order):
+        with multiprocessing.get_context("fork").Pool(processes - 1, initializer=ignore_interrupts) as pool:
+            helpers = [pool.apply_async(_calls_forked) for _ in range(processes - 1)]
+            for i, ok, result in itertools.chain(_calls(), (r for helper in helpers for r in helper.get())):
                 results[i] = ok, result
                 if done:
                     done(len(results), len(order))
             pool.close()
             pool.join()
     finally:
+        os.close(_FORKED["tokens"])
         _FORKED.clear()
     failed = [i for i, (ok, _) in results.items() if not ok]
     if failed:
@@ -205,15 +257,22 @@ def idle_cores() -> int:
         return cores
 
 
-def _call_forked(i: int) -> tuple[int, bool, Any]:
-    try:
-        return i, True, _FORKED["call"](i)
-    except Exception as exc:  # noqa: BLE001  (raised by the parent: forked_map)
-        return i, False, exc
+def _calls() -> Iterator[tuple[int, bool, Any]]:
+    """The i's a process of ``forked_map`` takes, each with whether its call returned and what it returned or
+    raised (raised by the parent: forked_map)."""
+    for i in _taken(_FORKED["tokens"]):
+        try:
+            yield i, True, _FORKED["call"](i)
+        except Exception as exc:  # noqa: BLE001  (raised by the parent: forked_map)
+            yield i, False, exc
+
+
+def _calls_forked() -> list[tuple[int, bool, Any]]:
+    return list(_calls())
 
 
 _SHARED: dict[str, Any] = {}  # the candidates and the finish, inherited by forked workers instead of pickled
-_FORKED: dict[str, Callable[[int], Any]] = {}  # forked_map's call, inherited by its workers (and: a worker is one)
+_FORKED: dict[str, Any] = {}  # forked_map's call and its i's to take, inherited by its workers (and: a process is one)
 
 
 def ignore_interrupts() -> None:
@@ -252,5 +311,7 @@ def _finish_shared(s: int, parts: list[Part], here: int) -> Any:
     return light(result) if math.isfinite(theirs) and (rank(result), s) > (theirs, here) else result
 
 
-def _evaluate_shared(task: tuple[tuple[int, ...], int]) -> tuple[tuple[tuple[int, ...], int], list[Part]]:
-    return task, _evaluate_task(_SHARED["searches"], task)
+def _evaluate_shared() -> list[tuple[int, list[Part]]]:
+    """A worker's share of the tasks (``_evaluated``): each task it takes and its searches' parts."""
+    searches, tasks = _SHARED["searches"], _SHARED["tasks"]
+    return [(t, _evaluate_task(searches, tasks[t])) for t in _taken(_SHARED["tokens"])]
