@@ -176,3 +176,36 @@ def test_the_console_script_asks_openblas_for_one_thread_unless_told():
         done = subprocess.run([sys.executable, "-c", probe, argv0], capture_output=True, text=True, check=True,
                               env={**bare, **extra})
         assert done.stdout.split()[-1] == expected, (argv0, extra, done.stderr)
+
+
+def test_the_core_bands_file_quotes_every_band_the_full_one_does():
+    """specs/bands.py reads error_bands_core.json (benchmarks/docs/error_bands.py ``core``: the fields it reads, the
+    entries that hold a table's least runs), a fifth of error_bands.json's bytes: every regime of every level of every
+    table, and of some each trusted axis at a value no run measured, gets the same band and latency errors from either
+    file."""
+    from pathlib import Path
+
+    from meshplan.specs import bands
+
+    full = json.loads((Path(bands.__file__).parents[1] / "presets" / "error_bands.json").read_text())["tables"]
+    core = bands.BANDS_FILE_TABLES()
+    assert set(core) == set(full)
+    for name, t in full.items():
+        regimes = [dict(part.split("=", 1) for part in key.split(", ")) if key else {} for key in t["entries"]]
+        wholes = {tuple(regime.get(a, next(iter(t["seen"].get(a, {"?": 0})))) for a in t["axes"]) for regime in regimes}
+        for i, values in enumerate(sorted(wholes)):  # each unmeasured axis of every fifth (the widening scans them all)
+            whole = dict(zip(t["axes"], values, strict=True))
+            for case in (whole, *({**whole, a: "unmeasured"} for a in t["trust"] if i % 5 == 0)):
+                assert bands.table_band(core[name], case) == bands.table_band(t, case), (name, case)
+                if name.startswith("serving/"):
+                    assert bands.serving_latency_error(case, name.split("/")[1]) == \
+                        _latency_error(t, name, case), (name, case)
+
+
+def _latency_error(t: dict, name: str, regime: dict) -> tuple[dict, str]:
+    """specs/bands.serving_latency_error over a table of the full file."""
+    from meshplan.specs.bands import table_band
+
+    b = table_band(t, regime)
+    found = t["entries"].get(b.basis) or t["entries"][""]
+    return {k: found[k] for k in ("runs", "median", "p90")}, b.basis or "every measured run"
