@@ -21,7 +21,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
-    ("errors", "units", "xp", "fields", "files", "ranges", "interrupt", "captured"),
+    ("errors", "units", "xp", "fields", "files", "ranges", "interrupt", "captured", "kept"),
     ("pipeline",),
     ("specs",),
     ("configs",),
