@@ -209,3 +209,21 @@ def _latency_error(t: dict, name: str, regime: dict) -> tuple[dict, str]:
     b = table_band(t, regime)
     found = t["entries"].get(b.basis) or t["entries"][""]
     return {k: found[k] for k in ("runs", "median", "p90")}, b.basis or "every measured run"
+
+
+def test_the_characters_counted_without_rich_are_one_cell_in_every_table_of_rich():
+    """report/fold.one_cell counts a text of ONE_CELL_RANGES' characters as its length, so that the quick start's
+    tables are drawn without importing rich's cell tables: rich measures each of them one cell wide in every unicode
+    version it ships, and any text of them as its length."""
+    from rich._unicode_data._versions import VERSIONS
+    from rich.cells import cell_len, get_character_cell_size
+
+    from meshplan.report.fold import ONE_CELL_RANGES, cell_width, one_cell
+
+    characters = [chr(c) for low, high in ONE_CELL_RANGES for c in range(low, high + 1)]
+    for version in VERSIONS:
+        assert [c for c in characters if get_character_cell_size(c, version) != 1] == [], version
+    text = "".join(characters)
+    assert one_cell(text) and cell_width(text) == cell_len(text) == len(text)
+    for odd in ("a\tb", "\x1b[1m", "漢字", "e\u0301", "👍🏽", "a\u200db"):
+        assert not one_cell(odd) and cell_width(odd) == cell_len(odd), odd
