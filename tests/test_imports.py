@@ -21,7 +21,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
-    ("errors", "units", "xp", "fields", "files", "ranges", "interrupt", "captured", "kept"),
+    ("errors", "units", "xp", "fields", "files", "ranges", "interrupt", "captured"),
     ("pipeline",),
     ("specs",),
     ("configs",),
