@@ -42,21 +42,24 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 # `serve` stopped importing NumPy's masked arrays when its percentiles became one sort (serve/load/summary.py);
 # lowered for `plan`, `estimate` and `serve` (others) when their tables and text were drawn without rich's console
 # where the output takes no colour (report/console.plain_console): 273 / 270 / 270 -> 225 / 222 / 222 measured then
+# lowered when the plain console counted its cells without rich (report/fold.one_cell: rich and its unicode tables no
+# longer load) and `plan` imported cli/emit.py only to emit a plan: 137 / 110 / 90 meshplan's, 219 / 215 / 215 others
 # what a dense model's plain search and estimate do not use (a hybrid's mixers, a 2D layout, --system pools, --mtbf,
 # an error's suggestions, --stragglers and --background-traffic)
 UNUSED_AT_START = ("meshplan.cost.mamba", "meshplan.cost.summa", "meshplan.cli.mixed", "meshplan.search.by_goodput",
                    "difflib", "meshplan.specs.stragglers", "meshplan.specs.background")
-RICH_CONSOLE = ("rich.console", "rich.table", "rich.text", "rich.segment")  # stdout no terminal: console.PlainConsole
+RICH_CONSOLE = ("rich", "rich.console", "rich.table", "rich.text", "rich.segment", "rich.cells")  # stdout no terminal:
+# console.PlainConsole, its cells counted by report/fold.one_cell
 CASES = {
     "help": (["--help"], 8, 180, (*HEAVY, "numpy", "rich", "importlib.metadata", "email")),
-    "plan": (["plan", *QUICK], 138, 235, (*HEAVY, *RICH_CONSOLE, "meshplan.serve", "meshplan.autoshard",
+    "plan": (["plan", *QUICK], 137, 229, (*HEAVY, *RICH_CONSOLE, "meshplan.serve", "meshplan.autoshard",
                                           "meshplan.specs.hf", "meshplan.report.vega", "meshplan.configs", "numpy.ma",
-                                          *UNUSED_AT_START)),
-    "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 110, 232,
+                                          "meshplan.cli.emit", *UNUSED_AT_START)),
+    "estimate": (["estimate", *QUICK, "--tp", "8", "--pp", "4"], 110, 225,
                  (*HEAVY, *RICH_CONSOLE, "meshplan.serve", "meshplan.autoshard", "meshplan.search.run",
                   "multiprocessing", *UNUSED_AT_START)),
     "serve": (["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "1", "--input-len", "1000",
-               "--output-len", "200"], 90, 232,
+               "--output-len", "200"], 90, 225,
               (*HEAVY, *RICH_CONSOLE, "meshplan.search.run", "meshplan.autoshard", "meshplan.step.assemble",
                "multiprocessing", "meshplan.report.vega", "difflib", "meshplan.report.text", "meshplan.goodput",
                "meshplan.search", "numpy.ma")),
@@ -176,3 +179,54 @@ def test_the_console_script_asks_openblas_for_one_thread_unless_told():
         done = subprocess.run([sys.executable, "-c", probe, argv0], capture_output=True, text=True, check=True,
                               env={**bare, **extra})
         assert done.stdout.split()[-1] == expected, (argv0, extra, done.stderr)
+
+
+def test_the_core_bands_file_quotes_every_band_the_full_one_does():
+    """specs/bands.py reads error_bands_core.json (benchmarks/docs/error_bands.py ``core``: the fields it reads, the
+    entries that hold a table's least runs), a fifth of error_bands.json's bytes: every regime of every level of every
+    table, and of some each trusted axis at a value no run measured, gets the same band and latency errors from either
+    file."""
+    from pathlib import Path
+
+    from meshplan.specs import bands
+
+    full = json.loads((Path(bands.__file__).parents[1] / "presets" / "error_bands.json").read_text())["tables"]
+    core = bands.BANDS_FILE_TABLES()
+    assert set(core) == set(full)
+    for name, t in full.items():
+        regimes = [dict(part.split("=", 1) for part in key.split(", ")) if key else {} for key in t["entries"]]
+        wholes = {tuple(regime.get(a, next(iter(t["seen"].get(a, {"?": 0})))) for a in t["axes"]) for regime in regimes}
+        for i, values in enumerate(sorted(wholes)):  # each unmeasured axis of every fifth (the widening scans them all)
+            whole = dict(zip(t["axes"], values, strict=True))
+            for case in (whole, *({**whole, a: "unmeasured"} for a in t["trust"] if i % 5 == 0)):
+                assert bands.table_band(core[name], case) == bands.table_band(t, case), (name, case)
+                if name.startswith("serving/"):
+                    assert bands.serving_latency_error(case, name.split("/")[1]) == \
+                        _latency_error(t, name, case), (name, case)
+
+
+def _latency_error(t: dict, name: str, regime: dict) -> tuple[dict, str]:
+    """specs/bands.serving_latency_error over a table of the full file."""
+    from meshplan.specs.bands import table_band
+
+    b = table_band(t, regime)
+    found = t["entries"].get(b.basis) or t["entries"][""]
+    return {k: found[k] for k in ("runs", "median", "p90")}, b.basis or "every measured run"
+
+
+def test_the_characters_counted_without_rich_are_one_cell_in_every_table_of_rich():
+    """report/fold.one_cell counts a text of ONE_CELL_RANGES' characters as its length, so that the quick start's
+    tables are drawn without importing rich's cell tables: rich measures each of them one cell wide in every unicode
+    version it ships, and any text of them as its length."""
+    from rich._unicode_data._versions import VERSIONS
+    from rich.cells import cell_len, get_character_cell_size
+
+    from meshplan.report.fold import ONE_CELL_RANGES, cell_width, one_cell
+
+    characters = [chr(c) for low, high in ONE_CELL_RANGES for c in range(low, high + 1)]
+    for version in VERSIONS:
+        assert [c for c in characters if get_character_cell_size(c, version) != 1] == [], version
+    text = "".join(characters)
+    assert one_cell(text) and cell_width(text) == cell_len(text) == len(text)
+    for odd in ("a\tb", "\x1b[1m", "漢字", "e\u0301", "👍🏽", "a\u200db"):
+        assert not one_cell(odd) and cell_width(odd) == cell_len(odd), odd

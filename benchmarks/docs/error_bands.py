@@ -38,6 +38,8 @@ counters reads one's errors beside the other's (Hopper's: KempnerForge's within 
 reserved readings of 4-9 % its 80 % quantile). As in step time, the stack only refines its family's band: a stack no
 source measured takes its family's, unwidened.
 
+Beside it, error_bands_core.json: what specs/bands.py reads of it (``core``), which every estimate loads at start-up.
+
 Run: python benchmarks/docs/error_bands.py [--out DIR] [--from FILE] [--coverage [--exact]]   (reads
 docs/out_of_source.json; a few seconds; --coverage prints the share of runs inside their band out of source, by table
 and family, instead; --exact rebuilds the multipliers too without each source, a few minutes)
@@ -58,6 +60,8 @@ from meshplan.specs.regime import SERVING_AXES, TRAINING_AXES
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "docs" / "out_of_source.json"
 OUT = ROOT / "src" / "meshplan" / "presets" / "error_bands.json"
+# what specs/bands.py loads (every estimate's start-up, issue 83): ``core`` of the tables, a fifth of OUT's bytes
+CORE = OUT.with_name("error_bands_core.json")
 COVERAGE = 0.8  # every band's nominal share of the runs it comes from
 # the share of new sources whose runs a band holds at COVERAGE (module docstring); at 0.8, the runs' own nominal,
 # seven families of 20 or more runs held for 29-78 % of their runs with their source left out, at 0.9 two
@@ -255,6 +259,21 @@ def exact_inside(data: dict[str, Any]) -> dict[tuple[str, int], bool]:
     return inside
 
 
+# the fields of a table, and of an entry, that specs/bands.py reads (the rest: the docs' and tests' own, in OUT)
+CORE_TABLE = ("coverage", "levels", "min_runs", "new_source", "seen", "trust")
+CORE_ENTRY = ("band", "conformal", "held", "median", "p90", "runs", "sources")
+
+
+def core(tables: dict[str, Any]) -> dict[str, Any]:
+    """The tables as specs/bands.py reads them: ``CORE_TABLE`` and the entries that hold ``min_runs`` runs (no
+    other can be a band's basis nor a serving cap's) with their ``CORE_ENTRY`` fields. Every band is the same from
+    either file (tests/test_startup.py)."""
+    return {name: {**{f: t[f] for f in CORE_TABLE},
+                   "entries": {k: {f: e[f] for f in CORE_ENTRY if f in e} for k, e in t["entries"].items()
+                               if e["runs"] >= t["min_runs"]}}
+            for name, t in tables.items()}
+
+
 def main() -> None:
     if "--coverage" in sys.argv:  # print the leave-one-source-out coverage instead (--exact: exact_inside)
         source = Path(sys.argv[sys.argv.index("--from") + 1]) if "--from" in sys.argv else SOURCE
@@ -262,14 +281,14 @@ def main() -> None:
         for name, by in coverage(data, exact_inside(data) if "--exact" in sys.argv else None).items():
             print(name, "  ".join(f"{k or 'all'} {n}: {share:.1%}" for k, (n, share) in by.items() if n >= MIN_RUNS))
         return
-    out = OUT
-    if "--out" in sys.argv:
-        out = Path(sys.argv[sys.argv.index("--out") + 1]) / OUT.name
+    folder = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else OUT.parent
     source = Path(sys.argv[sys.argv.index("--from") + 1]) if "--from" in sys.argv else SOURCE
     data = json.loads(source.read_text())
     about = " ".join(__doc__.split("\n\n")[0].split())
-    out.write_text(json.dumps({"about": about, "tables": tables(data)}, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {out}")
+    built = tables(data)
+    for out, kept in ((folder / OUT.name, built), (folder / CORE.name, core(built))):
+        out.write_text(json.dumps({"about": about, "tables": kept}, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from itertools import product
 from typing import TypeGuard
 
 from meshplan.autoshard.placement import PARTIAL, REPLICATE, Placements, valid
+from meshplan.xp import Kept
 
 Labels = tuple[str | None, ...]
 PASS = "<partial>"
@@ -115,21 +116,13 @@ def _fits(rule: Rule, combo: tuple[str | None, ...], sizes: tuple[int, ...], sha
 def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1
           ) -> tuple[tuple[Placements, ...], tuple[Placements, ...]]:
     """``_place``, memoised: the same rules and strategies recur on every (sub-)mesh the planner builds. Looked up
-    by the rule's identity first (``_BY_ID``, the rule kept beside it so its id is not reused): hashing a Rule
-    hashes its ten fields, and an op's rule is asked for each of its node's strategies (Llama-3-8B on 64 H100s:
-    11 000 calls, 140 distinct rules)."""
-    tag = (id(rule), combo, leader)
-    hit = _BY_ID.get(tag)
-    if hit is not None and hit[0] is rule:
-        return hit[1]
-    found = _placed(rule, combo, leader)
-    if len(_BY_ID) >= 65536:
-        _BY_ID.clear()
-    _BY_ID[tag] = (rule, found)
-    return found
+    by the rule's identity first (``_BY_ID``, the rule held beside it so its id is not reused: xp.Kept):
+    hashing a Rule hashes its ten fields, and an op's rule is asked for each of its node's strategies (Llama-3-8B on
+    64 H100s: 11 000 calls, 140 distinct rules)."""
+    return _BY_ID.answer((id(rule), combo, leader), rule, _placed, rule, combo, leader)
 
 
-_BY_ID: dict[tuple, tuple[Rule, tuple[tuple[Placements, ...], tuple[Placements, ...]]]] = {}
+_BY_ID: Kept[tuple[tuple[Placements, ...], tuple[Placements, ...]]] = Kept(65536)
 
 
 @lru_cache(maxsize=65536)

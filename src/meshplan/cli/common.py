@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
 import click
 
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_SIZE
+from meshplan.files import check_output
 from meshplan.ranges import RANGES
 
 if TYPE_CHECKING:
@@ -22,6 +25,34 @@ MAX_TOKENS = RANGES["tokens"].high  # the bounds of a token budget, a price and 
 MAX_PRICE = RANGES["price"].high
 MAX_TOP = int(RANGES["top"].high)
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # default global batch ≈ 4M tokens (GPT-3: 3.2M; Llama 2: 4M)
+
+# `plan --emit` (cli/emit.py, imported only when a plan is emitted): the plans a search keeps when none of those listed
+# can be written in the format asked for (write_best's deeper search), the next ones of the same ranking down to this
+# many; the stack preset whose plans a format's framework runs (the search's framework when --framework is not given);
+# the formats --emit takes: configs.FORMATS's names, without importing the formats' modules at start-up (a plan that
+# emits nothing never needs them; tests/test_configs.py checks the two agree)
+EMIT_DEPTH = 200
+EMIT_FRAMEWORK = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
+                  "nemo": "megatron-bridge"}
+EMIT_FORMATS = tuple(EMIT_FRAMEWORK)
+
+
+def check_emit(fmt: str | None, path: str | None, as_json: bool) -> None:
+    """Before the search: ``--emit-to`` needs ``--emit``; with ``--json`` the config goes to a file, not stdout; the
+    file must be one that can be written (its folder exists, it is not a folder)."""
+    if path is not None and fmt is None:
+        raise SpecError(f"emit-to={path} needs --emit FORMAT")
+    if fmt is not None and as_json and path is None:
+        raise SpecError("--emit with --json needs --emit-to PATH (stdout holds the JSON)")
+    if path is None:
+        return
+    check_output(path, "emit-to")  # a folder, a FIFO, a link loop, a name the OS refuses
+    target = Path(path)
+    folder = target.parent
+    if not folder.is_dir():
+        raise SpecError(f"emit-to={path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise SpecError(f"emit-to={path} cannot be written (permission denied)")
 
 
 def default_global_batch(seq_length: int, dp: int, micro_batch: int) -> int:

@@ -3,46 +3,16 @@ config (configs/)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
+from meshplan.cli.common import EMIT_DEPTH, EMIT_FORMATS, EMIT_FRAMEWORK, check_emit  # `plan`'s, at start-up
 from meshplan.errors import SpecError
-from meshplan.files import check_output, write_text
+from meshplan.files import write_text
 
 __all__ = ["EMIT_DEPTH", "EMIT_FORMATS", "EMIT_FRAMEWORK", "check_emit", "write_best"]
-
-# the plans a search keeps when none of those listed can be written in the format asked for (write_best's deeper
-# search): the next ones of the same ranking, down to this many
-EMIT_DEPTH = 200
-
-# the stack preset whose plans a format's framework runs: the search's framework when --framework is not given
-EMIT_FRAMEWORK = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
-                  "nemo": "megatron-bridge"}
-# the formats --emit takes: configs.FORMATS's names, without importing the formats' modules at start-up (a plan that
-# emits nothing never needs them; tests/test_configs.py checks the two agree)
-EMIT_FORMATS = tuple(EMIT_FRAMEWORK)
-
-
-def check_emit(fmt: str | None, path: str | None, as_json: bool) -> None:
-    """Before the search: ``--emit-to`` needs ``--emit``; with ``--json`` the config goes to a file, not stdout; the
-    file must be one that can be written (its folder exists, it is not a folder)."""
-    if path is not None and fmt is None:
-        raise SpecError(f"emit-to={path} needs --emit FORMAT")
-    if fmt is not None and as_json and path is None:
-        raise SpecError("--emit with --json needs --emit-to PATH (stdout holds the JSON)")
-    if path is None:
-        return
-    check_output(path, "emit-to")  # a folder, a FIFO, a link loop, a name the OS refuses
-    target = Path(path)
-    folder = target.parent
-    if not folder.is_dir():
-        raise SpecError(f"emit-to={path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise SpecError(f"emit-to={path} cannot be written (permission denied)")
 
 
 def write_best(results: list, fmt: str, path: str | None, deeper: Callable[[], list] | None = None) -> None:

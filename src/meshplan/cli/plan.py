@@ -8,8 +8,12 @@ import click
 
 from meshplan.cli import shard
 from meshplan.cli.common import (
+    EMIT_DEPTH,
+    EMIT_FORMATS,
+    EMIT_FRAMEWORK,
     MAX_PRICE,
     apply,
+    check_emit,
     common_model,
     default_global_batch,
     load_inputs,
@@ -19,7 +23,6 @@ from meshplan.cli.common import (
     split_ints,
 )
 from meshplan.cli.conditions import condition_options, conditions_of, conditions_text, result_on, under
-from meshplan.cli.emit import EMIT_DEPTH, EMIT_FORMATS, EMIT_FRAMEWORK, check_emit, write_best
 from meshplan.cli.goodput_options import reliability_of, reliability_options
 from meshplan.cli.help import Sectioned, section
 from meshplan.cli.options import DEFAULT_FRAMEWORK, estimate_args, stack_of, stack_options
@@ -115,6 +118,8 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     print_search(results, as_json=as_json, **budget,
                  rerun=lambda est: [*rerun, "--gpus", str(est.plan.num_gpus), *estimate_args(est.plan, est.stack)])
     if emit_format:
+        from meshplan.cli.emit import write_best  # (imported where a plan is emitted)
+
         write_best(results, emit_format, emit_to,
                    deeper=lambda: [search(m, c, s, top_k=max(EMIT_DEPTH, options["top_k"])) for m, c, s, _ in spaces])
     if csv_path is not None:

@@ -20,7 +20,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from meshplan.report.fold import Styled, TermTable, refold
+from meshplan.report.fold import Styled, TermTable, one_cell, refold
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -159,7 +159,7 @@ def _unmarked(text: str) -> str:
 
 
 def _cells(text: str) -> int:
-    if text.isascii():
+    if text.isascii() or one_cell(text):
         return len(text)
     from rich.cells import cell_len
 
@@ -168,7 +168,7 @@ def _cells(text: str) -> int:
 
 def _sized(text: str, width: int) -> str:
     """rich/cells.py ``set_cell_size``: cropped or padded to ``width`` cells."""
-    if text.isascii():
+    if text.isascii() or one_cell(text):
         return text[:width] if len(text) >= width else text + " " * (width - len(text))
     from rich.cells import set_cell_size
 

@@ -60,7 +60,10 @@ class Band:
 
 @lru_cache(maxsize=1)
 def _tables() -> dict[str, Any]:
-    return dict(json.loads((PRESETS / "error_bands.json").read_text())["tables"])
+    """The tables as this module reads them: error_bands_core.json, the fields read here and the entries that hold
+    ``min_runs`` runs of error_bands.json (a fifth of its bytes; benchmarks/docs/error_bands.py ``core``), parsed
+    at every estimate's start-up."""
+    return dict(json.loads((PRESETS / "error_bands_core.json").read_text())["tables"])
 
 
 BANDS_FILE_TABLES = _tables  # the packaged tables, read once (tests, reports)

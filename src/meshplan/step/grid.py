@@ -16,6 +16,7 @@ from meshplan.cost.params import StageParams, middle_params, stage_params
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
+from meshplan.xp import Kept
 
 
 class Settings(Protocol):
@@ -71,7 +72,7 @@ def rank_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
     plans estimated, 14 distinct)."""
     if type(plan) is not Plan:
         return _params(model, plan)
-    return _kept(model, plan, -1, lambda: _params(model, plan))
+    return _kept(model, plan, -1, _params, model, plan)
 
 
 def params_of_rank(model: ModelSpec, plan: Plan, rank: int) -> StageParams:
@@ -79,17 +80,12 @@ def params_of_rank(model: ModelSpec, plan: Plan, rank: int) -> StageParams:
     (``middle_params`` of its own layers) kept likewise by its rank."""
     if rank in (0, plan.pp - 1):
         return rank_params(model, plan)[0 if rank == 0 else 1]
-    return _kept(model, plan, rank, lambda: middle_params(model, plan, rank))
+    return _kept(model, plan, rank, middle_params, model, plan, rank)
 
 
-def _kept(model: ModelSpec, plan: Plan, rank: int, compute: Callable[[], Any]) -> Any:
-    """``compute()``'s answer kept by the model's identity (held), ``rank`` and the plan's ``PARAMS_READ``."""
-    key = (id(model), rank, *[getattr(plan, f) for f in PARAMS_READ])
-    if key not in _KEPT:
-        if len(_KEPT) >= _KEEP:
-            del _KEPT[next(iter(_KEPT))]  # the oldest
-        _KEPT[key] = (model, compute())
-    return _KEPT[key][1]
+def _kept(model: ModelSpec, plan: Plan, rank: int, compute: Callable[..., Any], *args: Any) -> Any:
+    """``compute(*args)``'s answer kept by the model's identity (held), ``rank`` and the plan's ``PARAMS_READ``."""
+    return _KEPT.answer((id(model), rank, *[getattr(plan, f) for f in PARAMS_READ]), model, compute, *args)
 
 
 def _params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
@@ -101,5 +97,4 @@ def _params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
 # adapters): plans equal in these have the same parameters (tests/test_kept_answers.py varies every other field)
 PARAMS_READ = ("pp", "vpp", "stage_layers", "first_stage_layers", "last_stage_layers", "tp", "tp2", "ep", "etp",
                "tensor_layout", "schedule", "finetune", "lora_rank", "lora_targets")
-_KEPT: dict[tuple[object, ...], tuple[ModelSpec, Any]] = {}
-_KEEP = 256
+_KEPT: Kept[Any] = Kept(256)

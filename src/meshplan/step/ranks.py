@@ -53,7 +53,7 @@ from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
 from meshplan.step.stages import cadence, loop_times, rank_body, with_sends
 from meshplan.step.units import Units
-from meshplan.xp import Num
+from meshplan.xp import Kept, Num
 
 
 def recompute_entry(entry: str) -> tuple[str, int]:
@@ -122,8 +122,7 @@ class RankShared:
 # reused while kept): the stage DP's pruning (search/stage_lines.ends_reach) prices a proposal's end ranks and then
 # ``estimate`` prices them again (``assemble_ranks``), the same objects (8-count sweep: 30 of 266 calls; DeepSeek-V3:
 # 36). Every argument is frozen, so the same objects give the same answer.
-_KEPT: dict[tuple[int, ...], tuple[tuple[object, ...], RankShared]] = {}
-_KEEP = 16
+_KEPT: Kept[RankShared] = Kept(16)
 
 
 def rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int
@@ -131,14 +130,7 @@ def rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
     """``RankShared`` of rank ``rank`` of ``plan``: nothing here reads the rank's own recompute or offload. The
     answer for the same objects kept a while (``_KEPT``)."""
     held = (model, cluster, plan, stack, eff)
-    key = (*map(id, held), rank)
-    if key in _KEPT:
-        return _KEPT[key][1]
-    shared = _rank_shared(model, cluster, plan, stack, eff, rank)
-    if len(_KEPT) >= _KEEP:
-        del _KEPT[next(iter(_KEPT))]  # the oldest
-    _KEPT[key] = (held, shared)
-    return shared
+    return _KEPT.answer((*map(id, held), rank), held, _rank_shared, model, cluster, plan, stack, eff, rank)
 
 
 def _rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int
