@@ -181,6 +181,36 @@ def test_the_console_script_asks_openblas_for_one_thread_unless_told():
         assert done.stdout.split()[-1] == expected, (argv0, extra, done.stderr)
 
 
+def test_the_console_script_keeps_its_heap_unless_told():
+    """A BLAS-free command's console script (cli/main.py: HEAP_KEPT) serves a 16 MiB block from its heap, not a fresh
+    mapping, and keeps it when freed (glibc's mallinfo2: 0 bytes mapped, then 16 MiB free in the heap); a program
+    that imports meshplan, or a user who set glibc's MALLOC_* variables, keeps glibc's own choice (the block mapped,
+    16 MiB, and given back)."""
+    import os
+
+    probe = ("import contextlib, ctypes, io, sys\n"
+             "sys.argv[0] = sys.argv[1]\n"
+             "from meshplan.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    main(['presets'])\n"
+             "libc = ctypes.CDLL(None)\n"
+             "class Info(ctypes.Structure):\n"
+             "    _fields_ = [(n, ctypes.c_size_t) for n in ('arena ordblks smblks hblks hblkhd usmblks fsmblks '\n"
+             "                                              'uordblks fordblks keepcost').split()]\n"
+             "libc.mallinfo2.restype = Info\n"
+             "block = bytearray(16 << 20)\n"
+             "mapped = libc.mallinfo2().hblkhd\n"
+             "del block\n"
+             "print(mapped >> 20, libc.mallinfo2().fordblks >> 20 >= 16)\n")
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    cases = (("/usr/bin/meshplan", {}, "0 True"), ("/usr/bin/meshplan", {"MALLOC_ARENA_MAX": "2"}, "16 False"),
+             ("/usr/bin/python", {}, "16 False"))
+    for argv0, extra, expected in cases:
+        done = subprocess.run([sys.executable, "-c", probe, argv0], capture_output=True, text=True, check=True,
+                              env={**bare, **extra})
+        assert done.stdout.split("\n")[-2] == expected, (argv0, extra, done.stdout, done.stderr)
+
+
 def test_the_core_bands_file_quotes_every_band_the_full_one_does():
     """specs/bands.py reads error_bands_core.json (benchmarks/docs/error_bands.py ``core``: the fields it reads, the
     entries that hold a table's least runs), a fifth of error_bands.json's bytes: every regime of every level of every
@@ -230,3 +260,10 @@ def test_the_characters_counted_without_rich_are_one_cell_in_every_table_of_rich
     assert one_cell(text) and cell_width(text) == cell_len(text) == len(text)
     for odd in ("a\tb", "\x1b[1m", "漢字", "e\u0301", "👍🏽", "a\u200db"):
         assert not one_cell(odd) and cell_width(odd) == cell_len(odd), odd
+    # a word longer than its column is cut as rich cuts it (report/console._chop, rich's chop_cells)
+    from rich.cells import chop_cells
+
+    from meshplan.report.console import _chop
+
+    for word, width in ((text, 7), ("dp=128·tp=8·pp=4→≈12.5s", 5), ("abcdef", 3), ("abcdefg", 3), ("漢字漢字x", 3)):
+        assert _chop(word, width) == chop_cells(word, width), (word, width)

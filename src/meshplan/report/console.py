@@ -166,6 +166,16 @@ def _cells(text: str) -> int:
     return cell_len(text)
 
 
+def _chop(text: str, width: int) -> list[str]:
+    """rich/cells.py ``chop_cells``: the text in pieces of ``width`` cells (the last shorter); a text of one-cell
+    characters (fold.one_cell) cut every ``width`` characters without importing rich's cell tables."""
+    if one_cell(text):
+        return [text[i:i + width] for i in range(0, len(text), width)]
+    from rich.cells import chop_cells
+
+    return chop_cells(text, width)
+
+
 def _sized(text: str, width: int) -> str:
     """rich/cells.py ``set_cell_size``: cropped or padded to ``width`` cells."""
     if text.isascii() or one_cell(text):
@@ -189,9 +199,7 @@ def _divide(line: str, width: int, fold: bool) -> list[str]:
             offset += _cells(word)
         elif length > width:
             if fold:
-                from rich.cells import chop_cells
-
-                pieces = chop_cells(word, width)
+                pieces = _chop(word, width)
                 for i, piece in enumerate(pieces):
                     if start:
                         breaks.append(start)
