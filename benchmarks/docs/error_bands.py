@@ -65,8 +65,11 @@ CORE = OUT.with_name("error_bands_core.json")
 COVERAGE = 0.8  # every band's nominal share of the runs it comes from
 # the share of new sources whose runs a band holds at COVERAGE (module docstring); at 0.8, the runs' own nominal,
 # seven families of 20 or more runs held for 29-78 % of their runs with their source left out, at 0.9 two
-# (tests/test_bands.py NOT_HELD)
-SOURCE_COVERAGE = 0.9
+# (tests/test_bands.py NOT_HELD). With some 40 groups a 0.9 quantile is their fourth largest score: once TensorRT-LLM's
+# time per token and dstack's MI300X runs were priced (their groups 3.7 -> 1.6 and 1.9), Argonne's own MI300X group
+# set it and, left out, its MI300X and GH200 families held for 74 and 55 %; at 0.95 (the second largest) every family
+# of 20 or more runs holds but those NOT_HELD names, where bands are not already at the SHARP cap
+SOURCE_COVERAGE = 0.95
 SHARP = 2.5  # a band at most this many times its regime's median |error| (issue 79, "It must show")
 MIN_RUNS = 20
 MIN_MEMORY_RUNS = 8
