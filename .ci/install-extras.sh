@@ -16,8 +16,9 @@ skip_browser() {
   echo "install-extras: Chromium not installed ($1): the browser tests will skip; to run them: as root," \
        "apt-get install chromium fonts-dejavu-core" >&2
 }
-if ! have_chromium; then
-  as_root=""
+chromium() {
+  have_chromium && return
+  local as_root=""
   if [ "$(id -u)" = 0 ]; then as_root="yes"
   elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then as_root="sudo -n"
   fi
@@ -26,7 +27,7 @@ if ! have_chromium; then
   elif [ -z "$as_root" ]; then
     skip_browser "not root and no password-less sudo"
   else
-    run=""
+    local run=""
     if [ "$as_root" != "yes" ]; then run="$as_root"; fi
     export DEBIAN_FRONTEND=noninteractive
     if ! { $run apt-get update -qq || { sleep 5 && $run apt-get update -qq; }; } ||
@@ -34,22 +35,30 @@ if ! have_chromium; then
       skip_browser "apt-get could not install it (offline?)"
     fi
   fi
-fi
+}
+# Chromium (apt-get) and the frameworks' parsers (pip download, into a folder of their own) are fetched while pip
+# installs the dev extra: pip fetches one file at a time (no option for more; pypa/pip#8771, parallel wheel downloads,
+# was closed unmerged), so the three wait on the network side by side; neither writes into .venv's site-packages.
+# Chromium only ever warns; a failed parsers step fails this script at its `wait`; a script that stops early still
+# waits for both (no apt-get or pip left running behind it).
+trap wait EXIT
+chromium & chromium_pid=$!
 [ -x .venv/bin/pip ] || python3 -m venv .venv
 # pip's own lines, less its "Requirement already satisfied" ones: what it downloads and installs, as it goes
 echo "install-extras: meshplan and the dev extra into .venv (first run: about 1 GB of wheels, 3.4 GB installed," \
      "5-15 minutes; later runs: seconds)" >&2
-.venv/bin/pip install --disable-pip-version-check -e '.[dev]' 2>&1 |
-  { grep --line-buffered -E '^ *(Collecting|Downloading|Installing|Successfully|ERROR|error)' || true; }
 # the frameworks' own parsers that cannot share the dev extra's pins (Megatron-LM's megatron/training, vLLM, SGLang):
 # their wheels' Python files in .venv/framework-parsers for tests/framework_parsers.py (.ci/parsers.py)
-.venv/bin/python .ci/parsers.py .venv/framework-parsers
+.venv/bin/python .ci/parsers.py .venv/framework-parsers & parsers_pid=$!
+.venv/bin/pip install --disable-pip-version-check -e '.[dev]' 2>&1 |
+  { grep --line-buffered -E '^ *(Collecting|Downloading|Installing|Successfully|ERROR|error)' || true; }
 # verl's and OpenRLHF's config code for tests/test_rl_launch.py, without their dependencies (pyproject.toml's rl extra)
 .venv/bin/pip install -q --disable-pip-version-check --no-deps verl==0.9.1 openrlhf==0.11.2
+wait "$parsers_pid"
 # Byte-compiled once, here: with PYTHONDONTWRITEBYTECODE set (as on the project's machines) every process the tests
 # start (the CLI, the benchmark scripts, each gloo rank) would otherwise compile meshplan's sources again (~0.7 s of
 # CPU each); Python still recompiles any file edited since.
-.venv/bin/python -m compileall -q src benchmarks tests >/dev/null
+.venv/bin/python -m compileall -q -j 0 src benchmarks tests >/dev/null
 # and, for the same reason, the code of the methods dataclasses writes (meshplan/cli/codecache.py: kept beside the
 # bytecode, never written where PYTHONDONTWRITEBYTECODE is set): one plan, with bytecode writing on for it alone
 PYTHONDONTWRITEBYTECODE= .venv/bin/meshplan plan --model llama3-70b --system h100 --gpus 1024 --global-batch 512 \
@@ -59,4 +68,5 @@ PYTHONDONTWRITEBYTECODE= .venv/bin/meshplan plan --model llama3-70b --system h10
 # each (collect-only: 23.8 s of CPU without these files, 9.7 s with them); pytest rewrites again any file edited since
 # (a collection error is not this step's to report: the test run that follows reports it)
 PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -q -p no:cacheprovider --collect-only -n 0 >/dev/null || true
+wait "$chromium_pid"
 echo "install-extras: done" >&2
