@@ -11,12 +11,12 @@
 # tests (tests/test_report_browser.py, tests/test_serve_report_browser.py) then skip with that reason, the rest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-have_chromium() { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }
+have_chromium() { type -P chromium >/dev/null 2>&1 || type -P chromium-browser >/dev/null 2>&1; }  # files only (type -P), never a function
 skip_browser() {
   echo "install-extras: Chromium not installed ($1): the browser tests will skip; to run them: as root," \
        "apt-get install chromium fonts-dejavu-core" >&2
 }
-chromium() {
+install_chromium() {
   have_chromium && return
   local as_root=""
   if [ "$(id -u)" = 0 ]; then as_root="yes"
@@ -40,9 +40,10 @@ chromium() {
 # installs the dev extra: pip fetches one file at a time (no option for more; pypa/pip#8771, parallel wheel downloads,
 # was closed unmerged), so the three wait on the network side by side; neither writes into .venv's site-packages.
 # Chromium only ever warns; a failed parsers step fails this script at its `wait`; a script that stops early still
-# waits for both (no apt-get or pip left running behind it).
+# waits for both (no apt-get or pip left running behind it; after Ctrl-C too, since background jobs ignore SIGINT:
+# apt-get is not stopped inside dpkg).
 trap wait EXIT
-chromium & chromium_pid=$!
+install_chromium & chromium_pid=$!
 [ -x .venv/bin/pip ] || python3 -m venv .venv
 # pip's own lines, less its "Requirement already satisfied" ones: what it downloads and installs, as it goes
 echo "install-extras: meshplan and the dev extra into .venv (first run: about 1 GB of wheels, 3.4 GB installed," \
