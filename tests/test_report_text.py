@@ -21,7 +21,7 @@ WIDTHS = (80, 100, 140)
 
 def _search(model: str, gpus: int, batch: int, stack: str = "megatron-core", top: int = 10):
     cluster = load_system("h100").cluster(gpus)
-    space = Space(global_batch=batch, stack=load_stack(stack), headroom=0.09)  # the command line's headroom
+    space = Space(global_batch=batch, stack=load_stack(stack), headroom=0.09)
     return search(load_model(model), cluster, space, top_k=top)
 
 

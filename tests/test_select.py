@@ -34,7 +34,7 @@ RTOL = 1e-9
 
 
 def space(gbs: int) -> Space:
-    """The command line's space: megatron-core, 9 % headroom, the simplest of the equivalents first."""
+    """Megatron-Core's space with a 9 % headroom, the simplest of the equivalents first."""
     return Space(global_batch=gbs, stack=load_stack("megatron-core"), headroom=0.09, prefer_simple=True)
 
 

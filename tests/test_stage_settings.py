@@ -147,7 +147,7 @@ def _weight(entry: str) -> int:
 
 def test_the_first_ranks_recompute_the_most():
     # 70B on 32 H100 at tp=4, pp=8, m = 64: no recompute needs 82.4 GiB on rank 0 (8 micro-batches of 10 layers in
-    # flight), past the 72.4 GiB the 9 % headroom leaves; full recompute everywhere fits at 43.5 GiB, 22.6 s
+    # flight), past the 71.6 GiB the 10 % headroom leaves; full recompute everywhere fits at 43.5 GiB, 22.6 s
     uniform = estimate(BIG, SMALL, Plan(dp=1, tp=4, pp=8, global_batch=64, recompute="full"), NO_OFFLOAD)
     refined = refine_stages(BIG, SMALL, uniform, Space(global_batch=64, stack=NO_OFFLOAD), DEFAULT)
     entries = refined.plan.stage_recompute

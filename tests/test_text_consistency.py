@@ -1,6 +1,6 @@
 """What the text says agrees with itself: the legend's error band is the rows' (it said ±7 % beside ±9 % rows), a
 rejection prints digits enough to show why ("72.5 GiB > 72.5 GiB"), a token budget without a unit is not taken for
-15 tokens, and ``estimate``'s "fits" is the rule ``plan`` applies (the 9 % headroom)."""
+15 tokens, and ``estimate``'s "fits" is the rule ``plan`` applies (fields.MEMORY_HEADROOM)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_a_token_budget_needs_a_unit(capsys):
 
 @pytest.mark.parametrize(("micro", "within"), [("1", False), ("2", True)])
 def test_estimate_fits_by_plans_rule(micro, within, capsys):
-    """llama3-8b, full recompute, ZeRO-1 on 8 H100 (79.6 GiB): micro-batch 1 is 65.2 GiB ≤ 79.6 · 0.91 = 72.5 GiB
+    """llama3-8b, full recompute, ZeRO-1 on 8 H100 (79.6 GiB): micro-batch 1 is 65.2 GiB ≤ 79.6 · 0.90 = 71.6 GiB
     (fits), 2 is 74.2 GiB (in HBM, inside the headroom: plan rejects it, and estimate says so)."""
     import json
 

@@ -1,8 +1,9 @@
 """The error bands every estimate quotes (src/meshplan/specs/bands.py): from the out-of-source errors of
 docs/out_of_source.json (benchmarks/docs/out_of_source.py), per quantity a table of bands by regime (specs/regime.py),
 each wide enough to hold at its nominal share for a source meshplan has not seen, with the runs and sources it rests
-on. Writes src/meshplan/presets/error_bands.json; tests/test_docs.py notices when it is stale, tests/test_bands.py
-checks that each band covers its nominal share of the out-of-source errors of every regime with 20 or more runs, is
+on. Writes src/meshplan/presets/error_bands.json and its core (the fields specs/bands.py reads); tests/test_docs.py
+notices when either is stale, tests/test_bands.py checks that each band covers its nominal share of the out-of-source
+errors of every regime with its table's least runs (``MIN_RUNS``, peak memory ``MIN_MEMORY_RUNS``), is
 sharp (its median at most 2.5 times the regime's median |error|), and holds, run by run, when the whole table is built
 without the run's source.
 
@@ -64,11 +65,11 @@ OUT = ROOT / "src" / "meshplan" / "presets" / "error_bands.json"
 CORE = OUT.with_name("error_bands_core.json")
 COVERAGE = 0.8  # every band's nominal share of the runs it comes from
 # the share of new sources whose runs a band holds at COVERAGE (module docstring); at 0.8, the runs' own nominal,
-# seven families of 20 or more runs held for 29-78 % of their runs with their source left out, at 0.9 two
-# (tests/test_bands.py NOT_HELD). With some 40 groups a 0.9 quantile is their fourth largest score: once TensorRT-LLM's
-# time per token and dstack's MI300X runs were priced (their groups 3.7 -> 1.6 and 1.9), Argonne's own MI300X group
-# set it and, left out, its MI300X and GH200 families held for 74 and 55 %; at 0.95 (the second largest) every family
-# of 20 or more runs holds but those NOT_HELD names, where bands are not already at the SHARP cap
+# seven families of 20 or more runs held for 29-78 % of their runs with their source left out, at 0.9 two. With some
+# 40 groups a 0.9 quantile is their fourth largest score: once TensorRT-LLM's time per token and dstack's MI300X runs
+# were priced (their groups 3.7 -> 1.6 and 1.9), Argonne's own MI300X group set it and, left out, its MI300X and GH200
+# families held for 74 and 55 %; at 0.95 (the second largest) every family of 20 or more runs holds but the three
+# tests/test_bands.py NOT_HELD names (B200 Megatron, both memory families)
 SOURCE_COVERAGE = 0.95
 SHARP = 2.5  # a band at most this many times its regime's median |error| (issue 79, "It must show")
 MIN_RUNS = 20

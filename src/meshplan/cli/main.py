@@ -78,7 +78,7 @@ BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 # arrays, megabytes made and freed per chunk, were faulted in again page by page (DeepSeek-V3's plan: about 130,000
 # minor faults and 0.2 s of system time over its processes; 95,000 with the heap kept). The same commands' console
 # script keeps its heap: blocks up to 32 MiB (the largest threshold glibc allows on 64-bit hosts, malloc/malloc.c
-# DEFAULT_MMAP_THRESHOLD_MAX) from it and its top kept, unless the user set glibc's own MALLOC_* variables. NumPy
+# DEFAULT_MMAP_THRESHOLD_MAX) from it and its top kept, unless the user set glibc's MALLOC_* or malloc tunables. NumPy
 # imports ctypes for these commands anyway.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 HEAP_KEPT = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 1 << 30}
@@ -86,7 +86,8 @@ HEAP_KEPT = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 1 << 30}
 
 def _keep_heap() -> None:
     """The process's heap kept (HEAP_KEPT) on a host whose C library has glibc's mallopt; elsewhere nothing."""
-    if sys.platform != "linux" or any(name.startswith("MALLOC_") for name in os.environ):
+    if sys.platform != "linux" or any(name.startswith("MALLOC_") for name in os.environ) or \
+            "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
         return
     import ctypes  # noqa: PLC0415  (these commands' NumPy imports it)
 

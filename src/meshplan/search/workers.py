@@ -139,8 +139,8 @@ def _pool(searches: tuple[list[tuple[list[Job], list[Combo], tuple]], list[tuple
         return
     import multiprocessing  # noqa: PLC0415  (its sockets and pickling: only a search that forks needs them)
 
+    tokens = _handout(range(len(searches[1])))  # first: it may raise, and then no other pipe is left open
     ranked = os.pipe()  # the rank of this process's result, for the workers (a pipe: no shared ctypes to import)
-    tokens = _handout(range(len(searches[1])))
     _SHARED.update(searches=searches[0], tasks=searches[1], finish=finish, losing=losing, ranked=ranked,
                    tokens=tokens, helpers=workers - 1)
     try:
@@ -174,7 +174,8 @@ def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list
 def _handout(numbers: Iterable[int]) -> int:
     """The read end of a pipe that holds ``numbers`` (in their order), for the processes that share the work to take
     one at a time (``_taken``): written whole before any process forks and read without waiting, so that an empty
-    pipe means every number is taken; each a 4-byte read, which the kernel serves whole to one reader (pipe(7))."""
+    pipe means every number is taken; each a 4-byte read, which Linux serves whole to one reader (fs/pipe.c pipe_read
+    copies under the pipe's mutex)."""
     data = b"".join(struct.pack("I", n) for n in numbers)
     read, write = os.pipe()
     try:

@@ -1,7 +1,8 @@
 """How far a prediction may be from the measured value: the band of out-of-source errors of the measured runs of its
 regime (issue 79; specs/regime.py says what a regime is).
 
-``presets/error_bands.json`` (written by benchmarks/docs/error_bands.py from docs/out_of_source.json) holds one table
+``presets/error_bands_core.json`` (written by benchmarks/docs/error_bands.py from docs/out_of_source.json beside the
+full ``error_bands.json``: the fields read here, the entries with a table's least runs) holds one table
 per quantity: training step time, peak memory, and serving throughput, time to first token, time per output token and
 end-to-end latency. A table has its axes, its levels (from the most specific regime to every run), its nominal
 coverage and, per regime of each level with runs, the ``conformal`` band (the conformal quantile of the |errors| of

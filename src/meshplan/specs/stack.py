@@ -120,10 +120,11 @@ class Stack:
     replicated_embedding: bool = _flag(False, "the token embedding kept whole on every tensor-parallel rank, not "
                                               "split over the vocabulary: its weights, gradients and optimizer "
                                               "state tp times a vocabulary-parallel one's (memory.model_states)")
-    gathered_ends: bool = _flag(False, "FSDP2 leaves the root unit (token embedding, final norm, output head) and the "
-                                       "last block gathered from their forward into the loss phase under ZeRO-3 "
-                                       "(torchtitan's last block, and the root as the torch of 2024 kept it): their "
-                                       "compute-dtype weights beside the logits (step/memory.gathered_ends)")
+    gathered_ends: bool = _flag(False, "FSDP2 leaves the root unit (token embedding, final norm, output head) "
+                                       "gathered from its forward to the backward's end and the last block from its "
+                                       "forward into its backward under ZeRO-3 (torchtitan's last block, and the root "
+                                       "as the torch of 2024 kept it): their compute-dtype weights beside the logits "
+                                       "(step/memory.gathered_ends)")
     pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch: "
                                                                   "megatron (Megatron-Core) or torch (pipelining)")
     cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")

@@ -43,7 +43,8 @@ LoadInstance = tuple[Scheduler, Prices | SpeculativePrices]
 def load_instance(model: ModelSpec, cluster: Cluster, plan: ServePlan, engine: Engine, longest: int,
                   choices: Choices = DEFAULT_CHOICES, eff: ServeEfficiency = SERVE_DEFAULT) -> LoadInstance:
     """One instance's scheduler and iteration prices (contexts up to ``longest`` tokens; ``eff``: the serving
-    efficiencies, the validation's trial values where it refits them)."""
+    efficiencies, the validation's trial values where it refits them; a speculative engine's prices keep the
+    defaults)."""
     check.servable(model)
     broken = check.first_problem(check.structural(model, cluster, plan_columns(plan), plan.quant, engine))
     if broken:
