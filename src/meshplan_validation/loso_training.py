@@ -100,9 +100,16 @@ class EfficiencyRefit:
         return cls(linearised([c for c in cases if not c.model.is_moe], DENSE))
 
     def without(self, source: str | None) -> dict[str, float]:
-        if source in by_name("gemm").sources or source is None:
-            return self.dense.refit(source)
-        return {c.name: getattr(DEFAULT, c.name) for c in DENSE}
+        """``gemm`` and ``attention`` refitted without ``source`` where either was fitted on it (jointly); one not
+        fitted on it keeps its shipped value, and one that none of the kept runs reads (refit.Linear ``unmoved``)
+        falls to its prior."""
+        fitted = {c.name: by_name(c.name) for c in DENSE}
+        if source is None:
+            return self.dense.refit(None)
+        if not any(source in f.sources for f in fitted.values()):
+            return {c.name: getattr(DEFAULT, c.name) for c in DENSE}
+        found = self.dense.refit(source, priors={k: f.prior for k, f in fitted.items()})
+        return {k: found[k] if source in f.sources else getattr(DEFAULT, k) for k, f in fitted.items()}
 
 
 def without_source(case: Case, source: str) -> Case:
