@@ -6,8 +6,8 @@ decode attention's share of the streaming rate (``kv_read``), the MoE path's rat
 iteration of TensorRT-LLM's and LMDeploy's engines (and, per sequence, of TensorRT-LLM's PyTorch backend), minimising
 the mean over source groups of the mean min(|log(predicted / measured)|, 0.7) of each run's throughput and, where
 measured, its inter-token latency. Here the same objective over the linearised predictions (refit.py), without the
-source, every constant free within fit_inference.py's bounds; the refitted values are then priced exactly on the
-source's runs.
+source, every constant free within fit_inference.py's bounds, but one that none of the kept runs reads: that one takes
+its prior (fitted.py; refit.Linear ``unmoved``); the refitted values are then priced exactly on the source's runs.
 """
 
 from __future__ import annotations

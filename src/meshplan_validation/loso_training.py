@@ -2,8 +2,9 @@
 (fitted.py) refitted without the run's source, beside its in-sample error (the shipped constants).
 
 What is refitted, for a run of source S (provenance.py):
-- ``gemm`` and ``attention`` where S is among their fit sources: refitted on the fit half's dense runs of the other
-  sources (benchmarks/measure/fit_efficiency.py's fit, its objective, linearised: refit.py); the MoE runs fit nothing
+- ``gemm`` and ``attention``, each where S is among its fit sources: refitted (jointly) on the fit half's dense runs of
+  the other sources (benchmarks/measure/fit_efficiency.py's fit, its objective, linearised: refit.py), or at its prior
+  where none of those runs reads it (refit.Linear ``unmoved``); the MoE runs fit nothing
   (their per-expert path's host time is the stacks' measured cost per kernel: cost/mlp_moe.host_launched);
 - Megatron-LM CI's host per micro-batch where S is Megatron-LM's CI, its one source: without it, it falls to its
   prior (0); the DGX A100's python_host is a measurement (presets/hardware/a100.toml), not refitted;

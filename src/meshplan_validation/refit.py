@@ -8,7 +8,9 @@ sensitivities J_ik = ∂ log prediction_i / ∂ x_k, x_k the constant's coordina
 value itself for a host time that may be 0: ``Coordinate``). The objective is the shipped fits' (benchmarks/measure/
 fit_efficiency.py, fit_inference.py): the mean over groups of each group's mean of min(|b + J·Δx − y|, cap), so
 every source group weighs the same. Each refit starts from the shipped values and is minimised by Powell's method
-within the constants' bounds (scipy.optimize.minimize).
+within the constants' bounds (scipy.optimize.minimize). A constant that no kept observation reads (its column of J is 0
+there) leaves the objective flat: Powell would leave it wherever its search stopped (TensorRT-LLM's iteration overhead
+once went to its 10 ms bound that way), so it takes its prior instead (``priors``; fitted.py).
 
 Why linear: the shipped fits evaluate every fit run hundreds of times (minutes each); a refit per source would take
 hours. The constants move a few percent when one source leaves (the registry's tables show by how much), over which
@@ -101,7 +103,8 @@ class Linear:
             if start and c.name in start:
                 x[i] = c.to_x(start[c.name])
         names = [c.name for c in self.coords]
-        unread = {n: v for n, v in (priors or {}).items() if n in (free or names) and n in self.unmoved(without)}
+        unmoved = self.unmoved(without)
+        unread = {n: v for n, v in (priors or {}).items() if n in (free or names) and n in unmoved}
         chosen = [names.index(n) for n in (free or names) if n not in unread]
         if not keep.any() or not chosen:
             return {c.name: c.to_value(x[i]) for i, c in enumerate(self.coords)} | unread
