@@ -6,8 +6,8 @@ decode attention's share of the streaming rate (``kv_read``), the MoE path's rat
 iteration of TensorRT-LLM's and LMDeploy's engines (and, per sequence, of TensorRT-LLM's PyTorch backend), minimising
 the mean over source groups of the mean min(|log(predicted / measured)|, 0.7) of each run's throughput and, where
 measured, its inter-token latency. Here the same objective over the linearised predictions (refit.py), without the
-source, every constant free within fit_inference.py's bounds; the refitted values are then priced exactly on the
-source's runs.
+source, every constant free within fit_inference.py's bounds, but one that none of the kept runs reads: that one takes
+its prior (fitted.py; refit.Linear ``unmoved``); the refitted values are then priced exactly on the source's runs.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.serve.efficiency import SERVE_DEFAULT
-from meshplan_validation.fitted import by_name
+from meshplan_validation.fitted import Fitted, by_name
 from meshplan_validation.provenance import record_source
 from meshplan_validation.refit import Coordinate, Linear
 from meshplan_validation.serving_eval import ServingResult, results
@@ -171,11 +171,18 @@ def grid_golden(objective: Callable[[float], float], lo: float, hi: float) -> fl
     return (a + b) / 2
 
 
-def refit_without(linear: Linear, source: str) -> dict[str, float]:
-    """The serving constants refitted without ``source``; a constant not fitted on it keeps its shipped value."""
-    found = linear.refit(source)
-    values = shipped()
-    owners = {c.name: by_name(c.name) for c in EFFICIENCY} | {
+def owners() -> dict[str, Fitted]:
+    """The registry's entry of each coordinate of the linearised fit (``COORDS``)."""
+    return {c.name: by_name(c.name) for c in EFFICIENCY} | {
         engine: by_name(name) for engine, (_, name, _, _) in ENGINES.items()}
-    return {k: (values[k] if source not in owners[k].sources else owners[k].prior
-                if owners[k].sources == {source} else found[k]) for k in values}
+
+
+def refit_without(linear: Linear, source: str) -> dict[str, float]:
+    """The serving constants refitted without ``source``; a constant not fitted on it keeps its shipped value, and one
+    fitted on it that none of the kept runs reads (its only source, or the others' runs do not price it: refit.Linear
+    ``unmoved``) falls to its prior."""
+    fitted = owners()
+    found = linear.refit(source, priors={k: f.prior for k, f in fitted.items()})
+    values = shipped()
+    return {k: (values[k] if source not in fitted[k].sources else fitted[k].prior
+                if fitted[k].sources == {source} else found[k]) for k in values}

@@ -2,8 +2,9 @@
 (fitted.py) refitted without the run's source, beside its in-sample error (the shipped constants).
 
 What is refitted, for a run of source S (provenance.py):
-- ``gemm`` and ``attention`` where S is among their fit sources: refitted on the fit half's dense runs of the other
-  sources (benchmarks/measure/fit_efficiency.py's fit, its objective, linearised: refit.py); the MoE runs fit nothing
+- ``gemm`` and ``attention``, each where S is among its fit sources: refitted (jointly) on the fit half's dense runs of
+  the other sources (benchmarks/measure/fit_efficiency.py's fit, its objective, linearised: refit.py), or at its prior
+  where none of those runs reads it (refit.Linear ``unmoved``); the MoE runs fit nothing
   (their per-expert path's host time is the stacks' measured cost per kernel: cost/mlp_moe.host_launched);
 - Megatron-LM CI's host per micro-batch where S is Megatron-LM's CI, its one source: without it, it falls to its
   prior (0); the DGX A100's python_host is a measurement (presets/hardware/a100.toml), not refitted;
@@ -100,9 +101,16 @@ class EfficiencyRefit:
         return cls(linearised([c for c in cases if not c.model.is_moe], DENSE))
 
     def without(self, source: str | None) -> dict[str, float]:
-        if source in by_name("gemm").sources or source is None:
-            return self.dense.refit(source)
-        return {c.name: getattr(DEFAULT, c.name) for c in DENSE}
+        """``gemm`` and ``attention`` refitted without ``source`` where either was fitted on it (jointly); one not
+        fitted on it keeps its shipped value, and one that none of the kept runs reads (refit.Linear ``unmoved``)
+        falls to its prior."""
+        fitted = {c.name: by_name(c.name) for c in DENSE}
+        if source is None:
+            return self.dense.refit(None)
+        if not any(source in f.sources for f in fitted.values()):
+            return {c.name: getattr(DEFAULT, c.name) for c in DENSE}
+        found = self.dense.refit(source, priors={k: f.prior for k, f in fitted.items()})
+        return {k: found[k] if source in f.sources else getattr(DEFAULT, k) for k, f in fitted.items()}
 
 
 def without_source(case: Case, source: str) -> Case:

@@ -8,7 +8,9 @@ sensitivities J_ik = ∂ log prediction_i / ∂ x_k, x_k the constant's coordina
 value itself for a host time that may be 0: ``Coordinate``). The objective is the shipped fits' (benchmarks/measure/
 fit_efficiency.py, fit_inference.py): the mean over groups of each group's mean of min(|b + J·Δx − y|, cap), so
 every source group weighs the same. Each refit starts from the shipped values and is minimised by Powell's method
-within the constants' bounds (scipy.optimize.minimize).
+within the constants' bounds (scipy.optimize.minimize). A constant that no kept observation reads (its column of J is 0
+there) leaves the objective flat: Powell would leave it wherever its search stopped (TensorRT-LLM's iteration overhead
+once went to its 10 ms bound that way), so it takes its prior instead (``priors``; fitted.py).
 
 Why linear: the shipped fits evaluate every fit run hundreds of times (minutes each); a refit per source would take
 hours. The constants move a few percent when one source leaves (the registry's tables show by how much), over which
@@ -24,6 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+# the least change of a log-prediction over a constant's finite-difference step that counts as the observation reading
+# the constant (a run whose pricing never reads it changes by exactly 0: the same arithmetic)
+MOVES = 1e-9
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,11 @@ class Coordinate:
 
     def to_value(self, x: float) -> float:
         return math.exp(x) if self.log else x
+
+    def moves(self, sensitivity: float) -> bool:
+        """Whether an observation of sensitivity ``sensitivity`` (∂ log prediction / ∂ x) reads this constant: its
+        log-prediction moves by more than ``MOVES`` over one finite-difference step."""
+        return abs(sensitivity) * self.step > MOVES
 
     def stepped(self, value: float) -> float:
         """The value one finite-difference step away (forwards, or backwards at the upper bound)."""
@@ -69,21 +80,34 @@ class Linear:
         groups = self.groups[keep]
         return float(np.mean([err[groups == g].mean() for g in np.unique(groups)]))
 
+    def kept(self, without: str | None) -> np.ndarray:
+        return self.sources != without if without is not None else np.ones(len(self.base), bool)
+
+    def unmoved(self, without: str | None = None) -> frozenset[str]:
+        """The constants no observation kept without source ``without`` reads (``Coordinate.moves``): the objective
+        does not depend on them, so a minimiser leaves them wherever its search happens to stop."""
+        keep = self.kept(without)
+        return frozenset(c.name for k, c in enumerate(self.coords)
+                         if not any(c.moves(j) for j in self.jacobian[keep, k]))
+
     def refit(self, without: str | None = None, free: Sequence[str] | None = None,
-              start: dict[str, float] | None = None) -> dict[str, float]:
+              start: dict[str, float] | None = None, priors: dict[str, float] | None = None) -> dict[str, float]:
         """The constants (``free`` ones only; the rest at ``start`` or shipped) that minimise the objective over the
-        observations not from source ``without``."""
+        observations not from source ``without``; a free constant of ``priors`` that no kept observation reads
+        (``unmoved``) takes its prior instead, not refitted (issue 79: nothing then says where it lies)."""
         from scipy.optimize import minimize  # noqa: PLC0415  (the solve extra)
 
-        keep = self.sources != without if without is not None else np.ones(len(self.base), bool)
+        keep = self.kept(without)
         x = self.x0.copy()
         for i, c in enumerate(self.coords):
             if start and c.name in start:
                 x[i] = c.to_x(start[c.name])
         names = [c.name for c in self.coords]
-        chosen = [names.index(n) for n in (free or names)]
-        if not keep.any():
-            return {c.name: c.to_value(x[i]) for i, c in enumerate(self.coords)}
+        unmoved = self.unmoved(without)
+        unread = {n: v for n, v in (priors or {}).items() if n in (free or names) and n in unmoved}
+        chosen = [names.index(n) for n in (free or names) if n not in unread]
+        if not keep.any() or not chosen:
+            return {c.name: c.to_value(x[i]) for i, c in enumerate(self.coords)} | unread
         bounds = [(self.coords[i].to_x(self.coords[i].bounds[0]) if not self.coords[i].log or
                    self.coords[i].bounds[0] > 0 else -50.0, self.coords[i].to_x(self.coords[i].bounds[1]))
                   for i in chosen]
@@ -96,4 +120,4 @@ class Linear:
         best = minimize(f, np.clip(x[chosen], [b[0] for b in bounds], [b[1] for b in bounds]), method="Powell",
                         bounds=bounds, options={"xtol": 1e-4, "ftol": 1e-7, "maxfev": 4000})
         x[chosen] = best.x
-        return {c.name: c.to_value(x[i]) for i, c in enumerate(self.coords)}
+        return {c.name: c.to_value(x[i]) for i, c in enumerate(self.coords)} | unread
