@@ -187,6 +187,9 @@ def test_handout_gives_each_number_once_to_every_reader_together():
             helpers = [pool.apply_async(_taken_list, (tokens,)) for _ in range(2)]
             mine = list(workers._taken(tokens))
             theirs = [n for helper in helpers for n in helper.get()]
+            pool.close()  # the workers take their sentinels and exit, as search/workers.py's pools end: the
+            pool.join()  # ``with``'s terminate() would SIGTERM them, and a process that ran Ray before (test_sweep
+            # in this xdist worker) handed its forks a SIGTERM handler that left one waiting on the pool's lock
     finally:
         os.close(tokens)
     assert sorted(mine + theirs) == numbers
