@@ -130,6 +130,15 @@ class Estimate:
         return _op_table(self.model, self.cluster, self.plan, self.stack, eff, parts, bool(costs.use_first))
 
     @property
+    def device_memory(self) -> float:
+        """The GPU's whole memory use at the step's peak, as nvidia-smi reads it for the process: ``reserved_memory``
+        and what the CUDA context and NCCL hold beside the caching allocator (device_memory.py; imported here, not
+        at start-up, as only a comparison with such a reading needs it)."""
+        from meshplan.device_memory import beyond_reserved  # noqa: PLC0415
+
+        return self.reserved_memory + beyond_reserved(self.plan)
+
+    @property
     def band(self) -> Band:
         """This step time's band: how far the measured runs of its regime were from their out-of-source predictions
         (specs/bands.py), with the line that says so where no measured run is like it."""

@@ -43,7 +43,7 @@ class Case:
     assumptions: tuple[str, ...]
     basis: str = ""  # FLOP formula for tflops / mfu metrics
     measured_memory: float | None = None  # bytes
-    memory_peak: str = "allocated"  # what it measured (sources.SourceDefaults.memory_peak)
+    memory_peak: str = "allocated"  # the counter it read (sources.SourceDefaults.memory_peak; evaluate.peak_read)
 
     @property
     def attention_kernel(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan_validation.case import Case
@@ -17,6 +18,9 @@ from meshplan_validation.measurement import PERCENT_OF_PEAK
 from meshplan_validation.result import RunResult
 from meshplan_validation.selection import in_fit_set
 from meshplan_validation.skip import Skip
+
+if TYPE_CHECKING:
+    from meshplan.estimate import Estimate
 
 
 def predicted_metric(case: Case, step_time: float) -> float:
@@ -39,6 +43,15 @@ def predicted_metric(case: Case, step_time: float) -> float:
     return flops / step_time / n / 1e12
 
 
+def peak_read(est: Estimate, counter: str) -> float:
+    """The peak memory of ``est`` that ``counter`` reads (sources.SourceDefaults.memory_peak): "allocated"
+    (torch.cuda.max_memory_allocated: Estimate.peak_memory), "reserved" (the caching allocator's reserved peak:
+    Estimate.reserved_memory) or "device" (nvidia-smi's reading of the process: Estimate.device_memory)."""
+    if counter == "device":
+        return est.device_memory
+    return est.reserved_memory if counter == "reserved" else est.peak_memory
+
+
 def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
     """The case's estimate against its measurement: predicted and measured metric, error, step time and its
     breakdown, peak memory (and its error where measured) and whether it fits."""
@@ -46,7 +59,7 @@ def evaluate_case(case: Case, eff: Efficiency = DEFAULT) -> RunResult:
 
     est = estimate(case.model, case.cluster, case.plan, case.stack, case.efficiency(eff))
     predicted = predicted_metric(case, est.step_time)
-    peak = est.reserved_memory if case.memory_peak == "reserved" else est.peak_memory  # the peak it measured
+    peak = peak_read(est, case.memory_peak)  # the peak it measured
     result = RunResult(id=case.id, group=case.group, metric=case.metric, predicted=predicted,
                        measured=case.measured, error=predicted / case.measured - 1, assumptions=case.assumptions,
                        step_time=est.step_time, breakdown=dict(est.breakdown), memory_predicted=peak,

@@ -39,9 +39,11 @@ class SourceDefaults:
     # the stack's attention is PyTorch's scaled_dot_product_attention, whose kernel depends on the PyTorch release
     # (SDPA_CUDNN_FROM; map_kernels.attention_kernel)
     sdpa: bool = False
-    # the peak memory its runs report: "allocated" (torch.cuda.max_memory_allocated, Estimate.peak_memory) or
+    # the peak memory its runs report: "allocated" (torch.cuda.max_memory_allocated, Estimate.peak_memory),
     # "reserved" (the caching allocator's reserved peak, Estimate.reserved_memory: torchtitan logs
-    # reserved_bytes.all.peak, torchtitan/metrics.py get_peak_stats @021137a; nvidia-smi shows at least that)
+    # reserved_bytes.all.peak, torchtitan/metrics.py get_peak_stats @021137a) or "device" (nvidia-smi's reading of
+    # the process: the reserved bytes, the CUDA context with its kernels and NCCL's buffers, Estimate.device_memory,
+    # meshplan/device_memory.py)
     memory_peak: str = "allocated"
     # expert tensor parallelism when the record does not state it (MoE with ep > 1): 1, the expert weights whole on
     # each expert-parallel rank, unless the stack takes Megatron-Core's own default, etp = tp
@@ -145,7 +147,8 @@ MEGATRON_DEEPSPEED = SourceDefaults(
     load_stack("megatron-deepspeed"), False, 1, 4, "full",
     "Megatron-DeepSpeed 2022: no sequence parallelism, BF16_Optimizer (ZeRO-1) with fp32 gradient reduction after the "
     "backward pass, no FlashAttention; EleutherAI's GPT-NeoX is the same construction (Megatron-LM model code on "
-    "DeepSpeed's pipeline engine and ZeRO-1)", memory_peak="reserved")  # BLOOM's memory column: nvidia-smi's
+    "DeepSpeed's pipeline engine and ZeRO-1)", memory_peak="device")  # BLOOM's memory column: nvidia-smi's
+# (chronicles-prequel.md @053adafe: "pdsh -w jean-zay-iam01 ... nvidia-smi", the first node: the first stage's GPUs)
 
 
 # vTrain's measured runs (Bang et al. 2024; VIA-Research/vTrain f8dda847): "collected using Megatron-DeepSpeed codebase"

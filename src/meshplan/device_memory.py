@@ -1,0 +1,59 @@
+"""What a GPU's whole memory use (nvidia-smi's "Memory-Usage" of the training process: ``Estimate.device_memory``)
+holds beyond the caching allocator's reserved bytes (``Estimate.reserved_memory``), which is all the process's
+tensors: memory the CUDA driver and NCCL take outside PyTorch's allocator, which neither
+torch.cuda.max_memory_allocated nor max_memory_reserved counts.
+
+- **The CUDA context with the process's kernels loaded** (``CUDA_CONTEXT``): the driver's per-process state and the
+  device code of every module loaded (PyTorch's own kernels, cuBLAS, cuDNN, NCCL). BigScience measured it for the
+  runs it reports with nvidia-smi: "40GB A100 takes 1573MiB for cuda kernels", from
+  ``python -c "import torch; torch.ones(1).cuda()"`` and nvidia-smi, and 1271 MiB on its 32 GB V100s
+  (bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @053adafe, sections "104B topology /
+  memory usage" and "Possible topologies for 200B"). Those CUDA 11 builds load every module's kernels at start-up;
+  CUDA 11.7's lazy loading (CUDA_MODULE_LOADING=LAZY) loads a kernel at its first launch and takes less, which no
+  measured source here reads.
+- **NCCL's buffers, per communicator** (``nccl_bytes``): each communicator holds, on every channel and for every
+  peer it connects to, a receive buffer per protocol: Simple's NCCL_BUFFSIZE (4 MiB by default,
+  https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-buffsize), LL128's
+  120 · 640 · 8 · 8 B (4.7 MiB) and LL's 8 · 512 · 8 · 16 B (0.5 MiB) (NVIDIA/nccl src/include/device.h @80f6bda:
+  NCCL_LL128_ELEMS_PER_THREAD, NCCL_LL128_MAX_NTHREADS, NCCL_LL_LINES_PER_THREAD, NCCL_LL_MAX_NTHREADS,
+  NCCL_STEPS). "More communicators = more memory used", linear in the channels; a ring connects two peers
+  "regardless of the scale", and beyond two nodes the use no longer grows (NCCL's maintainer, NVIDIA/nccl#864,
+  #986). Measured on A100s over NVLink after one all-reduce through PyTorch: 544 MB a communicator of two GPUs,
+  688 MB one of more (NVIDIA/nccl#964: ``NCCL_PAIR``, ``NCCL_GROUP``). PyTorch's ProcessGroupNCCL creates a
+  group's communicator at its first collective, so a rank holds one for each group its step runs a collective on
+  (``communicators``).
+
+A pure reading: nothing here moves a step time, a search or the allocated or reserved peak.
+"""
+
+from __future__ import annotations
+
+from meshplan.specs.plan import Plan
+from meshplan.units import MiB
+
+CUDA_CONTEXT = 1573 * MiB  # BigScience's A100 measurement (module docstring)
+NCCL_PAIR = 544e6  # bytes a communicator of two A100s holds (NVIDIA/nccl#964)
+NCCL_GROUP = 688e6  # bytes a communicator of more than two A100s holds (NVIDIA/nccl#964)
+
+
+def communicators(plan: Plan) -> tuple[int, ...]:
+    """The sizes of the NCCL communicators a rank of the first pipeline stage runs collectives on in a step: its
+    tensor-, context- and expert-parallel groups, its data-parallel group (the gradients' reduction and ZeRO's
+    gathers), its pipeline neighbour (the point-to-point pair with the next stage: PyTorch's send / recv make a
+    two-rank communicator per pair, DeepSpeed's pipeline engine broadcasts in a two-rank group, deepspeed/runtime/
+    pipe/p2p.py), and the model-parallel group (tensor x pipeline ranks) over which the gradient norm is all-reduced
+    (Megatron's clip_grad_norm_fp32, DeepSpeed's runtime/utils.py clip_grad_norm_ with its mpu), a communicator of
+    its own even where its ranks are the tensor-parallel group's. A group of one rank makes none."""
+    groups = (plan.tp * plan.tp2, plan.cp, plan.ep, plan.dp, 2 if plan.pp > 1 else 1, plan.tp * plan.tp2 * plan.pp)
+    return tuple(n for n in groups if n > 1)
+
+
+def nccl_bytes(groups: tuple[int, ...]) -> float:
+    """NCCL's device bytes for communicators of ``groups`` ranks (``NCCL_PAIR`` for two, ``NCCL_GROUP`` for more)."""
+    return float(sum(NCCL_PAIR if n == 2 else NCCL_GROUP for n in groups))
+
+
+def beyond_reserved(plan: Plan) -> float:
+    """Bytes a GPU's whole memory use holds beyond the caching allocator's reserved peak: the CUDA context with its
+    kernels and NCCL's buffers for the rank's communicators (module docstring)."""
+    return CUDA_CONTEXT + nccl_bytes(communicators(plan))
