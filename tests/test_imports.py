@@ -27,7 +27,7 @@ LAYERS = [
     ("configs",),
     ("collectives",),
     ("cost",),
-    ("memory", "roofline"),
+    ("memory", "device_memory", "roofline"),
     ("step",),
     ("estimate", "goodput", "mixed", "energy"),
     ("serve",),
