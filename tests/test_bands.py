@@ -66,13 +66,14 @@ NOT_HELD = {
     # fewer than 20 runs and takes the unseen multiplier times its neighbours' widest band, which Hopper's and GB200's
     # dense runs set.
     ("training", "blackwell megatron"),
-    # peak memory has three sources, each reading its own counter: BLOOM's nvidia-smi (30 runs, A100), torchtitan's
-    # reserved peak (18) and KempnerForge's allocated peak (11, since the peak is a maximum over phases within 1-2 %
-    # but for one TP run). Left out, torchtitan's Hopper runs (median 4 %) take a band that KempnerForge's alone
-    # set, at most 2.5 x their median |error|; BLOOM's take the unseen multiplier times the Hopper band. Sharp and
-    # new-source coverage cannot both hold on three sources: the band says so in its one line.
+    # peak memory has three sources, each reading its own counter: BLOOM's nvidia-smi (30 runs, A100; priced as that
+    # reading, meshplan/device_memory.py, its runs held for 83 % left out), torchtitan's reserved peak (18) and
+    # KempnerForge's allocated peak (11, since the peak is a maximum over phases within 1-2 % but for one TP run).
+    # Left out, torchtitan's Hopper runs (median 4 %) take the band KempnerForge's alone set, at most 2.5 x their
+    # median |error| (2.6 %), which 6 of its 18 runs fall inside: their misses are not the counter's (the caching
+    # allocator rounds a block to 512 B and a segment to 2 MiB, under 0.1 % of a GB-scale peak) but what the same plan
+    # holds eager or compiled (t1_0 / t1_1: 82.4 / 77.0 GiB measured, one prediction) or under each schedule.
     ("memory", "hopper pytorch"),
-    ("memory", "ampere deepspeed"),
 }
 
 
