@@ -19,9 +19,9 @@ torch.cuda.max_memory_allocated nor max_memory_reserved counts.
   NCCL_STEPS). "More communicators = more memory used", linear in the channels; a ring connects two peers
   "regardless of the scale", and beyond two nodes the use no longer grows (NCCL's maintainer, NVIDIA/nccl#864,
   #986). Measured on A100s over NVLink after one all-reduce through PyTorch: 544 MB a communicator of two GPUs,
-  688 MB one of more (NVIDIA/nccl#964: ``NCCL_PAIR``, ``NCCL_GROUP``). PyTorch's ProcessGroupNCCL creates a
-  group's communicator at its first collective, so a rank holds one for each group its step runs a collective on
-  (``communicators``).
+  688 MB one of more, as the issue writes them (NVIDIA/nccl#964: ``NCCL_PAIR``, ``NCCL_GROUP``). PyTorch's
+  ProcessGroupNCCL creates a group's communicator at its first collective, so a rank holds one for each group its
+  step runs a collective on (``communicators``).
 
 A pure reading: nothing here moves a step time, a search or the allocated or reserved peak.
 """
@@ -40,10 +40,11 @@ def communicators(plan: Plan) -> tuple[int, ...]:
     """The sizes of the NCCL communicators a rank of the first pipeline stage runs collectives on in a step: its
     tensor-, context- and expert-parallel groups, its data-parallel group (the gradients' reduction and ZeRO's
     gathers), its pipeline neighbour (the point-to-point pair with the next stage: PyTorch's send / recv make a
-    two-rank communicator per pair, DeepSpeed's pipeline engine broadcasts in a two-rank group, deepspeed/runtime/
-    pipe/p2p.py), and the model-parallel group (tensor x pipeline ranks) over which the gradient norm is all-reduced
-    (Megatron's clip_grad_norm_fp32, DeepSpeed's runtime/utils.py clip_grad_norm_ with its mpu), a communicator of
-    its own even where its ranks are the tensor-parallel group's. A group of one rank makes none."""
+    two-rank communicator per pair; DeepSpeed's pipeline engine broadcasts in the pair's own two-rank group,
+    deepspeed/runtime/pipe/p2p.py send / recv and _get_send_recv_group), and the model-parallel group (tensor x
+    pipeline ranks) over which the gradient norm is all-reduced (Megatron's clip_grad_norm_fp32, DeepSpeed's
+    runtime/utils.py clip_grad_norm_ with its mpu), a communicator of its own even where its ranks are the
+    tensor-parallel group's. A group of one rank makes none."""
     groups = (plan.tp * plan.tp2, plan.cp, plan.ep, plan.dp, 2 if plan.pp > 1 else 1, plan.tp * plan.tp2 * plan.pp)
     return tuple(n for n in groups if n > 1)
 
