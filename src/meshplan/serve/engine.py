@@ -369,7 +369,7 @@ def load_engine(ref: str | Engine, field_name: str = "engine") -> Engine:
         return ref
     path = Path(ref)
     if path.suffix.lower() == ".toml":
-        return engine_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
+        return engine_from_dict(read_toml(path, field_name, "engines"), f"{field_name}={str(path)!r}")
     if ref not in engine_names():
         raise not_a_preset(field_name, ref, engine_names(), "an engine preset or a .toml file")
     return _preset_engine(ref)
