@@ -212,7 +212,7 @@ def derived(document: dict[str, Any], path: Path, where: str, folder: Path,
     if target.is_relative_to(PRESETS):
         parent = preset_toml(target.read_text(encoding="utf-8"), inner)
     else:
-        parent = parse_toml(read_text(target, inner), inner)
+        parent = parse_toml(read_text(target, f"{where}: extends"), inner)
     return _merged(derived(parent, target, inner, folder, chain), {k: v for k, v in document.items() if k != "extends"})
 
 
