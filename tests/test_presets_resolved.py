@@ -97,15 +97,17 @@ def test_a_cycle_of_user_files_is_one_line_and_exit_status_2(tmp_path, capsys):
 @pytest.mark.parametrize(("value", "said"), [
     ('"vllm-v9"', "extends = 'vllm-v9' is neither a preset of presets/engines/ (generic, gpt-fast"),
     ('"../stacks/any"', "extends = '../stacks/any' is neither a preset of presets/engines/"),
-    ('"nowhere.toml"', ": extends='{}': no such file"),
+    ('"nowhere.toml"', "nowhere.toml': no such file"),  # engine='…/e.toml': extends='…/nowhere.toml': no such file
     ("3", "extends must name a preset or a .toml file, not 3"),
     ('""', "extends must name a preset or a .toml file, not ''"),
+    ('"a\\u0000.toml"', "extends must name a preset or a .toml file, not 'a\\x00.toml'"),
+    (f'"{"x" * 300}.toml"', "the name is too long: a name in it is 305 bytes long (at most 255)"),
 ])
 def test_a_bad_extends_is_one_line_and_exit_status_2(tmp_path, capsys, value, said):
     path = tmp_path / "e.toml"
     path.write_text(f'extends = {value}\nname = "e"\n')
     line = fails([*SERVE, str(path)], capsys)
-    assert line.startswith(f"meshplan: error: engine={str(path)!r}") and said.format(tmp_path / "nowhere.toml") in line
+    assert line.startswith(f"meshplan: error: engine={str(path)!r}") and said in line
 
 
 def test_the_built_in_presets_extend_presets_of_their_own_folder():
