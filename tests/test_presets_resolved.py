@@ -22,6 +22,7 @@ from meshplan.errors import SpecError
 from meshplan.files import PRESETS, derived, parse_toml
 from meshplan.serve.engine import engine_names, load_engine
 from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
 from meshplan.specs.stack import load_stack
 
 FROZEN = json.loads((Path(__file__).parent / "data" / "presets_resolved.json").read_text())["engines"]
@@ -67,6 +68,9 @@ def test_a_table_merges_key_by_key_and_an_array_replaces_the_bases_whole(tmp_pat
     stack.write_text('extends = "megatron-core"\nname = "s"\n[supports]\nzero = [0, 1]\n')
     mine_stack, core = load_stack(str(stack)), load_stack("megatron-core")
     assert mine_stack.supports == dataclasses.replace(core.supports, zero=(0, 1))
+    model = tmp_path / "m.toml"
+    model.write_text('extends = "llama3-8b"\nname = "m"\nnum_layers = 4\n')
+    assert load_model(str(model)) == dataclasses.replace(load_model("llama3-8b"), name="m", num_layers=4)
 
 
 def test_a_user_file_extends_a_file_beside_it_that_extends_a_preset(tmp_path):
