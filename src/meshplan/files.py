@@ -185,8 +185,62 @@ def preset_toml(text: str, where: str) -> dict[str, Any]:
 
 
 def read_preset(relative: str, where: str) -> dict[str, Any]:
-    """The TOML document of the built-in preset at ``relative`` under PRESETS (``preset_toml``)."""
-    return preset_toml((PRESETS / relative).read_text(encoding="utf-8"), where)
+    """The TOML document of the built-in preset at ``relative`` under PRESETS (``preset_toml``), over the preset it
+    ``extends`` (``derived``)."""
+    path = PRESETS / relative
+    return derived(preset_toml(path.read_text(encoding="utf-8"), where), path, where, path.parent)
+
+
+# ``extends = "<preset>"`` (or ``"<file>.toml"``, a path from the file's folder): the base's document, its own
+# ``extends`` resolved first, with the file's keys over it. A table merges key by key, recursively (a file that sets
+# ``[accelerator] hbm_bytes`` keeps the base's other accelerator keys); any other value, an array (of tables) too,
+# replaces the base's whole. A value and its source comment stay in the file that sets it; a derived file cannot
+# unset a key (it sets the default instead). A name is a preset of ``folder`` (presets/engines/, stacks/, hardware/,
+# models/: the loader's own); a cycle is refused in one line naming its files.
+def derived(document: dict[str, Any], path: Path, where: str, folder: Path,
+            chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """``document`` (the TOML file at ``path``) merged over the document its ``extends`` names."""
+    base = document.get("extends")
+    if base is None:
+        return document
+    chain = (*chain, path.resolve())
+    target = _base_path(base, chain[-1], where, folder)
+    if target in chain:
+        files = " -> ".join(_shown_preset(p) for p in (*chain[chain.index(target):], target))
+        raise SpecError(f"{where}: extends = {base!r} makes a cycle: {files}")
+    inner = f"{where} (extends {_shown_preset(target)})"
+    if target.is_relative_to(PRESETS):
+        parent = preset_toml(target.read_text(encoding="utf-8"), inner)
+    else:
+        parent = parse_toml(read_text(target, f"{where}: extends"), inner)
+    return _merged(derived(parent, target, inner, folder, chain), {k: v for k, v in document.items() if k != "extends"})
+
+
+def _base_path(base: Any, path: Path, where: str, folder: Path) -> Path:
+    """The file ``extends = base`` names: a preset of ``folder``, or a .toml file from ``path``'s folder."""
+    if not isinstance(base, str) or not base or "\0" in base:
+        raise SpecError(f"{where}: extends must name a preset or a .toml file, not {base!r}")
+    if base.lower().endswith(".toml"):
+        return (path.parent / base).resolve()
+    names = sorted(p.name.removesuffix(".toml") for p in folder.glob("*.toml"))  # the folder's own: no path out of it
+    if base not in names:
+        raise SpecError(f"{where}: extends = {base!r} is neither a preset of presets/{folder.name}/ "
+                        f"({', '.join(names)}) nor a .toml file")
+    return folder / f"{base}.toml"
+
+
+def _shown_preset(path: Path) -> str:
+    """A preset file as an error names it: ``engines/vllm.toml`` under PRESETS, else its path."""
+    return str(path.relative_to(PRESETS)) if path.is_relative_to(PRESETS) else str(path)
+
+
+def _merged(base: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """``own``'s keys over ``base``'s, a table into a table key by key (``derived``)."""
+    out = dict(base)
+    for key, value in own.items():
+        below = out.get(key)
+        out[key] = _merged(below, value) if isinstance(value, dict) and isinstance(below, dict) else value
+    return out
 
 
 def parse_toml(text: str, where: str) -> dict[str, Any]:
@@ -207,8 +261,12 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
 _LONG_TOML = re.compile(r"^\s*([\w.\"'-]+)\s*=\s*[+-]?([0-9_]{4301,})", re.MULTILINE)
 
 
-def read_toml(path: str | Path, field: str) -> dict[str, Any]:
-    return parse_toml(read_text(path, field), f"{field}={str(path)!r}")
+def read_toml(path: str | Path, field: str, presets: str = "") -> dict[str, Any]:
+    """A user's TOML file; with ``presets`` (``engines``, ``stacks``, ``hardware``, ``models``) over the preset or
+    file its ``extends`` names (``derived``)."""
+    where = f"{field}={str(path)!r}"
+    document = parse_toml(read_text(path, field), where)
+    return derived(document, Path(path), where, PRESETS / presets) if presets else document
 
 
 def writable(path: str | Path, field: str) -> None:

@@ -20,8 +20,9 @@ kernels a layer launches where a profile counted them (gpt-fast's compiled layer
 docs/DECODE_GPU.md), each beyond the op list's at the accelerator's fixed time per kernel. ``kv_overflow`` is what
 the engine does with a static batch its KV cache cannot hold (metrics._static).
 
-Presets: ``presets/engines/<name>.toml``, each number beside its source; a record's engine string picks its
-version's preset through ``presets/engine_versions.toml`` (engine_version.py).
+Presets: ``presets/engines/<name>.toml``, each number beside its source, a preset that ``extends`` another holding
+what differs (files.derived); a record's engine string picks its version's preset through
+``presets/engine_versions.toml`` (engine_version.py).
 """
 
 from __future__ import annotations
@@ -369,7 +370,7 @@ def load_engine(ref: str | Engine, field_name: str = "engine") -> Engine:
         return ref
     path = Path(ref)
     if path.suffix.lower() == ".toml":
-        return engine_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
+        return engine_from_dict(read_toml(path, field_name, "engines"), f"{field_name}={str(path)!r}")
     if ref not in engine_names():
         raise not_a_preset(field_name, ref, engine_names(), "an engine preset or a .toml file")
     return _preset_engine(ref)

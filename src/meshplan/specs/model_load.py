@@ -59,7 +59,7 @@ def load_model(ref: str) -> ModelSpec:
         spec = _from_config(read_json(path, "model"), name=path.parent.name or path.stem, where=where)
         return _at_training_length(spec)
     if path.suffix.lower() == ".toml":
-        return model_from_dict(read_toml(path, "model"), where=f"model={str(path)!r}")
+        return model_from_dict(read_toml(path, "model", "models"), where=f"model={str(path)!r}")
     if ref not in preset_names():
         raise not_a_preset("model", ref, preset_names(), "a preset, a .toml file or a config.json")
     return _preset_model(ref)

@@ -345,7 +345,7 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
         return ref
     path = Path(ref)
     if path.suffix.lower() == ".toml":
-        return stack_from_dict(read_toml(path, field_name), f"{field_name}={str(path)!r}")
+        return stack_from_dict(read_toml(path, field_name, "stacks"), f"{field_name}={str(path)!r}")
     if ref not in _preset_names():
         raise not_a_preset(field_name, ref, stack_names(), "a stack preset or a .toml file")
     return _preset_stack(ref)
