@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from meshplan.serve.engine import Engine, load_engine
 from meshplan.serve.load.arrivals import Requests, poisson
 from meshplan.serve.load.lengths import Lengths
+from meshplan.serve.load.policy import from_engine, policy_for
 from meshplan.serve.load.run import load_run
 from meshplan.serve.metrics import deployment, instance
 from meshplan_validation.serving_eval import SERVE_DEFAULT, batch_of, largest_batch, predict, setting
@@ -127,3 +129,15 @@ def test_the_simulation_of_n_requests_reads_no_slower_at_a_finite_rate_than_all_
     rates = [itl(poisson(rate, 500, lengths, 0)) for rate in (2.0, 8.0, 16.0, 32.0, 128.0)]
     assert all(a <= b * 1.02 for a, b in zip(rates, rates[1:], strict=False)), rates
     assert max(rates) <= burst * 1.02, (rates, burst)
+
+
+def test_an_engine_from_its_fields_simulates_what_its_steady_state_prices():
+    """policy.from_engine reads Engine.prefill's own flags, as metrics.instance does: whole prompts beside the decodes
+    (TensorRT-LLM's in-flight batching, chunking off), chunks beside them, or prompts in iterations of their own."""
+    got = {name: (p.mixed, p.chunked) for name in ("whole", "chunked", "separate")
+           for p in [from_engine(Engine(name="mine", prefill=name))]}
+    assert got == {"whole": (True, False), "chunked": (True, True), "separate": (False, False)}
+    # TensorRT-LLM 0.14's Triton runs: the engine's own reading and the scheduler preset the simulation takes agree
+    preset = policy_for(case_of(RECORDS[f"{SERIES}_qps2"]).engine)
+    own = from_engine(load_engine("trtllm").with_(prefill="whole"))
+    assert (preset.name, preset.mixed, preset.chunked) == ("trtllm", own.mixed, own.chunked)
