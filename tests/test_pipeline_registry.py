@@ -238,14 +238,15 @@ def test_one_record_per_smaller_choice_says_what_differs():
 
 def test_one_record_per_engine_variant_says_what_differs():
     assert {f: tuple(c) for f, c in ENGINE_CHOICES.items()} == {
-        "prefill": ("chunked", "separate"), "kv_reservation": ("on_demand", "full"),
+        "prefill": ("chunked", "separate", "whole"), "kv_reservation": ("on_demand", "full"),
         "moe_comm": ("all_to_all", "all_gather", "deepep"), "kv_overflow": ("recompute", "queue", "refuse"),
         "memory_basis": ("total", "free")}
     # each field's default is its first variant
     assert all(next(iter(ENGINE_CHOICES[f])) == getattr(Engine(), f) for f in ENGINE_CHOICES)
     flagged = {f: [(r.name, k) for r in c.values() for k in r.__slots__ if k != "name" and getattr(r, k)]
                for f, c in ENGINE_CHOICES.items()}
-    assert flagged == {"prefill": [("chunked", "chunked")], "kv_reservation": [("full", "whole")],
+    assert flagged == {"prefill": [("chunked", "chunked"), ("chunked", "mixed"), ("whole", "mixed")],
+                       "kv_reservation": [("full", "whole")],
                        "moe_comm": [("all_gather", "gather"), ("deepep", "forwarded")],
                        "kv_overflow": [("recompute", "preempts"), ("queue", "queues"), ("refuse", "refuses")],
                        "memory_basis": [("total", "of_total")]}

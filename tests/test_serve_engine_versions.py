@@ -97,9 +97,9 @@ def test_a_record_engine_string_gets_its_version_and_the_source_changes():
     assert engine_of({"engine": "vLLM 0.6.1"}).hidden_sequence_overhead > 0
     v1 = engine_of({"engine": "vLLM v0.10.0 on ROCm 6.4.1"})  # V1: a sixth of V0 0.6's host time per sequence
     assert v1.name == "vllm" and v1.sequence_overhead < load_engine("vllm-v0").sequence_overhead / 2
-    # TensorRT-LLM 0.14's Triton backend: its preset (trtllm) with whole prompts apart
+    # TensorRT-LLM 0.14's Triton backend: its preset (trtllm) with whole prompts beside the decodes (chunking off)
     old = engine_of({"engine": "TensorRT-LLM 0.14.0 (TensorRT engine)"})
-    assert (old.name, old.prefill) == ("trtllm", "separate")
+    assert (old.name, old.prefill) == ("trtllm", "whole")
     assert engine_of({"engine": "Orca 1.0"}) is None
 
 

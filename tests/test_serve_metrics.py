@@ -62,6 +62,23 @@ def test_separate_prefill_stalls_the_decoding_batch():
     assert separate.tpot > separate.decode_step == pytest.approx(chunked.decode_step)
 
 
+def test_whole_prompts_beside_the_decodes_are_chunked_prefill_rounded_to_whole_prompts():
+    """TensorRT-LLM's in-flight batching with context chunking off (Engine.prefill = "whole"): a prompt that fits the
+    budget runs whole beside the decodes, as a chunk of it would (2,048 ≤ 8,192 − 64: the same prices), and its TTFT is
+    one iteration; one of 6,000 tokens fits the 8,192 − 64 budget once, where chunked prefill packs 8,128 tokens an
+    iteration: its steady state reads no faster. Both are cheaper than prompts in iterations of their own."""
+    workload = Workload(input_len=2048, output_len=256)
+    chunked = est(ServePlan(batch=64), workload, Engine(prefill="chunked")).metrics
+    whole = est(ServePlan(batch=64), workload, Engine(prefill="whole")).metrics
+    separate = est(ServePlan(batch=64), workload, Engine(prefill="separate")).metrics
+    assert (whole.tpot, whole.ttft) == (pytest.approx(chunked.tpot), pytest.approx(chunked.ttft))
+    assert whole.tpot < separate.tpot
+    long = Workload(input_len=6000, output_len=64)
+    chunked = est(ServePlan(batch=256), long, Engine(prefill="chunked")).metrics
+    whole = est(ServePlan(batch=256), long, Engine(prefill="whole")).metrics
+    assert whole.tokens_per_s <= chunked.tokens_per_s * (1 + 1e-12)
+
+
 def test_disaggregated_decode_has_no_prefill_in_its_token_step():
     workload = Workload(input_len=4096, output_len=256)
     together = est(ServePlan(tp=2, batch=64, replicas=4), workload).metrics

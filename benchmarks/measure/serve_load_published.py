@@ -27,10 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from meshplan.serve.load.arrivals import Requests, poisson
 from meshplan.serve.load.lengths import Lengths
-from meshplan.serve.load.run import load_run
-from meshplan_validation.serving_eval import largest_batch, predict
+from meshplan.serve.load.run import load_instance, repeated
+from meshplan_validation.serving_eval import TRANSIENT_SEEDS, largest_batch, predict
 from meshplan_validation.serving_map import case_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the module beside this script
@@ -39,7 +38,7 @@ from load_tests_percentiles import Compared, compared, ordered, summary  # noqa:
 DATA = Path(__file__).resolve().parents[2] / "data" / "serving" / "published_serving.jsonl"
 GROUP = "trtllm_serving_v0.14"
 METRICS = ("ttft_ms", "itl_ms", "requests_per_s", "output_tokens_per_s")
-SEEDS = (0, 1, 2, 3, 4)
+SEEDS = TRANSIENT_SEEDS
 
 
 def records(check_only: bool = False) -> list[dict]:
@@ -48,24 +47,19 @@ def records(check_only: bool = False) -> list[dict]:
 
 
 def simulated(record: dict) -> dict[str, float] | None:
-    """The run's metrics from the simulation, or None when serving_map skips it."""
+    """The run's metrics from the simulation (serve/load/run.repeated: the validation's own recipe), or None when
+    serving_map skips it."""
     case = case_of(record)
     if isinstance(case, str):
         return None
     w = record["workload"]
-    n, inp, out = w["num_requests"], case.workload.input_len, case.workload.output_len
-    lengths = Lengths("fixed", inp, out)
+    inp, out = case.workload.input_len, case.workload.output_len
     plan = case.plan.with_(batch=int(largest_batch(case)))
-    runs = []
-    for seed in SEEDS if w.get("request_rate") else SEEDS[:1]:
-        if w.get("request_rate"):
-            reqs = poisson(w["request_rate"], n, lengths, seed)
-        else:  # QPS = INF: every request at once
-            reqs = Requests(np.zeros(n), np.full(n, inp), np.full(n, out))
-        r = load_run(case.model, case.cluster, plan, reqs, case.engine)
-        runs.append({"ttft_ms": 1e3 * r.mean["ttft"], "itl_ms": 1e3 * r.mean["itl"],
-                     "requests_per_s": r.requests_per_s, "output_tokens_per_s": r.output_tokens_per_s})
-    return {m: float(np.mean([x[m] for x in runs])) for m in METRICS}
+    built = load_instance(case.model, case.cluster, plan, case.engine, inp + out)
+    rate = w.get("request_rate") or np.inf  # QPS = INF: every request at once, one draw (nothing is random)
+    r = repeated(built, rate, w["num_requests"], Lengths("fixed", inp, out), SEEDS if rate < np.inf else SEEDS[:1])
+    return {"ttft_ms": 1e3 * r.mean["ttft"], "itl_ms": 1e3 * r.mean["itl"], "requests_per_s": r.requests_per_s,
+            "output_tokens_per_s": r.output_tokens_per_s}
 
 
 def steady(record: dict) -> dict[str, float] | None:

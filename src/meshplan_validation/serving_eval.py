@@ -5,9 +5,10 @@ The batch a run held: as stated (a fixed batch, SGLang's per-device decode batch
 batches), else for an offline or all-at-once run the largest that the engine's KV-cache pool, its max_seqs (and
 max_batch_size per rank where stated) and the request count allow; for a run offered a rate λ, the batch at which an
 instance serves λ requests/s (continuous in the batch, found on a fine grid of the same array arithmetic), or its
-largest batch when λ is beyond it; where that batch is half the run's N requests or more, the run never reaches
-it and the N requests are simulated (``_transient``). A run offered all N requests at once with B in flight makes the
-later ones wait: mean TTFT gains (⌈N/B⌉ − 1)/2 request lifetimes.
+largest batch when λ is beyond it. A run offered a rate that states its N requests is simulated (``_transient``:
+its fill and drain are part of what it measured), and the batch it held is the simulation's time-average. A run
+offered all N requests at once with B in flight makes the later ones wait: mean TTFT gains (⌈N/B⌉ − 1)/2 request
+lifetimes.
 """
 
 from __future__ import annotations
@@ -145,9 +146,9 @@ def _predict(case: ServingCase, eff: ServeEfficiency) -> tuple[dict[str, float],
     w = case.record["workload"]
     if case.mode == "prefill":
         return _prefill(case, eff), float(case.plan.dpa)
+    if case.mode == "rate" and w.get("num_requests"):
+        return _transient(case, eff)
     batch = batch_of(case, eff)
-    if case.mode == "rate" and w.get("num_requests") and 2 * batch >= w["num_requests"]:
-        return _transient(case, eff), batch
     with np.errstate(all="ignore"):
         m = deployment(instance(setting(case, batch, eff)), 1, 0, case.workload.output_len)
     gpus = case.plan.instance_gpus
@@ -174,34 +175,28 @@ def _predict(case: ServingCase, eff: ServeEfficiency) -> tuple[dict[str, float],
 TRANSIENT_SEEDS = (0, 1, 2, 3, 4)
 
 
-def _transient(case: ServingCase, eff: ServeEfficiency) -> dict[str, float]:
-    """A run of N requests offered at a rate whose steady state holds B ≥ N/2 of them in flight: no request of it
-    lives in that steady state. The batch fills over one request lifetime (B arrivals, Little's law), and once the
-    arrivals end after N/λ it drains over another, in pure decode iterations as a burst's does: only the requests that
-    arrive after the fill and finish before the drain, N − 2B of them, see the steady state (B = N where the rate is
-    beyond what the largest batch serves). TRT-LLM 0.14's Llama 3.1 70B 467/256 at QPS 32 measured a mean ITL of 86 ms
-    beside 85 at INF, where the steady state at the 500-request batch reads 124: every iteration carrying the prompts
-    that replace the finished requests, forever. Priced by meshplan's request-level simulation (serve/load: iteration
-    by iteration, the engine's scheduler) of the N requests, Poisson arrivals at the rate (the sources do not state
-    the process: an assumption), the mean over ``TRANSIENT_SEEDS``."""
-    from meshplan.serve.load.arrivals import poisson  # noqa: PLC0415  (the simulation only where a rate overloads)
-    from meshplan.serve.load.lengths import Lengths  # noqa: PLC0415
-    from meshplan.serve.load.run import load_instance  # noqa: PLC0415
-    from meshplan.serve.load.simulate import simulate_instance  # noqa: PLC0415
-    from meshplan.serve.load.summary import summarise  # noqa: PLC0415
+def _transient(case: ServingCase, eff: ServeEfficiency) -> tuple[dict[str, float], float]:
+    """A run of N requests offered at a rate λ, and the batch it held: priced by meshplan's request-level simulation
+    (serve/load: iteration by iteration, the engine's scheduler) of the N requests, Poisson arrivals at λ (the sources
+    do not state the process: an assumption), the mean over ``TRANSIENT_SEEDS`` (serve/load/run.repeated). By
+    Little's law the steady state's batch B fills over one request lifetime (B arrivals) and, once the arrivals end
+    after N/λ, drains over another in pure decode iterations: only N − 2B of the N requests live in it, a share
+    1 − 2B/N that falls smoothly to none at B = N/2. The simulation holds every such share without a rule: at low rates
+    it is the steady state (B ≪ N); at QPS 32, where the steady state at the 500-request batch reads 114 ms a token
+    (every iteration carrying the prompts that replace the finished requests, forever), TRT-LLM 0.14's Llama 3.1 70B
+    467/256 measured 86 ms beside 85 at INF, and so does the simulation."""
+    from meshplan.serve.load.lengths import Lengths  # noqa: PLC0415  (the simulation only where a run is one)
+    from meshplan.serve.load.run import load_instance, repeated  # noqa: PLC0415
 
     w, inp, out = case.record["workload"], case.workload.input_len, case.workload.output_len
     plan = case.plan.with_(batch=int(largest_batch(case)))
-    sched, price = load_instance(case.model, case.cluster, plan, case.engine, inp + out, eff=eff)
-    runs = [summarise([simulate_instance(poisson(w["request_rate"], w["num_requests"], Lengths("fixed", inp, out),
-                                                 seed), sched, price)]) for seed in TRANSIENT_SEEDS]
-    rps = float(np.mean([r.requests_per_s for r in runs]))
-    tokens = float(np.mean([r.output_tokens_per_s for r in runs]))
-    itl, tpot = (1e3 * float(np.mean([r.mean[k] for r in runs])) for k in ("itl", "tpot"))
+    built = load_instance(case.model, case.cluster, plan, case.engine, inp + out, eff=eff)
+    r = repeated(built, w["request_rate"], w["num_requests"], Lengths("fixed", inp, out), TRANSIENT_SEEDS)
+    tokens, rps = r.output_tokens_per_s, r.requests_per_s
     return {"output_tokens_per_s": tokens, "output_tokens_per_s_per_gpu": tokens / case.plan.instance_gpus,
-            "total_tokens_per_s": rps * (inp + out), "requests_per_s": rps,
-            "ttft_ms": 1e3 * float(np.mean([r.mean["ttft"] for r in runs])), "itl_ms": itl, "tpot_ms": tpot,
-            "e2e_latency_ms": 1e3 * float(np.mean([r.mean["e2e"] for r in runs]))}
+            "total_tokens_per_s": rps * (inp + out), "requests_per_s": rps, "ttft_ms": 1e3 * r.mean["ttft"],
+            "itl_ms": 1e3 * r.mean["itl"], "tpot_ms": 1e3 * r.mean["tpot"],
+            "e2e_latency_ms": 1e3 * r.mean["e2e"]}, r.batch
 
 
 def _burst(case: ServingCase, prompts: float, decode: float, eff: ServeEfficiency) -> tuple[float, float]:
@@ -210,7 +205,7 @@ def _burst(case: ServingCase, prompts: float, decode: float, eff: ServeEfficienc
     average prompt finishes after (k + 1)/2 of them and decodes through the (k − 1)/2 left, then at the ``decode``
     step of the full batch (in-flight batching runs the generating sequences in every iteration)."""
     inp, budget = case.workload.input_len, case.engine.max_batched_tokens
-    per = max(budget // inp, 1) * inp if case.engine.prefill == "separate" else budget
+    per = budget if case.engine.mode("prefill").chunked else max(budget // inp, 1) * inp
     per = min(per, prompts * inp)
     iterations = math.ceil(prompts * inp / per - 1e-9)
     step = float(setting(case, prompts, eff).time(0.0, per, per / inp, 0.0))

@@ -42,8 +42,11 @@ ENGINES: tuple[tuple[str, dict[str, Any]], ...] = (
     # dynamic_max_batch_size = True) with its default table (DynamicBatchConfig::kDefaultBatchSizeTable)
     ("TensorRT-LLM 0.17", {"memory_utilization": 0.95, "batch_table": TUNER_TABLE}),
     (TRTLLM_BENCH, {"memory_utilization": 0.95}),
-    # the Triton tensorrtllm_backend of 0.14: enable_chunked_context false unless set (its config.pbtxt template)
-    ("TensorRT-LLM 0.14", {"prefill": "separate"}),
+    # the Triton tensorrtllm_backend of 0.14: enable_chunked_context false unless set (inflight_batcher_llm/src/
+    # model_instance_state.cc), so in-flight batching puts whole prompts beside the decodes in one iteration while
+    # they fit max_num_tokens (NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp; 0.14 ships
+    # it as a binary, its source opened later), GUARANTEED_NO_EVICT by default: presets/schedulers/trtllm.toml
+    ("TensorRT-LLM 0.14", {"prefill": "whole"}),
     # the large-EP blog's H100 runs overlap two micro-batches (its "Two-batch Overlap" section; the engine string says
     # so); its GB200 sequel turns it off ("This allows two-batch overlap to be disabled"). They run DeepEP (the engine
     # string says so): its normal kernels where prompts are prefilled, its low-latency ones in the decode steps

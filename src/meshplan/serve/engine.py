@@ -5,14 +5,16 @@ An engine (vLLM, TensorRT-LLM, SGLang …) pages the KV cache in blocks of ``blo
 memory for weights, activations and that cache, and batches continuously: every iteration runs the running
 sequences' next tokens together (iteration-level scheduling, Yu et al. 2022, "Orca", §4.2). Prompts enter either in
 chunks of at most ``max_batched_tokens`` tokens per iteration beside the decoding sequences ("chunked": Agrawal et
-al. 2024, "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", §4) or as iterations of their
-own that stall the decoding batch ("separate"). ``iteration_overhead``, and ``sequence_overhead`` per running
-sequence, is the host's time per iteration that the GPU waits on (scheduling, input preparation, sampling,
-detokenisation: the vLLM team measured GPU execution at 38 % of Llama 3 8B's serving time on an H100 before v0.6.0's
-multi-step scheduling, vLLM blog "vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction", 2024-09-05);
-``hidden_sequence_overhead`` the host's work per sequence beside the GPU's step. Measured in the engine's own code
-where it could run here (vLLM V0 and V1: benchmarks/measure/vllm_v0_host_cpu.py, vllm_v1_host_cpu.py), else the one
-constant fitted per engine (benchmarks/measure/fit_inference.py, on the fit half of the published runs).
+al. 2024, "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", §4), whole beside the decoding
+sequences within that budget ("whole": TensorRT-LLM's in-flight batching with context chunking off, its
+microBatchScheduler), or as iterations of their own that stall the decoding batch ("separate").
+``iteration_overhead``, and ``sequence_overhead`` per running sequence, is the host's time per iteration that the GPU
+waits on (scheduling, input preparation, sampling, detokenisation: the vLLM team measured GPU execution at 38 % of Llama
+3 8B's serving time on an H100 before v0.6.0's multi-step scheduling, vLLM blog "vLLM v0.6.0: 2.7x Throughput
+Improvement and 5x Latency Reduction", 2024-09-05); ``hidden_sequence_overhead`` the host's work per sequence beside the
+GPU's step. Measured in the engine's own code where it could run here (vLLM V0 and V1:
+benchmarks/measure/vllm_v0_host_cpu.py, vllm_v1_host_cpu.py), else the one constant fitted per engine
+(benchmarks/measure/fit_inference.py, on the fit half of the published runs).
 Decode iterations up to ``graph_max_batch`` sequences replay captured CUDA graphs, a batch between two captured sizes
 (``graph_sizes``) padded to the larger; beyond, the host issues every kernel and the step lasts at least that
 (``eager_layer_overhead`` per layer). ``decode_layer_kernels`` is how many
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 class Prefill:
     name: str
     chunked: bool = False  # prompts in chunks beside the decodes (metrics.py, the launch flags, load/policy.py)
+    mixed: bool = False  # prompts share an iteration with the decodes (metrics._chunked, load/policy.py)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,7 +87,8 @@ class MemoryBasis:
 
 # a field -> its variants' records, the default first, in the order the engine checks them
 ENGINE_CHOICES: dict[str, dict[str, Any]] = {f: {r.name: r for r in records} for f, records in (
-    ("prefill", (Prefill(name="chunked", chunked=True), Prefill(name="separate"))),
+    ("prefill", (Prefill(name="chunked", chunked=True, mixed=True), Prefill(name="separate"),
+                 Prefill(name="whole", mixed=True))),
     ("kv_reservation", (Reservation(name="on_demand"), Reservation(name="full", whole=True))),
     ("moe_comm", (MoeComm(name="all_to_all"), MoeComm(name="all_gather", gather=True),
                   MoeComm(name="deepep", forwarded=True))),

@@ -12,6 +12,10 @@ fixed concurrency; queueing before admission is not modelled). How they enter (e
   iterations carry one: TPOT = f·T(D + chunk) + (1 − f)·T(D). When the prompts need more than the budget, admission
   is what limits: the decode batch shrinks to the budget's B = budget·O/I. TTFT: the prompt's ⌈I / budget⌉
   iterations, plus half an iteration's wait.
+- ``whole`` (TensorRT-LLM's in-flight batching with context chunking off: its microBatchScheduler puts the decodes,
+  then whole prompts while they fit ``max_num_tokens``, in one iteration, NVIDIA/TensorRT-LLM
+  cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp): as ``chunked``, the budget in whole prompts,
+  ⌊budget / I⌋·I tokens, and a prompt's TTFT one iteration.
 - ``separate`` (Orca's iteration-level scheduling with whole prompts, Yu et al. 2022; vLLM V0's default): prompts
   run in iterations of their own, m = ⌊budget / I⌋ at a time, stalling the B decoding sequences: each of them
   waits through B/m such iterations during its O tokens: TPOT = T(D) + (B/m)·T_prefill(m)/O.
@@ -174,7 +178,7 @@ def instance(s: Setting) -> Instance:
     """The regime's per-instance figures (module docstring), at replicas = 1."""
     if s.workload.static:
         return _static(s)
-    ttft, tpot, running, decode, step = _chunked(s) if s.engine.mode("prefill").chunked else _separate(s)
+    ttft, tpot, running, decode, step = _chunked(s) if s.engine.mode("prefill").mixed else _separate(s)
     m, prefill = _prefill_batch(s)
     if s.engine.last_prompt_token_decoded:  # a prefill instance runs its prompts to their first token
         prefill = prefill + s.time(m)
@@ -230,6 +234,8 @@ def _chunked(s: Setting) -> tuple[Num, Num, Num, Num, Num]:
     inp, out, budget_tokens = s.workload.fresh_len, s.workload.output_len, s.engine.max_batched_tokens
     cached = s.workload.cached_len
     budget = maximum(budget_tokens - s.micro_batch, 1.0)
+    if not s.engine.mode("prefill").chunked:  # whole prompts: as many as the budget holds, at least one
+        budget = maximum(np.floor(budget / inp), 1.0) * inp
     running = minimum(s.micro_batch, budget * out / inp)  # admission-bound when the prompts need more than the budget
     need = running * inp / out  # prompt tokens per iteration
     chunk = minimum(budget, maximum(need, inp))

@@ -108,11 +108,13 @@ def policies() -> dict[str, Policy]:
 
 def from_engine(engine: Engine) -> Policy:
     """The scheduler an engine's own fields describe (an engine from a user's file): chunked prefill beside the
-    decodes, or whole prompts first; a full reservation (or queueing admission) that never preempts, or blocks on
-    demand with the newest preempted."""
+    decodes, whole prompts beside them, or whole prompts first (Engine.prefill, the steady state's own reading:
+    metrics.py); a full reservation (or queueing admission) that never preempts, or blocks on demand with the newest
+    preempted."""
     reserve = engine.mode("kv_reservation").whole or engine.mode("kv_overflow").queues
-    chunked = engine.mode("prefill").chunked
-    return Policy(name=f"{engine.name} (its fields)", source=engine.source, mixed=chunked, chunked=chunked,
+    prefill = engine.mode("prefill")
+    return Policy(name=f"{engine.name} (its fields)", source=engine.source, mixed=prefill.mixed,
+                  chunked=prefill.chunked,
                   admission="reserve" if reserve else "on_demand", preempt="none" if reserve else "newest")
 
 

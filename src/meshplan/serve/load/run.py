@@ -2,11 +2,16 @@
 requests shared round-robin among its replicas, each replica's instance simulated (simulate.py) on its scheduler
 (scheduler.py) and serve's iteration prices (prices.py), or through prefill and decode pools (disagg.py), the
 figures taken over all of them (summary.py). ``load_run_with`` takes the user's choices as one record and a cache of
-instances, so that a search pricing one instance shape at several replica counts builds its price grid once."""
+instances, so that a search pricing one instance shape at several replica counts builds its price grid once.
+``repeated``: a published run of N requests offered at a rate, redrawn over seeds (the validation's and
+benchmarks/measure/serve_load_published.py's one recipe)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from meshplan.errors import SpecError
 from meshplan.serve import check
@@ -14,8 +19,9 @@ from meshplan.serve.efficiency import SERVE_DEFAULT, ServeEfficiency
 from meshplan.serve.engine import DEFAULT as DEFAULT_ENGINE
 from meshplan.serve.engine import Engine
 from meshplan.serve.estimate import plan_columns
-from meshplan.serve.load.arrivals import Requests
+from meshplan.serve.load.arrivals import Requests, poisson
 from meshplan.serve.load.disagg import disaggregated, transfer_times
+from meshplan.serve.load.lengths import Lengths
 from meshplan.serve.load.prices import Prices, prices
 from meshplan.serve.load.scheduler import Scheduler, scheduler
 from meshplan.serve.load.simulate import simulate_instance
@@ -84,3 +90,33 @@ def load_run(model: ModelSpec, cluster: Cluster, plan: ServePlan, requests: Requ
     """The figures of ``plan`` serving ``requests`` (module docstring); ``slo``: the TTFT and TPOT targets of the
     goodput (0: none); ``spec``: speculative decoding (speculation.py)."""
     return load_run_with(model, cluster, plan, requests, engine, slo, Choices(prefix_hit, spec))
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """One load's figures, each the mean over its seeds' draws: mean TTFT, ITL, TPOT and E2E (s), request and output
+    token throughput, and the batch it held (the time-average of its running requests from its first arrival to its
+    last finish: fill and drain included, Little's L of the running ones)."""
+
+    mean: dict[str, float]
+    requests_per_s: float
+    output_tokens_per_s: float
+    batch: float
+
+
+def repeated(built: LoadInstance, rate: float, count: int, lengths: Lengths, seeds: Sequence[int]) -> Repeated:
+    """``count`` requests at ``rate`` per second (arrivals.poisson; an infinite rate sends them all at once) through
+    the instance ``built`` (load_instance), once per seed of ``seeds``, the figures' mean over them (one draw's mean
+    gap strays by 1/sqrt(count) from 1/rate: 4.5 % for 500 requests)."""
+    sched, price = built
+    results = []
+    for seed in seeds:
+        run = simulate_instance(poisson(rate, count, lengths, seed), sched, price)
+        result = summarise([run])
+        c = run.timeline.columns()
+        held = float(np.sum(c["running"] * c["length_s"])) / result.duration_s if result.duration_s else 0.0
+        results.append((result, held))
+    return Repeated(mean={k: float(np.mean([r.mean[k] for r, _ in results])) for k in ("ttft", "itl", "tpot", "e2e")},
+                    requests_per_s=float(np.mean([r.requests_per_s for r, _ in results])),
+                    output_tokens_per_s=float(np.mean([r.output_tokens_per_s for r, _ in results])),
+                    batch=float(np.mean([h for _, h in results])))
