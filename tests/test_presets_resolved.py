@@ -7,6 +7,11 @@ with the value the loader now gives::
 
     PYTHONPATH=src .venv/bin/python -c "import dataclasses, json; from meshplan.serve.engine import load_engine; \\
         print(json.dumps(dataclasses.asdict(load_engine('vllm-v0.6-rocm')), indent=1, sort_keys=True))"
+
+tests/data/models_resolved.json froze every model preset as main's files gave it (ff309433), before the families
+(megatron-*, mpt-*, ...) were rewritten as their differences over one member: each preset's fields that differ from
+ModelSpec's defaults. A deliberate change of a model preset (a new preset, a corrected value) changes it there too
+(``resolved_model`` below gives the entry).
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ from meshplan.errors import SpecError
 from meshplan.files import PRESETS, derived, parse_toml
 from meshplan.serve.engine import engine_names, load_engine
 from meshplan.specs.hardware import load_system
-from meshplan.specs.model_load import load_model
+from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_load import load_model, preset_names
 from meshplan.specs.stack import load_stack
 
 FROZEN = json.loads((Path(__file__).parent / "data" / "presets_resolved.json").read_text())["engines"]
+MODELS = json.loads((Path(__file__).parent / "data" / "models_resolved.json").read_text())
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec) if f.default is not dataclasses.MISSING}
 SERVE = ["serve", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--input-len", "100",
          "--output-len", "10", "--engine"]
 # what vLLM's ROCm build of 2024 changes of its CUDA build (vllm-v0.6-rocm.toml, the section at its end)
@@ -47,6 +55,24 @@ def test_a_rocm_build_differs_from_its_cuda_build_in_the_rocm_fields_alone(rocm,
     # vllm-v0.5-rocm extends vllm-v0.6-rocm and repeats vllm-v0.5's three host-loop values: they stay in step
     a, b = plain(load_engine(rocm)), plain(load_engine(cuda))
     assert {k for k in a if a[k] != b[k]} <= ROCM_FIELDS
+
+
+def resolved_model(name: str) -> dict:
+    """A model preset's fields that differ from ModelSpec's defaults, as JSON gives them."""
+    return {k: v for k, v in plain(load_model(name)).items() if k not in DEFAULTS or plain_value(DEFAULTS[k]) != v}
+
+
+def plain_value(value: object) -> object:
+    return json.loads(json.dumps(value))
+
+
+def test_every_model_preset_is_frozen():
+    assert preset_names() == sorted(MODELS)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_model_preset_resolves_to_the_fields_its_full_file_gave(name):
+    assert resolved_model(name) == MODELS[name]
 
 
 def test_every_engine_preset_is_named_as_its_file():
