@@ -163,8 +163,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 #   the second costs 4.0 s of CPU instead of 13.9 (the suite5 note).
 # - test_published.py, test_ranges.py and test_validate_records.py validate the published and the independent runs
 #   whole (published_helpers.validated: once per process; 3.5 s of CPU for the published file).
+# - test_hf_registry.py's sweep builds every causal-LM type of transformers on the meta device, importing each one's
+#   modelling module; test_model_extras.py's registry types build 14 of them again: 7.6 s of CPU in a fresh worker,
+#   2.5 s where the modules are already imported (the outcomes equal).
 SHARED_WORKER = (("test_docs.py", "test_validate_serving.py"),
-                 ("test_published.py", "test_ranges.py", "test_validate_records.py"))
+                 ("test_published.py", "test_ranges.py", "test_validate_records.py"),
+                 ("test_hf_registry.py", "test_model_extras.py"))
 _GROUP_OF = {name: " + ".join(group) for group in SHARED_WORKER for name in group}
 
 
