@@ -155,13 +155,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 # ---- files that share a worker's memo -------------------------------------------------------------------------------
-# pytest-xdist's ``--dist loadfile`` (pyproject's addopts) hands each file to one worker; these files go to one worker
-# together, as one unit in collection order, because the later ones reuse what the first computed in that process:
-# test_docs.py's inference_out (benchmarks/docs/accuracy_inference.py) prices every published serving run, and
-# test_validate_serving.py's whole_file prices them again; with serving_eval's per-process memo of ``predict`` warm, the
-# second costs 4.0 s of CPU instead of 13.9 (the suite5 note). Each test still computes and asserts what it did: only
-# where it runs changes.
-SHARED_WORKER = ("test_docs.py", "test_validate_serving.py")
+# pytest-xdist's ``--dist loadfile`` (pyproject's addopts) hands each file to one worker; the files of a group below go
+# to one worker together, as one unit in collection order, because the later ones reuse what the first computed in that
+# process. Each test still computes and asserts what it did: only where it runs changes.
+# - test_docs.py's inference_out (benchmarks/docs/accuracy_inference.py) prices every published serving run, and
+#   test_validate_serving.py's whole_file prices them again; with serving_eval's per-process memo of ``predict`` warm,
+#   the second costs 4.0 s of CPU instead of 13.9 (the suite5 note).
+# - test_published.py, test_ranges.py and test_validate_records.py validate the published and the independent runs
+#   whole (published_helpers.validated: once per process; 3.5 s of CPU for the published file).
+# - test_hf_registry.py's sweep builds every causal-LM type of transformers on the meta device, importing each one's
+#   modelling module; test_model_extras.py's registry types build 14 of them again: 7.6 s of CPU in a fresh worker,
+#   2.5 s where the modules are already imported (the outcomes equal).
+SHARED_WORKER = (("test_docs.py", "test_validate_serving.py"),
+                 ("test_published.py", "test_ranges.py", "test_validate_records.py"),
+                 ("test_hf_registry.py", "test_model_extras.py"))
+_GROUP_OF = {name: " + ".join(group) for group in SHARED_WORKER for name in group}
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -173,6 +181,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     class SharedFiles(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             file = nodeid.split("::", 1)[0]
-            return " + ".join(SHARED_WORKER) if file.rsplit("/", 1)[-1] in SHARED_WORKER else file
+            return _GROUP_OF.get(file.rsplit("/", 1)[-1], file)
 
     return SharedFiles(config, log)

@@ -32,3 +32,23 @@ QWEN3_30B = {"name": "Qwen3-30B-A3B", "arch": "moe", "num_layers": 48, "hidden_s
 
 QWEN3_235B = QWEN3_30B | {"name": "Qwen3-235B-A22B", "num_layers": 94, "hidden_size": 4096, "num_heads": 64,
                           "ffn_hidden_size": 12288, "moe_ffn_hidden_size": 1536}
+
+
+_VALIDATED: dict[tuple[str, int], tuple] = {}
+
+
+def validated(path) -> tuple:
+    """``run_validation(read_runs(path))`` with its defaults, computed once per test process for the file as it is now
+    (keyed by its path and modification time): test_published.py, test_ranges.py and test_validate_records.py each
+    validate the published and the independent runs whole, the same pure function of the same file, and conftest.py
+    runs the three files on one worker. A tuple: the tests read the results, none changes them."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from meshplan_validation.records import read_runs  # noqa: PLC0415
+    from meshplan_validation.validate import run_validation  # noqa: PLC0415
+
+    path = Path(path).resolve()
+    key = (str(path), path.stat().st_mtime_ns)
+    if key not in _VALIDATED:
+        _VALIDATED[key] = tuple(run_validation(read_runs(path)))
+    return _VALIDATED[key]

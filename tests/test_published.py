@@ -17,6 +17,7 @@ from meshplan_validation.render import fit_check_markdown
 from meshplan_validation.result import RunResult
 from meshplan_validation.summary import summaries
 from meshplan_validation.validate import run_validation, validate_command
+from published_helpers import validated
 
 DATA = Path(__file__).parents[1] / "data/validation/published_runs.jsonl"
 RECORDED = Path(__file__).parents[1] / "docs/accuracy_summary.json"
@@ -25,7 +26,7 @@ needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} not checked o
 
 @pytest.fixture(scope="module")
 def validation():
-    results = run_validation(read_runs(DATA))
+    results = list(validated(DATA))
     return results, summaries(results)
 
 
@@ -50,7 +51,7 @@ def test_accuracy_on_the_independent_runs_is_no_worse_than_recorded():
     """benchmarks/data/independent_runs.jsonl (other sources, other stacks; docs/INDEPENDENT.md): every run still
     evaluated and the figures benchmarks/docs/independent.py recorded no worse."""
     root = Path(__file__).parents[1]
-    results = run_validation(read_runs(root / "benchmarks/data/independent_runs.jsonl"))
+    results = list(validated(root / "benchmarks/data/independent_runs.jsonl"))
     now = summaries(results)["overall"]
     then = json.loads((root / "docs/independent_summary.json").read_text())
     assert now["evaluated"] >= then["evaluated"] and now["skipped"] <= then["skipped"]

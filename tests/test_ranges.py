@@ -21,8 +21,7 @@ from meshplan.specs.mesh import TierSpec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model, preset_names
 from meshplan.specs.plan import Plan
-from meshplan_validation.records import read_runs
-from meshplan_validation.validate import run_validation
+from published_helpers import validated
 
 ROOT = Path(__file__).parents[1]
 HF = sorted((ROOT / "tests" / "data" / "hf").glob("*/config.json"))
@@ -56,7 +55,7 @@ def test_presets_and_hf_configs_are_inside_their_ranges():
 def test_no_published_run_is_out_of_range(path):
     if not path.exists():
         pytest.skip(f"{path} is not beside the repository")
-    results = run_validation(read_runs(path))
+    results = validated(path)
     assert not [r.skipped for r in results if r.skipped and "is outside" in r.skipped]
 
 
