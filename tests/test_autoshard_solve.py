@@ -121,5 +121,10 @@ def test_the_collector_is_paused_while_planning_and_put_back_as_it_was():
         with pytest.raises(ValueError), collector_paused():
             raise ValueError("a planner's error")
         assert gc.isenabled()
+        before = gc.get_freeze_count()
+        with collector_paused(frozen=True):  # the console script's: what is alive is frozen before it is on again
+            made = [[] for _ in range(10)]
+        assert gc.isenabled() and gc.get_freeze_count() >= before + len(made)
     finally:
+        gc.unfreeze()
         (gc.enable if was else gc.disable)()
