@@ -103,3 +103,28 @@ def test_the_program_prices_the_plan_it_returns():
     assert sol.status == "optimal" and set(sol.choice) == set(pr.nodes)
     assert price(pr, sol.choice).step(2) == pytest.approx(sol.objective, rel=1e-9)
     assert isinstance(SYSTEM.cluster(16).tiers[0], Tier)
+
+
+def test_the_collector_is_paused_while_planning_and_put_back_as_it_was():
+    import gc
+
+    from meshplan.autoshard.solve import collector_paused
+
+    was = gc.isenabled()
+    try:
+        for before in (True, False):
+            (gc.enable if before else gc.disable)()
+            with collector_paused():
+                assert not gc.isenabled()
+            assert gc.isenabled() is before
+        gc.enable()
+        with pytest.raises(ValueError), collector_paused():
+            raise ValueError("a planner's error")
+        assert gc.isenabled()
+        before = gc.get_freeze_count()
+        with collector_paused(frozen=True):  # the console script's: what is alive is frozen before it is on again
+            made = [[] for _ in range(10)]
+        assert gc.isenabled() and gc.get_freeze_count() >= before + len(made)
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()

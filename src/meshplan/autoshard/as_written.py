@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from meshplan.autoshard.output import params
 from meshplan.autoshard.placement import Placements
 from meshplan.autoshard.program import TP_STYLES, roles, unwritten_lines
-from meshplan.autoshard.solve import Sharding, plan
+from meshplan.autoshard.solve import Sharding, collector_paused, plan
 
 
 @dataclass(frozen=True)
@@ -72,5 +72,6 @@ def as_written(sharding: Sharding) -> AsWritten:
     unpriced = unmatched or any(line.startswith("# not written as planned") for line in lines)
     if not allowed:
         return AsWritten(sharding, (), lines, unpriced)
-    again = plan(problem, sharding.memory_limit, sharding.micro_batches, allowed=allowed, start=sharding.basis)
+    with collector_paused():
+        again = plan(problem, sharding.memory_limit, sharding.micro_batches, allowed=allowed, start=sharding.basis)
     return AsWritten(again, tuple(dict.fromkeys(changed)), lines, unpriced)

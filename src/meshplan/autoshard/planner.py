@@ -21,7 +21,7 @@ from meshplan.autoshard.dataflow import flow
 from meshplan.autoshard.memory import Accounting
 from meshplan.autoshard.mesh import device_mesh, sub_mesh
 from meshplan.autoshard.problem import build_problem
-from meshplan.autoshard.solve import Sharding, plan
+from meshplan.autoshard.solve import Sharding, collector_paused, plan
 from meshplan.autoshard.stage_dp import Option, sizes, slice_stages
 from meshplan.autoshard.stages import Pipeline, StageParts, option, parts, price_slicing
 from meshplan.errors import SpecError
@@ -162,21 +162,22 @@ def plan_sharding(request: Request) -> Result:
     if trace.params == 0:  # nothing to place: the ILP has no variable (``meshplan trace`` still times it)
         raise SpecError(f"model={request.model!r} has no parameters: the sharding planner places parameters "
                         "(meshplan trace times a module without any)")
-    clock = time.perf_counter()
-    blocks = find_blocks(trace, layers=full)
-    fl = flow(trace, blocks.block_of)
-    host = kernel_host(request, cluster)
-    problem = build_problem(fl, blocks, mesh, DEFAULT, request.optimizer, host)
-    timings["graph"] = time.perf_counter() - clock
-    limit = cluster.accelerator.hbm_bytes * (1 - request.headroom)
-    clock = time.perf_counter()
-    intra = plan(problem, limit, request.micro_batches)
-    timings["intra-op solve"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    pipelines: tuple[Pipeline, ...] = ()
-    if request.stages == "search" or (request.stages == "auto" and not intra.fits):
-        pipelines = tuple(_pipelines(fl, blocks, cluster, limit, request.micro_batches, request.optimizer, host))
-    timings["stages"] = time.perf_counter() - clock
+    with collector_paused():
+        clock = time.perf_counter()
+        blocks = find_blocks(trace, layers=full)
+        fl = flow(trace, blocks.block_of)
+        host = kernel_host(request, cluster)
+        problem = build_problem(fl, blocks, mesh, DEFAULT, request.optimizer, host)
+        timings["graph"] = time.perf_counter() - clock
+        limit = cluster.accelerator.hbm_bytes * (1 - request.headroom)
+        clock = time.perf_counter()
+        intra = plan(problem, limit, request.micro_batches)
+        timings["intra-op solve"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        pipelines: tuple[Pipeline, ...] = ()
+        if request.stages == "search" or (request.stages == "auto" and not intra.fits):
+            pipelines = tuple(_pipelines(fl, blocks, cluster, limit, request.micro_batches, request.optimizer, host))
+        timings["stages"] = time.perf_counter() - clock
     layers = blocks.groups[0].layers if blocks.groups else 1
     return Result(request=request, name=name, params=_full_params(request, trace, module, blocks),
                   layers=layers, traced_layers=blocks.groups[0].traced if blocks.groups else 1, cluster=cluster,

@@ -244,4 +244,7 @@ def run() -> None:
     except KeyboardInterrupt:
         click.echo("meshplan: aborted", err=True)
         code = 130
+    # the interpreter's last collections would pass over all the command made, to free cycles the process's end frees
+    # anyway (plan --autoshard: about 0.05 s of CPU): frozen, they are passed by; atexit's functions still run
+    gc.freeze()
     sys.exit(code)

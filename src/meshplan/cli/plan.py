@@ -73,12 +73,12 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
              **options: Any) -> None:
     """Search every parallel plan of MODEL on GPUS accelerators of SYSTEM and rank the feasible ones; with a
     MODULE:FACTORY model (or --autoshard), shard it op by op with the sharding planner instead."""
+    if shard.wants_planner(model_ref, options):  # the template search's modules are not the planner's
+        shard.run_planner(ctx, model_ref, system_ref, gpus, as_json, options)
+        return
     from meshplan.report.text import print_search
     from meshplan.search import search
 
-    if shard.wants_planner(model_ref, options):
-        shard.run_planner(ctx, model_ref, system_ref, gpus, as_json, options)
-        return
     _no_planner_options(ctx, options)
 
     if is_pools(system_ref):
