@@ -109,10 +109,10 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
                       nvlink_domain=opts["nvlink_domain"], optimizer=opts["optimizer"],
                       host_dispatch=opts.get("stack_host_dispatch"))  # --host-dispatch, else eager PyTorch's
     from meshplan.autoshard.solve import collector_paused
-    from meshplan.cli import _SCRIPT
+    from meshplan.cli import SCRIPT
     from meshplan.cli.common import working
 
-    with collector_paused(frozen=_SCRIPT):  # the plan and its printed program's price (report/shard.py)
+    with collector_paused(frozen=SCRIPT):  # the plan and its printed program's price (report/shard.py)
         with working(f"sharding {model_ref} on {count} x {system_ref}", quiet=as_json):
             result = plan_sharding(request)
         from meshplan.report.shard import shard_tables, to_dict
