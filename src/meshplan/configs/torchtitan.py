@@ -70,8 +70,6 @@ _OP_SAC = ("op_sac",)
 def _check(plan: Plan, model: ModelSpec) -> None:
     check_layout(plan, _NAME)
     problems = [("zero", plan.zero, "FSDP has no ZeRO-1", plan.zero == 1 and plan.pp == 1),
-                ("zero", plan.zero, "under pipeline parallelism its FSDP2 keeps each stage gathered over the "
-                 "micro-batches and syncs its gradients once a step: ZeRO-1", plan.zero >= 2 and plan.pp > 1),
                 ("sequence_parallel", plan.sequence_parallel, "its TP shards the sequence exactly when tp > 1",
                  plan.sequence_parallel != (plan.tp > 1)),
                 ("precision", plan.precision, "it trains in bf16 or float8", plan.precision not in ("bf16", "fp8")),
@@ -91,7 +89,9 @@ def _check(plan: Plan, model: ModelSpec) -> None:
                 ("optimizer", plan.optimizer, "its build_optimizers takes Adam and AdamW",
                  plan.optimizer not in _OPTIMIZERS),
                 ("vpp", plan.vpp, f"{model.num_layers} layers do not split into pp·vpp stages",
-                 model.num_layers % (plan.pp * plan.vpp))]
+                 model.num_layers % (plan.pp * plan.vpp)),
+                ("zero", plan.zero, "under pipeline parallelism its FSDP2 keeps each stage gathered over the "
+                 "micro-batches and syncs its gradients once a step: ZeRO-1", plan.zero >= 2 and plan.pp > 1)]
     for field, value, why, bad in problems:
         if bad:
             raise refuse(_NAME, field, value, why)
