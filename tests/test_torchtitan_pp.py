@@ -12,7 +12,6 @@ import random
 from dataclasses import replace
 
 import pytest
-from test_search import every_plan
 
 from meshplan.configs import emit, read
 from meshplan.errors import PlanError, SpecError
@@ -24,6 +23,7 @@ from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
 from meshplan.step.channels import zero_counts
+from test_search import every_plan
 
 TITAN = load_stack("torchtitan")
 TINY = replace(load_model("llama3-8b"), num_layers=4).with_seq_length(2048)

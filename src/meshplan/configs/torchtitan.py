@@ -21,11 +21,12 @@ ParallelismConfig):
 
 Mapping: FSDP2 is ZeRO-3 when it reshards after forward and ZeRO-2 when it does not ("never"); under pipeline
 parallelism ("default": every unit kept gathered, the gradients synced once a step) ZeRO-1, and "always" refused;
-plain replication (DDP) is ZeRO-0; torchtitan has no other ZeRO-1. Its tensor parallelism always shards the norms' sequence (sequence
-parallel on with tp > 1). Selective recompute is per-op SAC (``selective_ac_option = "op"``), meshplan's op_sac.
-Refused: ZeRO-1, HSDP (replicate and shard both > 1), fp16, mxfp8/fp4, delayed fp8 scaling, an uneven last stage,
-optimizer or activation offload, recompute of some layers, selective recompute of Megatron-Core's modules, an
-optimizer other than Adam and AdamW.
+plain replication (DDP) is ZeRO-0; torchtitan has no other ZeRO-1. Its tensor parallelism always shards the norms'
+sequence (sequence parallel on with tp > 1). Selective recompute is per-op SAC (``selective_ac_option = "op"``),
+meshplan's op_sac.
+Refused: ZeRO-1 without pipeline parallelism and ZeRO-2 / 3 with it, HSDP (replicate and shard both > 1), fp16,
+mxfp8/fp4, delayed fp8 scaling, an uneven last stage, optimizer or activation offload, recompute of some layers,
+selective recompute of Megatron-Core's modules, an optimizer other than Adam and AdamW.
 """
 
 from __future__ import annotations
