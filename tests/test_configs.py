@@ -24,7 +24,8 @@ from meshplan.specs.stack import load_stack
 SPACES = {
     "megatron": ("megatron-core", {"zero": (0, 1), "offload_activations": (False,)}),
     "nemo": ("megatron-bridge", {"zero": (0, 1)}),
-    "torchtitan": ("torchtitan", {"zero": (0, 2, 3), "offload_optimizer": (False,), "offload_activations": (False,)}),
+    "torchtitan": ("torchtitan", {"zero": (0, 1, 2, 3), "offload_optimizer": (False,),
+                                  "offload_activations": (False,)}),
     "deepspeed": ("deepspeed", {"offload_activations": (False,), "recompute": ("none", "full"),
                                 "sequence_parallel": (False,), "cp_max": 1}),
 }

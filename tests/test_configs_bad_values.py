@@ -25,7 +25,7 @@ ARG_VALUES = ["auto", "nan", "-1", "0", "1e30", "x", "3.5", "true", "", "null", 
 PLANS = {"deepspeed": Plan(dp=16, micro_batch=2, global_batch=64, zero=1, recompute="full", offload_optimizer=True),
          "megatron": Plan(dp=4, tp=2, pp=2, micro_batch=1, global_batch=64, zero=1),
          "nemo": Plan(dp=4, tp=2, pp=2, micro_batch=1, global_batch=64, zero=1),
-         "torchtitan": Plan(dp=4, tp=2, pp=2, micro_batch=1, global_batch=64, zero=3,
+         "torchtitan": Plan(dp=4, tp=2, pp=2, micro_batch=1, global_batch=64, zero=1,
                            recompute_modules=("op_sac",))}
 STACKS = {"deepspeed": "deepspeed", "megatron": "megatron-core", "nemo": "megatron-bridge", "torchtitan": "torchtitan"}
 

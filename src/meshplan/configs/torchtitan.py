@@ -19,12 +19,14 @@ ParallelismConfig):
 - [compile] ``enable`` (a compiled or fused stack); [model] ``converters = ["float8"]`` with [float8]
   ``recipe_name = "tensorwise"``
 
-Mapping: FSDP2 is ZeRO-3 when it reshards after forward and ZeRO-2 when it does not ("never"); plain replication
-(DDP) is ZeRO-0; torchtitan has no ZeRO-1. Its tensor parallelism always shards the norms' sequence (sequence
-parallel on with tp > 1). Selective recompute is per-op SAC (``selective_ac_option = "op"``), meshplan's op_sac.
-Refused: ZeRO-1, HSDP (replicate and shard both > 1), fp16, mxfp8/fp4, delayed fp8 scaling, an uneven last stage,
-optimizer or activation offload, recompute of some layers, selective recompute of Megatron-Core's modules, an
-optimizer other than Adam and AdamW.
+Mapping: FSDP2 is ZeRO-3 when it reshards after forward and ZeRO-2 when it does not ("never"); under pipeline
+parallelism ("default": every unit kept gathered, the gradients synced once a step) ZeRO-1, and "always" refused;
+plain replication (DDP) is ZeRO-0; torchtitan has no other ZeRO-1. Its tensor parallelism always shards the norms'
+sequence (sequence parallel on with tp > 1). Selective recompute is per-op SAC (``selective_ac_option = "op"``),
+meshplan's op_sac.
+Refused: ZeRO-1 without pipeline parallelism and ZeRO-2 / 3 with it, HSDP (replicate and shard both > 1), fp16,
+mxfp8/fp4, delayed fp8 scaling, an uneven last stage, optimizer or activation offload, recompute of some layers,
+selective recompute of Megatron-Core's modules, an optimizer other than Adam and AdamW.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ _OP_SAC = ("op_sac",)
 
 def _check(plan: Plan, model: ModelSpec) -> None:
     check_layout(plan, _NAME)
-    problems = [("zero", plan.zero, "FSDP has no ZeRO-1", plan.zero == 1),
+    problems = [("zero", plan.zero, "FSDP has no ZeRO-1", plan.zero == 1 and plan.pp == 1),
                 ("sequence_parallel", plan.sequence_parallel, "its TP shards the sequence exactly when tp > 1",
                  plan.sequence_parallel != (plan.tp > 1)),
                 ("precision", plan.precision, "it trains in bf16 or float8", plan.precision not in ("bf16", "fp8")),
@@ -88,10 +90,39 @@ def _check(plan: Plan, model: ModelSpec) -> None:
                 ("optimizer", plan.optimizer, "its build_optimizers takes Adam and AdamW",
                  plan.optimizer not in _OPTIMIZERS),
                 ("vpp", plan.vpp, f"{model.num_layers} layers do not split into pp·vpp stages",
-                 model.num_layers % (plan.pp * plan.vpp))]
+                 model.num_layers % (plan.pp * plan.vpp)),
+                ("zero", plan.zero, "under pipeline parallelism its FSDP2 keeps each stage gathered over the "
+                 "micro-batches and syncs its gradients once a step: ZeRO-1", plan.zero >= 2 and plan.pp > 1)]
     for field, value, why, bad in problems:
         if bad:
             raise refuse(_NAME, field, value, why)
+
+
+def _reshard(plan: Plan) -> str:
+    """[parallelism] fsdp_reshard_after_forward for ``plan`` (torchtitan 0.2.2 models/llama3/infra/parallelize.py
+    apply_fsdp): "always" for ZeRO-3 (every unit, the head's too), "never" for ZeRO-2; under pipeline parallelism
+    "default", which there keeps every unit gathered (``not pp_enabled``; 9dec370 had no other setting) while torch's
+    pipelining syncs the gradients once a step: ZeRO-1 (specs/refusals.py fsdp_stage_under_pp)."""
+    if plan.pp > 1:
+        return "default"
+    return "never" if plan.zero == 2 else "always"
+
+
+def _zero(reshard: str, replicate: int, pp: int) -> int:
+    """The ZeRO stage of fsdp_reshard_after_forward (``_reshard``'s inverse): DDP (replicate > 1) is 0; under
+    pipeline parallelism "default" and "never" are ZeRO-1 and "always" is refused: torch's pipelining leaves each
+    unit gathered after every micro-batch's backward (torch 2.13.0 torch/distributed/pipelining/stage.py:844-848,
+    set_reshard_after_backward(False)) while "always" regathers it every forward, neither ZeRO-3's memory nor its
+    traffic."""
+    if replicate > 1:
+        return 0
+    if pp > 1:
+        if reshard == "always":
+            raise refuse(_NAME, "fsdp_reshard_after_forward", reshard, "with pipeline parallelism it regathers "
+                         "every forward yet keeps each unit gathered after every backward (not modelled); "
+                         '"default" keeps the stage gathered: ZeRO-1')
+        return 1
+    return 2 if reshard == "never" else 3
 
 
 def _table(name: str, values: dict[str, Any]) -> list[str]:
@@ -115,7 +146,7 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
                 "mixed_precision_param": "bfloat16", "mixed_precision_reduce": _REDUCE_DTYPE[plan.grad_bytes]}
     parallelism = {
         "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": plan.dp // replicate,
-        "fsdp_reshard_after_forward": "never" if plan.zero == 2 else "always",
+        "fsdp_reshard_after_forward": _reshard(plan),
         "tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
         "pipeline_parallel_schedule": _SCHEDULES[str(plan.schedule)],
         "pipeline_parallel_layers_per_stage": model.num_layers // (plan.pp * plan.vpp) if plan.pp > 1 else None,
@@ -187,7 +218,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         raise refuse(_NAME, "data_parallel_replicate_degree", replicate, "HSDP (replicate × shard) is not modelled")
     values = Values(par, "torchtitan config: parallelism")  # its options refused unless torchtitan takes them
     reshard = values.choice("fsdp_reshard_after_forward", "default", ("default", "always", "never"))
-    zero = 0 if replicate > 1 else 2 if reshard == "never" else 3
+    zero = _zero(reshard, replicate, pp)
     schedules = {v: k for k, v in _SCHEDULES.items()}
     schedule = values.text("pipeline_parallel_schedule", "1F1B")
     if schedule not in schedules:

@@ -138,7 +138,8 @@ class Space:
         """Keep of each choice what the stack's framework runs (``Stack.supports``, and the ZeRO stages its FSDP has);
         refuse a space it leaves empty, an optimizer it does not run, asynchronous pipelines it has none of."""
         can, name = self.stack.supports, self.stack.name
-        zeros = tuple(z for z in can.zero if fsdp_has_zero(self.stack.fsdp, z))
+        # FSDP's ZeRO-1 is its pipelined use (check.fsdp_has_zero), kept where a refusal leaves out its pp = 1 plans
+        zeros = tuple(z for z in can.zero if fsdp_has_zero(self.stack.fsdp, z, "fsdp_stage_under_pp" in can.refuses))
         narrowed = {"zero": tuple(z for z in self.zero if z in zeros),
                     "recompute": tuple(r for r in self.recompute if r in can.recompute),
                     "layouts": tuple(t for t in self.layouts if t in can.layouts),

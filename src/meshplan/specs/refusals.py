@@ -132,6 +132,18 @@ REFUSALS: dict[str, Refusal] = {r.name: r for r in (
     Refusal("ddp_with_model_parallel", "ZeRO-0 (DDP) with tp, pp or cp > 1", _TITAN, _PARALLELIZE, (146, 151),
             "DDP has not supported > 1D parallelism",
             lambda p, m, s: (p.zero == 0) & (p.dp > 1) & ((p.tp > 1) | (p.pp > 1) | (p.cp > 1))),
+    # FSDP2 under pipeline parallelism: the stage's units stay gathered and their gradients whole over the step's
+    # micro-batches (its "default" policy; 9dec370, the 2024-12 benchmarks' commit, had no other: parallelize_llama.py
+    # :326-329 "For PP, do not reshard after forward"), and torch's pipelining syncs them once (torch 2.13.0
+    # torch/distributed/pipelining/stage.py:844-848 backward_maybe_with_nosync: set_reshard_after_backward(False),
+    # set_requires_gradient_sync(False) every micro-batch; :1164-1191 perform_reduce_grad: one post_backward, the
+    # reduce-scatter and the reshard, after the last): meshplan's ZeRO-1 under the torch runtime
+    # (memory.chunk_gradient_share). Its "always" under PP regathers every forward yet leaves each unit gathered
+    # after every backward: neither ZeRO-3's memory nor its traffic, not priced (configs/torchtitan.py refuses it)
+    Refusal("fsdp_stage_under_pp", "ZeRO-2 or ZeRO-3 with pp > 1, or ZeRO-1 without (its FSDP2 keeps a pipeline "
+            "stage's weights gathered and gradients whole over the micro-batches, ZeRO-1, exactly when pp > 1)",
+            _TITAN, _PARALLELIZE, (325, 327), "reshard_after_forward = not pp_enabled",
+            lambda p, m, s: ((p.pp > 1) & (p.zero >= 2)) | ((p.pp == 1) & (p.zero == 1))),
     Refusal("experts_not_over_tp", "MoE experts sharded other than over tp (ep = 1) or over tp or nothing (ep > 1)",
             _TITAN, "torchtitan/models/llama4/infra/parallelize.py", (559, 563),
             "experts_mesh = tp_mesh",
