@@ -314,13 +314,22 @@ def _tally_misses(tally: Tally, reason: str, miss: tuple[int, int], used: np.nda
     (code, count), (status, sized, grid, layers) = miss, where
     if not count:
         return
-    flat = int(np.argmin(np.where(status == code, used, np.inf).reshape(-1)))
+    flat = _least_of(status.reshape(-1) == code, used.reshape(-1))
     least = float(used.reshape(-1)[flat])
     if least >= tally.scores.get(reason, math.inf):
         tally.add(reason, "", count, least)
         return
     plan = _decode(sized, grid, status.shape, flat, layers=layers)
     tally.add(reason, f"{plan.describe()}: {fmt_over(least, capacity)}", count, least)
+
+
+def _least_of(mask: np.ndarray, used: np.ndarray) -> int:
+    """np.argmin(np.where(mask, used, np.inf)) without the masked copy: the first least of ``used`` where ``mask``
+    (the first NaN if any: argmin's), read on those elements alone; where all of them are infinite, the first
+    element (masked or not) argmin would have found, as before."""
+    where = np.flatnonzero(mask)
+    least = int(where[np.argmin(used[where])])
+    return least if used[least] < np.inf or np.isnan(used[least]) else int(np.argmin(np.where(mask, used, np.inf)))
 
 
 def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:
