@@ -79,8 +79,8 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         return result
     columns = {k: v for k, v in sized.columns.items() if k != "layout"}
     base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-    rows = np.flatnonzero(base.tp > 1) if sp else np.arange(len(base))
-    if not len(rows):
+    rows = _every(np.flatnonzero(base.tp > 1), len(base)) if sp else slice(None)
+    if not isinstance(rows, slice) and not len(rows):
         return result
     pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
     sized = replace(sized, columns=columns).select(rows)  # without the layout column
@@ -132,11 +132,18 @@ def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
     return ranking_band(model, cluster, space.stack) if space.prefer_simple else 0.0
 
 
-def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
+def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray | slice, str]]:
     """(rows, schedule) of the plans that share a pipeline schedule."""
     even = (batch.last_stage_layers == 0) & (batch.first_stage_layers == 0)
     for schedule in space.schedules:  # the rows each runs: its record's refusals over the batch (pipeline/rules.py)
-        yield np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even)), schedule
+        runs = np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even))
+        yield _every(runs, len(batch)), schedule
+
+
+def _every(rows: np.ndarray, n: int) -> np.ndarray | slice:
+    """``rows`` (increasing, of ``n``), or where they are all n the slice of them all: what is selected with it is
+    the columns' views, not a gathered copy of each (the same numbers)."""
+    return slice(None) if len(rows) == n else rows
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
