@@ -8,6 +8,7 @@ grid), ep·etp the ranks that split the routed experts, H hidden size, V vocabul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -90,7 +91,8 @@ def layers_on_first(model: ModelSpec, plan: Plan) -> Num:
     middle ranks."""
     if plan.stage_layers and plan.pp > 1:
         return plan.stage_layers[0]
-    return where(_uneven_first(plan), plan.first_stage_layers, layers_on_stage(model, plan))
+    return _batch_kept(_FIRST_ANSWERS, model, plan, (), lambda: where(_uneven_first(plan), plan.first_stage_layers,
+                                                                       layers_on_stage(model, plan)))
 
 
 def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
@@ -98,7 +100,8 @@ def layers_on_last(model: ModelSpec, plan: Plan) -> Num:
     others (``layers_on_stage``)."""
     if plan.stage_layers and plan.pp > 1:
         return plan.stage_layers[-1]
-    return where(_uneven(plan), plan.last_stage_layers, layers_on_stage(model, plan))
+    return _batch_kept(_LAST_ANSWERS, model, plan, (), lambda: where(_uneven(plan), plan.last_stage_layers,
+                                                                      layers_on_stage(model, plan)))
 
 
 def layers_on_rank(model: ModelSpec, plan: Plan, rank: int) -> Num:
@@ -108,7 +111,26 @@ def layers_on_rank(model: ModelSpec, plan: Plan, rank: int) -> Num:
         return plan.stage_layers[rank]
     if rank == 0:
         return layers_on_first(model, plan)
-    return where(plan.pp - 1 == rank, layers_on_last(model, plan), layers_on_stage(model, plan))
+    return _batch_kept(_RANK_ANSWERS, model, plan, (rank,), lambda: where(
+        plan.pp - 1 == rank, layers_on_last(model, plan), layers_on_stage(model, plan)))
+
+
+# layers_on_first's, layers_on_last's and layers_on_rank's answers for a batch, kept as layers_on_stage's (by the
+# columns they read: the memory pass and the step of a chunk ask each again per setting and rank, DeepSeek-V3's
+# search 4,500 times, each a where() over the batch)
+_FIRST_ANSWERS: list[tuple[tuple[object, ...], Num]] = []
+_LAST_ANSWERS: list[tuple[tuple[object, ...], Num]] = []
+_RANK_ANSWERS: list[tuple[tuple[object, ...], Num]] = []
+
+
+def _batch_kept(answers: list[tuple[tuple[object, ...], Num]], model: ModelSpec, plan: Plan, extra: tuple[int, ...],
+                compute: Callable[[], Num]) -> Num:
+    """``compute()``, kept in ``answers`` for a batch by the identities of the columns the layer counts read and
+    ``extra``; a plan's computed each time (cheap: Python numbers)."""
+    if type(plan) is Plan:
+        return compute()
+    key = (model, plan.pp, plan.last_stage_layers, plan.first_stage_layers, plan.stage_layers, *extra)
+    return recent(answers, key, compute)
 
 
 def middle_or_first(plan: Plan, middle: Num, first: Num) -> Num:

@@ -96,20 +96,22 @@ class _Batch(_Base):
         # before[p, i, j]: axis j is placed inside axis i in placement p; stride_i = Π_j size_j^before[p, i, j]
         order = np.array([[list(p).index(a) for a in DENSE_AXES] for p in self.placements])
         before = order[:, None, :] < order[:, :, None]
-        pid = self.placement_id
         strides = np.ones((len(DENSE_AXES), len(self.dp)), dtype=np.int64)
+        if before.any():  # each element's (axis, inner axis) pairs gathered at once, then read a pair at a time
+            placed = np.ascontiguousarray(np.take(before.reshape(len(before), -1), self.placement_id, axis=0).T)
         for i in range(len(DENSE_AXES)):
             for j, inner in enumerate(DENSE_AXES):
                 if before[:, i, j].any():
-                    strides[i] *= np.where(before[pid, i, j], getattr(self, inner), 1)
+                    strides[i] *= np.where(placed[i * len(DENSE_AXES) + j], getattr(self, inner), 1)
         object.__setattr__(self, "strides", {a: strides[i] for i, a in enumerate(DENSE_AXES)})
 
     def stride(self, axis: str) -> np.ndarray:  # type: ignore[override]  # Plan's stride, a column
         """Per element: the product of the sizes of the axes placed inside ``axis``."""
         return self.strides[axis]
 
-    def select(self, index: np.ndarray, **settings: object) -> PlanBatch:
-        """The plans at ``index`` (a boolean mask or integer array), optionally with other categorical settings."""
+    def select(self, index: np.ndarray | slice, **settings: object) -> PlanBatch:
+        """The plans at ``index`` (a boolean mask, integer array or slice: the columns' views), optionally with other
+        categorical settings."""
         numeric = {n: getattr(self, n)[index] for n in (*NUMERIC, "placement_id")}
         shared = {n: getattr(self, n) for n in CATEGORICAL} | settings
         strides = {a: v[index] for a, v in self.strides.items()}

@@ -45,7 +45,7 @@ class Sized:
     start: np.ndarray
     count: np.ndarray
 
-    def select(self, rows: np.ndarray) -> Sized:
+    def select(self, rows: np.ndarray | slice) -> Sized:
         return Sized({k: v[rows] for k, v in self.columns.items()}, self.pids, self.start[rows], self.count[rows])
 
 

@@ -79,8 +79,8 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         return result
     columns = {k: v for k, v in sized.columns.items() if k != "layout"}
     base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-    rows = np.flatnonzero(base.tp > 1) if sp else np.arange(len(base))
-    if not len(rows):
+    rows = _every(np.flatnonzero(base.tp > 1), len(base)) if sp else slice(None)
+    if not isinstance(rows, slice) and not len(rows):
         return result
     pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
     sized = replace(sized, columns=columns).select(rows)  # without the layout column
@@ -132,11 +132,18 @@ def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
     return ranking_band(model, cluster, space.stack) if space.prefer_simple else 0.0
 
 
-def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray, str]]:
+def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray | slice, str]]:
     """(rows, schedule) of the plans that share a pipeline schedule."""
     even = (batch.last_stage_layers == 0) & (batch.first_stage_layers == 0)
     for schedule in space.schedules:  # the rows each runs: its record's refusals over the batch (pipeline/rules.py)
-        yield np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even)), schedule
+        runs = np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even))
+        yield _every(runs, len(batch)), schedule
+
+
+def _every(rows: np.ndarray, n: int) -> np.ndarray | slice:
+    """``rows`` (increasing, of ``n``), or where they are all n the slice of them all: what is selected with it is
+    the columns' views, not a gathered copy of each (the same numbers)."""
+    return slice(None) if len(rows) == n else rows
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
@@ -314,13 +321,22 @@ def _tally_misses(tally: Tally, reason: str, miss: tuple[int, int], used: np.nda
     (code, count), (status, sized, grid, layers) = miss, where
     if not count:
         return
-    flat = int(np.argmin(np.where(status == code, used, np.inf).reshape(-1)))
+    flat = _least_of(status.reshape(-1) == code, used.reshape(-1))
     least = float(used.reshape(-1)[flat])
     if least >= tally.scores.get(reason, math.inf):
         tally.add(reason, "", count, least)
         return
     plan = _decode(sized, grid, status.shape, flat, layers=layers)
     tally.add(reason, f"{plan.describe()}: {fmt_over(least, capacity)}", count, least)
+
+
+def _least_of(mask: np.ndarray, used: np.ndarray) -> int:
+    """np.argmin(np.where(mask, used, np.inf)) without the masked copy: the first least of ``used`` where ``mask``
+    (the first NaN if any: argmin's), read on those elements alone; where all of them are infinite, the first
+    element (masked or not) argmin would have found, as before."""
+    where = np.flatnonzero(mask)
+    least = int(where[np.argmin(used[where])])
+    return least if used[least] < np.inf or np.isnan(used[least]) else int(np.argmin(np.where(mask, used, np.inf)))
 
 
 def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:

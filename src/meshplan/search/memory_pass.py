@@ -91,16 +91,15 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
     counts = np.empty((len(pool), REFUSED_FIRST + len(rules)), dtype=np.min_scalar_type(math.prod(shape[1:])))
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
     for rows in _chunks(len(pool), chunk):
-        index = np.arange(rows.start, rows.stop)
-        sized = pool.select(index)
-        block_peak, block_host = grid_memory(model, sized, saved(index), space)
+        sized = pool.select(rows)  # a slice: the columns' views, nothing gathered
+        block_peak, block_host = grid_memory(model, sized, saved(np.arange(rows.start, rows.stop)), space)
         peak[rows], host[rows] = np.moveaxis(block_peak, -1, 0), np.moveaxis(block_host, -1, 0)
         block_code = np.zeros(block_peak.shape, dtype=np.uint8)
         for rule, hit in grid_refusals(model, sized, space):
             block_code[hit] = code[rule.name]
         refused = np.moveaxis(block_code, -1, 0)
         status[rows] = _status(peak[rows], host[rows], refused, limits)
-        peak[rows] = np.where(refused > 0, np.float32(np.nan), peak[rows])  # a refused plan has no memory to show
+        np.copyto(peak[rows], np.float32(np.nan), where=refused > 0)  # a refused plan has no memory to show
         counts[rows] = _counted(status[rows], counts.shape[1])
     return GroupMemory(peak, host, status, counts, rules, saved(np.arange(len(pool))), space, limits)
 

@@ -48,6 +48,8 @@ class MemoryGrid:
         acts: np.ndarray = self.activations.astype(dtype, copy=False)
         buffers: np.ndarray = self.buffers.astype(dtype, copy=False)[None, :, None, None]
         ends = Ends(*(e.astype(dtype, copy=False)[None, :, None, None] for e in self.ends))
+        if not self.ends.view(np.uint64).any():  # +0.0 everywhere (no FSDP2 ends): the same sums, on fewer elements
+            ends = Ends(dtype(0.0), dtype(0.0))
 
         def at(rank: int) -> np.ndarray:
             phases = Phases(*(acts[:, None, None, :, rank, i] for i in range(3)))
