@@ -87,7 +87,7 @@ def _compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack:
     element-wise arithmetic on fewer elements (DeepSeek-V3's search: 93 of its 99 compute ops, 476 of 15,823 shapes;
     the expert GEMMs, whose inputs also read ep and etp, on every row)."""
     first, inverse = distinct(np.stack([np.asarray(getattr(shaped, k), dtype=np.int64) for k in _OP_KEYS]))
-    seen: dict[int, np.ndarray | None] = {}  # per array (ops share some): at ``first``, None where it varies there
+    seen = _all_at_first([op for v in ops.values() for op in v], first, inverse)  # by array: at ``first`` or None
     few = {k: [_on_rows(op, first, inverse, seen) for op in v] for k, v in ops.items()}
     priced = {k: [op if op is not None else whole for op, whole in zip(v, ops[k], strict=True)] for k, v in few.items()}
     times = compute_times(model, cluster, shaped, stack, eff, priced)
@@ -124,6 +124,26 @@ def _at_first(value: np.ndarray, first: np.ndarray, inverse: np.ndarray) -> np.n
     few = value[first]
     bits = f"u{value.dtype.itemsize}"
     return few if bool((few[inverse].view(bits) == np.ascontiguousarray(value).view(bits)).all()) else None
+
+
+def _all_at_first(ops: list[OpCost], first: np.ndarray, inverse: np.ndarray, width: int = 64
+                  ) -> dict[int, np.ndarray | None]:
+    """``_at_first`` of every per-row array of the ops ``_on_rows`` reads (by id), those of 8-byte numbers checked
+    ``width`` at a time: their bits the columns of one matrix (rows × arrays), its rows at ``first`` taken back at
+    ``inverse`` a whole row at a time, not an element at a time per array (the same bits compared)."""
+    if len(first) == len(inverse):  # no row shares its values: _on_rows reads none
+        return {}
+    arrays = {id(v): v for op in ops if op.kind != "collective" for f in fields(op)
+              if isinstance(v := getattr(op, f.name), np.ndarray) and v.ndim}
+    wide = [v for v in arrays.values() if v.shape == inverse.shape and v.dtype.kind in "biuf" and v.dtype.itemsize == 8]
+    seen = {i: _at_first(v, first, inverse) for i, v in arrays.items() if v.dtype.itemsize != 8}
+    for start in range(0, len(wide), width):
+        some = wide[start:start + width]
+        bits = np.stack([v.view(np.uint64) for v in some], axis=1)
+        few = bits[first]
+        same = (few[inverse] == bits).all(axis=0)
+        seen |= {id(v): np.ascontiguousarray(few[:, j]).view(v.dtype) if same[j] else None for j, v in enumerate(some)}
+    return seen | {i: None for i in arrays.keys() - seen.keys()}  # not per row, or of no number kind
 
 
 def _spread(t: Num | None, inverse: np.ndarray) -> Num | None:
