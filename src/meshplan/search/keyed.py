@@ -91,7 +91,9 @@ def _compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack:
     few = {k: [_on_rows(op, first, inverse, seen) for op in v] for k, v in ops.items()}
     priced = {k: [op if op is not None else whole for op, whole in zip(v, ops[k], strict=True)] for k, v in few.items()}
     times = compute_times(model, cluster, shaped, stack, eff, priced)
-    return {k: [_spread(t, inverse) if op is not None else t for op, t in zip(few[k], v, strict=True)]
+    spread = _spread_all([t for k, v in times.items() for op, t in zip(few[k], v, strict=True) if op is not None],
+                         inverse)
+    return {k: [spread.get(id(t), t) if op is not None else t for op, t in zip(few[k], v, strict=True)]
             for k, v in times.items()}
 
 
@@ -146,9 +148,20 @@ def _all_at_first(ops: list[OpCost], first: np.ndarray, inverse: np.ndarray, wid
     return seen | {i: None for i in arrays.keys() - seen.keys()}  # not per row, or of no number kind
 
 
-def _spread(t: Num | None, inverse: np.ndarray) -> Num | None:
-    """A time of ``_on_rows``'s op spread back to every row (one number for all: as it is)."""
-    return t[inverse] if isinstance(t, np.ndarray) and t.ndim else t
+def _spread_all(times: list[Num | None], inverse: np.ndarray, width: int = 64) -> dict[int, np.ndarray]:
+    """The times of ``_on_rows``'s ops (by id) spread back to every row (one number for all: left out, as it is):
+    ``width`` at a time, the columns of one matrix whose rows are taken at ``inverse`` a whole row at a time, each
+    column then copied out (the same numbers as gathering each time at ``inverse``)."""
+    arrays = list({id(t): t for t in times if isinstance(t, np.ndarray) and t.ndim}.values())
+    out = {}
+    for start in range(0, len(arrays), width):
+        some = arrays[start:start + width]
+        if len({(t.shape, t.dtype) for t in some}) > 1:  # not one matrix: each on its own
+            out |= {id(t): t[inverse] for t in some}
+            continue
+        rows = np.stack(some, axis=1)[inverse]
+        out |= {id(t): np.ascontiguousarray(rows[:, j]) for j, t in enumerate(some)}
+    return out
 
 
 def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack,
