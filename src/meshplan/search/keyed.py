@@ -240,6 +240,7 @@ class KeyUnits:
                  eff: Efficiency, works: tuple[str, ...] = ()) -> None:
         self.model, self.cluster, self.stack, self.recomputes, self.eff = model, cluster, stack, recomputes, eff
         self.works = works  # the grid's kinds of per-micro-batch wrapper work (cost/wrapper_work.py): a twin each
+        self._held: tuple[tuple[Units, ...], list[tuple[list[int], np.ndarray]]] = ((), [])  # _stacked's
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
         self.n_shapes = len(shape_first)
         settings = tuple(getattr(pool, k) for k in CATEGORICAL if k not in _GRID_SETTINGS)
@@ -283,13 +284,61 @@ class KeyUnits:
                                       self.works)
             slot[new] = store.add(key[new], units, panels)
         rows = slot[inverse]
-        return ({rc: u.take(rows) for rc, u in store.units.items()},
+        return (_taken(self._stacked(), rows, store.units),
                 {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in store.panels.items()})
+
+    def _stacked(self) -> list[tuple[list[int], np.ndarray]]:
+        """The stored units' arrays (by id), 64 at a time the columns of one matrix (keys × arrays), made again
+        when keys were added (their units are new objects: the ones stacked are held with the matrices)."""
+        units, (held, stacked) = tuple(self._store.units.values()), self._held
+        if len(held) != len(units) or any(a is not b for a, b in zip(held, units, strict=True)):
+            arrays = [v for v in {i: v for u in units for i, v in _arrays(u).items()}.values()
+                      if v.shape == (self._store.priced,) and v.dtype == np.float64]  # the others taken on their own
+            stacked = [([id(v) for v in some], np.stack(some, axis=1)) for some in
+                       (arrays[i:i + 64] for i in range(0, len(arrays), 64))]
+            self._held = (units, stacked)
+        return stacked
 
     @property
     def priced(self) -> int:
         """Keys whose units are stored (those of every search that shares this one's store: key_store.store_for)."""
         return self._store.priced
+
+
+def _arrays(units: Units) -> dict[int, np.ndarray]:
+    """The array fields (with a shape) of ``units``, their passes' and their wrapped twins', by id."""
+    out: dict[int, np.ndarray] = {}
+    for f in Units.__slots__:
+        v = getattr(units, f)
+        values = [getattr(v, g) for g in PassTimes.__slots__] if isinstance(v, PassTimes) else [v]
+        out |= {id(x): x for x in values if isinstance(x, np.ndarray) and x.shape}
+        out |= {i: x for u in (v.values() if isinstance(v, dict) else ()) for i, x in _arrays(u).items()}
+    return out
+
+
+def _taken(stacked: list[tuple[list[int], np.ndarray]], rows: np.ndarray, units: dict[str, Units]
+           ) -> dict[str, Units]:
+    """``u.take(rows)`` of each of ``units``, their arrays read from ``stacked`` (KeyUnits._stacked): each matrix's
+    rows taken whole, then each column copied out; where the arrays differ in shape or type, each taken on its own."""
+    new: dict[int, np.ndarray] = {}
+    for ids, matrix in stacked:
+        part = matrix[rows]
+        new |= {i: np.ascontiguousarray(part[:, j]) for j, i in enumerate(ids)}
+
+    def pick(v: Any) -> Any:  # a Num field
+        if isinstance(v, np.ndarray) and v.shape:
+            return new[id(v)] if id(v) in new else v[rows]
+        return v
+
+    def each(v: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
+        if isinstance(v, PassTimes):
+            return PassTimes(*[pick(getattr(v, f)) for f in PassTimes.__slots__])
+        return {w: mapped(u) for w, u in v.items()} if isinstance(v, dict) else pick(v)
+
+    def mapped(u: Units) -> Units:
+        return Units(*[each(getattr(u, f)) for f in Units.__slots__])
+
+    return {rc: mapped(u) for rc, u in units.items()}
 
 
 def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -> np.ndarray:
