@@ -153,7 +153,7 @@ def _spread_all(times: list[Num | None], inverse: np.ndarray, width: int = 64) -
     ``width`` at a time, the columns of one matrix whose rows are taken at ``inverse`` a whole row at a time, each
     column then copied out (the same numbers as gathering each time at ``inverse``)."""
     arrays = list({id(t): t for t in times if isinstance(t, np.ndarray) and t.ndim}.values())
-    out = {}
+    out: dict[int, np.ndarray] = {}
     for start in range(0, len(arrays), width):
         some = arrays[start:start + width]
         if len({(t.shape, t.dtype) for t in some}) > 1:  # not one matrix: each on its own
