@@ -65,30 +65,37 @@ def size_rows(combos: list[Combo], cluster: Cluster, space: Space, tally: Tally)
     experts, n_exp = _ragged([[e * 1_000_000 + t for e, t in c.experts] for c in combos])  # (ep, etp) packed
     (pids, pid_start), n_pid = _ragged(placements)
     per_combo = n_micro * n_vpp * n_exp
-    combo = np.repeat(np.arange(len(combos)), per_combo)
-    local = np.arange(len(combo)) - np.repeat(np.cumsum(per_combo) - per_combo, per_combo)
-    local, i_exp = np.divmod(local, n_exp[combo])
-    i_micro, i_vpp = np.divmod(local, n_vpp[combo])
-    mbs = micro[0][micro[1][combo] + i_micro]
-    vpp, last = np.divmod(stages[0][stages[1][combo] + i_vpp], 1_000_000)
-    pair = experts[0][experts[1][combo] + i_exp]
+
+    def each(values: np.ndarray, times: np.ndarray = per_combo) -> np.ndarray:  # a combination's value per row
+        return np.repeat(values, times)  # = values[combo]: the same numbers, copied rather than gathered
+
+    local = np.arange(int(per_combo.sum())) - each(np.cumsum(per_combo) - per_combo)
+    local, i_exp = np.divmod(local, each(n_exp))
+    i_micro, i_vpp = np.divmod(local, each(n_vpp))
+    mbs = micro[0][each(micro[1]) + i_micro]
+    vpp, last = np.divmod(stages[0][each(stages[1]) + i_vpp], 1_000_000)
+    pair = experts[0][each(experts[1]) + i_exp]
     field = {name: np.array([getattr(c, name) for c in combos], dtype=np.int64)
              for name in ("dp", "tp", "pp", "cp", "tp2", "panel", "mult")}
     layout = np.array([LAYOUTS.index(c.layout) for c in combos], dtype=np.int64)
-    bad = (vpp > 1) & ((space.global_batch // (field["dp"][combo] * mbs)) % field["pp"][combo] != 0)
-    bad_per_combo = np.bincount(combo[bad], minlength=len(combos)) * n_pid
-    if bad_per_combo.any():
-        first = combos[int(np.flatnonzero(bad_per_combo)[0])]
-        tally.add("interleaved: pp does not divide the micro-batches", f"pp={first.pp}, dp={first.dp}",
-                  int((bad_per_combo * field["mult"]).sum()))
-    keep = ~bad
-    combo = combo[keep]
-    columns = {name: field[name][combo] for name in ("dp", "tp", "pp", "cp", "tp2")}
-    ep, etp = np.divmod(pair[keep], 1_000_000)
-    columns |= {"ep": ep, "etp": etp, "vpp": vpp[keep], "last_stage_layers": last[keep], "micro_batch": mbs[keep],
-                "global_batch": np.full(len(combo), space.global_batch, dtype=np.int64),
-                "summa_panels": field["panel"][combo], "placement_id": pids[pid_start[combo]], "layout": layout[combo]}
-    return Sized(columns, pids, pid_start[combo], n_pid[combo])
+    bad = (vpp > 1) & ((space.global_batch // (each(field["dp"]) * mbs)) % each(field["pp"]) != 0)
+    kept = per_combo
+    if bad.any():
+        bad_rows = np.bincount(each(np.arange(len(combos)))[bad], minlength=len(combos))
+        bad_per_combo = bad_rows * n_pid
+        if bad_per_combo.any():
+            first = combos[int(np.flatnonzero(bad_per_combo)[0])]
+            tally.add("interleaved: pp does not divide the micro-batches", f"pp={first.pp}, dp={first.dp}",
+                      int((bad_per_combo * field["mult"]).sum()))
+        keep = ~bad
+        kept, vpp, last, mbs, pair = per_combo - bad_rows, vpp[keep], last[keep], mbs[keep], pair[keep]
+    columns = {name: each(field[name], kept) for name in ("dp", "tp", "pp", "cp", "tp2")}
+    ep, etp = np.divmod(pair, 1_000_000)
+    columns |= {"ep": ep, "etp": etp, "vpp": vpp, "last_stage_layers": last, "micro_batch": mbs,
+                "global_batch": np.full(len(mbs), space.global_batch, dtype=np.int64),
+                "summa_panels": each(field["panel"], kept), "placement_id": each(pids[pid_start], kept),
+                "layout": each(layout, kept)}
+    return Sized(columns, pids, each(pid_start, kept), each(n_pid, kept))
 
 
 def expand(sized: Sized, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -96,7 +103,11 @@ def expand(sized: Sized, rows: np.ndarray) -> dict[str, np.ndarray]:
     count = sized.count[rows]
     row = np.repeat(rows, count)
     offset = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
-    return {k: v[row] for k, v in sized.columns.items()} | {"placement_id": sized.pids[sized.start[row] + offset]}
+    if len(row) == len(rows) and (count == 1).all():  # one plan per row: row is rows
+        columns = {k: v[rows] for k, v in sized.columns.items()}
+    else:  # each row's values gathered once, then repeated: the same numbers as gathering them at ``row``
+        columns = {k: np.repeat(v[rows], count) for k, v in sized.columns.items()}
+    return columns | {"placement_id": sized.pids[sized.start[row] + offset]}
 
 
 def _ragged(lists: list[list[int]]) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:

@@ -179,17 +179,17 @@ def _fit(model: ModelSpec, space: Space, sized: _Rows, memory: GroupMemory, plan
     group's ``memory``), each standing for ``plans`` plans: counted as evaluated and feasible, those that do not fit
     tallied with their reason, those the framework refuses under the refusal (by their status, memory_pass.py).
     Returns (fits, peak), shaped as ``grid_memory``'s, the peak NaN where the framework refuses the plan."""
-    status, peak = memory.at(sized.rows)
-    counts, flat = memory.plans_of(sized.rows, plans), status.reshape(-1)
+    status, peak = memory.at(sized.rows)  # views of the combinations-first rows (memory_pass._settings_first)
+    counts = memory.plans_of(sized.rows, plans)
     for i, rule in enumerate(memory.rules):  # each refusal with the first plan it refuses (the tally keeps the first)
         reason = rule.reason(space.stack.name)
         if counts[REFUSED_FIRST + i] and reason not in result.tally.examples:
-            plan = _decode(sized, space.grid, status.shape, int(np.argmax(flat == REFUSED_FIRST + i)),
+            plan = _decode(sized, space.grid, status.shape, int(np.argmax((status == REFUSED_FIRST + i).ravel())),
                            layers=model.num_layers)
             result.tally.add(reason, f"{plan.describe()} ({rule.source})", counts[REFUSED_FIRST + i])
         else:
             result.tally.add(reason, "", counts[REFUSED_FIRST + i])
-    result.evaluated += int(plans.sum()) * (len(flat) // len(sized))
+    result.evaluated += int(plans.sum()) * (status.size // len(sized))
     result.feasible += counts[FITS]
     capacity, usable, host_capacity = memory.limits
     where = (status, sized, space.grid, model.num_layers)
@@ -321,8 +321,8 @@ def _tally_misses(tally: Tally, reason: str, miss: tuple[int, int], used: np.nda
     (code, count), (status, sized, grid, layers) = miss, where
     if not count:
         return
-    flat = _least_of(status.reshape(-1) == code, used.reshape(-1))
-    least = float(used.reshape(-1)[flat])
+    flat = _least_of(status == code, used)
+    least = float(used.flat[flat])
     if least >= tally.scores.get(reason, math.inf):
         tally.add(reason, "", count, least)
         return
@@ -331,12 +331,20 @@ def _tally_misses(tally: Tally, reason: str, miss: tuple[int, int], used: np.nda
 
 
 def _least_of(mask: np.ndarray, used: np.ndarray) -> int:
-    """np.argmin(np.where(mask, used, np.inf)) without the masked copy: the first least of ``used`` where ``mask``
-    (the first NaN if any: argmin's), read on those elements alone; where all of them are infinite, the first
-    element (masked or not) argmin would have found, as before."""
-    where = np.flatnonzero(mask)
-    least = int(where[np.argmin(used[where])])
-    return least if used[least] < np.inf or np.isnan(used[least]) else int(np.argmin(np.where(mask, used, np.inf)))
+    """np.argmin(np.where(mask, used, np.inf)) without the masked copy: the flat index (C order) of the first least
+    of ``used`` where ``mask`` (the first NaN if any: argmin's), read on those elements alone; where all of them are
+    infinite, the first element (masked or not) argmin would have found, as before. Both are settings ×
+    combinations, read in the order of ``GroupMemory.at``'s views (combinations first: no transposing copy), the
+    ties among the least then ordered as the C order would."""
+    cells, count = np.moveaxis(used, -1, 0).reshape(-1), used.shape[-1]
+    where = np.flatnonzero(np.moveaxis(mask, -1, 0).reshape(-1))
+    values = cells[where]
+    least = values[np.argmin(values)]
+    if not (least < np.inf or np.isnan(least)):
+        return int(np.argmin(np.where(mask, used, np.inf)))
+    combination, setting = np.divmod(where[np.isnan(values) if np.isnan(least) else values == least],
+                                     cells.size // max(count, 1))
+    return int((setting * count + combination).min())
 
 
 def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:

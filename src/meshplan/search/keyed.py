@@ -87,11 +87,13 @@ def _compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack:
     element-wise arithmetic on fewer elements (DeepSeek-V3's search: 93 of its 99 compute ops, 476 of 15,823 shapes;
     the expert GEMMs, whose inputs also read ep and etp, on every row)."""
     first, inverse = distinct(np.stack([np.asarray(getattr(shaped, k), dtype=np.int64) for k in _OP_KEYS]))
-    seen: dict[int, np.ndarray | None] = {}  # per array (ops share some): at ``first``, None where it varies there
+    seen = _all_at_first([op for v in ops.values() for op in v], first, inverse)  # by array: at ``first`` or None
     few = {k: [_on_rows(op, first, inverse, seen) for op in v] for k, v in ops.items()}
     priced = {k: [op if op is not None else whole for op, whole in zip(v, ops[k], strict=True)] for k, v in few.items()}
     times = compute_times(model, cluster, shaped, stack, eff, priced)
-    return {k: [_spread(t, inverse) if op is not None else t for op, t in zip(few[k], v, strict=True)]
+    spread = _spread_all([t for k, v in times.items() for op, t in zip(few[k], v, strict=True) if op is not None],
+                         inverse)
+    return {k: [spread.get(id(t), t) if op is not None else t for op, t in zip(few[k], v, strict=True)]
             for k, v in times.items()}
 
 
@@ -126,9 +128,40 @@ def _at_first(value: np.ndarray, first: np.ndarray, inverse: np.ndarray) -> np.n
     return few if bool((few[inverse].view(bits) == np.ascontiguousarray(value).view(bits)).all()) else None
 
 
-def _spread(t: Num | None, inverse: np.ndarray) -> Num | None:
-    """A time of ``_on_rows``'s op spread back to every row (one number for all: as it is)."""
-    return t[inverse] if isinstance(t, np.ndarray) and t.ndim else t
+def _all_at_first(ops: list[OpCost], first: np.ndarray, inverse: np.ndarray, width: int = 64
+                  ) -> dict[int, np.ndarray | None]:
+    """``_at_first`` of every per-row array of the ops ``_on_rows`` reads (by id), those of 8-byte numbers checked
+    ``width`` at a time: their bits the columns of one matrix (rows × arrays), its rows at ``first`` taken back at
+    ``inverse`` a whole row at a time, not an element at a time per array (the same bits compared)."""
+    if len(first) == len(inverse):  # no row shares its values: _on_rows reads none
+        return {}
+    arrays = {id(v): v for op in ops if op.kind != "collective" for f in fields(op)
+              if isinstance(v := getattr(op, f.name), np.ndarray) and v.ndim}
+    wide = [v for v in arrays.values() if v.shape == inverse.shape and v.dtype.kind in "biuf" and v.dtype.itemsize == 8]
+    seen = {i: _at_first(v, first, inverse) for i, v in arrays.items() if v.dtype.itemsize != 8}
+    for start in range(0, len(wide), width):
+        some = wide[start:start + width]
+        bits = np.stack([v.view(np.uint64) for v in some], axis=1)
+        few = bits[first]
+        same = (few[inverse] == bits).all(axis=0)
+        seen |= {id(v): np.ascontiguousarray(few[:, j]).view(v.dtype) if same[j] else None for j, v in enumerate(some)}
+    return seen | {i: None for i in arrays.keys() - seen.keys()}  # not per row, or of no number kind
+
+
+def _spread_all(times: list[Num | None], inverse: np.ndarray, width: int = 64) -> dict[int, np.ndarray]:
+    """The times of ``_on_rows``'s ops (by id) spread back to every row (one number for all: left out, as it is):
+    ``width`` at a time, the columns of one matrix whose rows are taken at ``inverse`` a whole row at a time, each
+    column then copied out (the same numbers as gathering each time at ``inverse``)."""
+    arrays = list({id(t): t for t in times if isinstance(t, np.ndarray) and t.ndim}.values())
+    out: dict[int, np.ndarray] = {}
+    for start in range(0, len(arrays), width):
+        some = arrays[start:start + width]
+        if len({(t.shape, t.dtype) for t in some}) > 1:  # not one matrix: each on its own
+            out |= {id(t): t[inverse] for t in some}
+            continue
+        rows = np.stack(some, axis=1)[inverse]
+        out |= {id(t): np.ascontiguousarray(rows[:, j]) for j, t in enumerate(some)}
+    return out
 
 
 def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack,
@@ -207,6 +240,7 @@ class KeyUnits:
                  eff: Efficiency, works: tuple[str, ...] = ()) -> None:
         self.model, self.cluster, self.stack, self.recomputes, self.eff = model, cluster, stack, recomputes, eff
         self.works = works  # the grid's kinds of per-micro-batch wrapper work (cost/wrapper_work.py): a twin each
+        self._held: tuple[tuple[Units, ...], list[tuple[list[int], np.ndarray]]] = ((), [])  # _stacked's
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
         self.n_shapes = len(shape_first)
         settings = tuple(getattr(pool, k) for k in CATEGORICAL if k not in _GRID_SETTINGS)
@@ -250,13 +284,61 @@ class KeyUnits:
                                       self.works)
             slot[new] = store.add(key[new], units, panels)
         rows = slot[inverse]
-        return ({rc: u.take(rows) for rc, u in store.units.items()},
+        return (_taken(self._stacked(), rows, store.units),
                 {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in store.panels.items()})
+
+    def _stacked(self) -> list[tuple[list[int], np.ndarray]]:
+        """The stored units' arrays (by id), 64 at a time the columns of one matrix (keys × arrays), made again
+        when keys were added (their units are new objects: the ones stacked are held with the matrices)."""
+        units, (held, stacked) = tuple(self._store.units.values()), self._held
+        if len(held) != len(units) or any(a is not b for a, b in zip(held, units, strict=True)):
+            arrays = [v for v in {i: v for u in units for i, v in _arrays(u).items()}.values()
+                      if v.shape == (self._store.priced,) and v.dtype == np.float64]  # the others taken on their own
+            stacked = [([id(v) for v in some], np.stack(some, axis=1)) for some in
+                       (arrays[i:i + 64] for i in range(0, len(arrays), 64))]
+            self._held = (units, stacked)
+        return stacked
 
     @property
     def priced(self) -> int:
         """Keys whose units are stored (those of every search that shares this one's store: key_store.store_for)."""
         return self._store.priced
+
+
+def _arrays(units: Units) -> dict[int, np.ndarray]:
+    """The array fields (with a shape) of ``units``, their passes' and their wrapped twins', by id."""
+    out: dict[int, np.ndarray] = {}
+    for f in Units.__slots__:
+        v = getattr(units, f)
+        values = [getattr(v, g) for g in PassTimes.__slots__] if isinstance(v, PassTimes) else [v]
+        out |= {id(x): x for x in values if isinstance(x, np.ndarray) and x.shape}
+        out |= {i: x for u in (v.values() if isinstance(v, dict) else ()) for i, x in _arrays(u).items()}
+    return out
+
+
+def _taken(stacked: list[tuple[list[int], np.ndarray]], rows: np.ndarray, units: dict[str, Units]
+           ) -> dict[str, Units]:
+    """``u.take(rows)`` of each of ``units``, their arrays read from ``stacked`` (KeyUnits._stacked): each matrix's
+    rows taken whole, then each column copied out; where the arrays differ in shape or type, each taken on its own."""
+    new: dict[int, np.ndarray] = {}
+    for ids, matrix in stacked:
+        part = matrix[rows]
+        new |= {i: np.ascontiguousarray(part[:, j]) for j, i in enumerate(ids)}
+
+    def pick(v: Any) -> Any:  # a Num field
+        if isinstance(v, np.ndarray) and v.shape:
+            return new[id(v)] if id(v) in new else v[rows]
+        return v
+
+    def each(v: Any) -> Any:  # a field: PassTimes, Num, or the wrapped twins (work -> Units, or None)
+        if isinstance(v, PassTimes):
+            return PassTimes(*[pick(getattr(v, f)) for f in PassTimes.__slots__])
+        return {w: mapped(u) for w, u in v.items()} if isinstance(v, dict) else pick(v)
+
+    def mapped(u: Units) -> Units:
+        return Units(*[each(getattr(u, f)) for f in Units.__slots__])
+
+    return {rc: mapped(u) for rc, u in units.items()}
 
 
 def _panel_options(model: ModelSpec, layout: str, cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -127,9 +127,9 @@ def _counted(status: np.ndarray, statuses: int) -> np.ndarray:
 
 
 def _settings_first(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The combinations ``rows`` of ``a`` (combinations × settings), settings × combinations and C-ordered (the
-    readers reshape it): whole rows gathered, then one transposing copy."""
-    return np.ascontiguousarray(np.moveaxis(np.take(a, rows, axis=0), 0, -1))
+    """The combinations ``rows`` of ``a`` (combinations × settings), settings × combinations: whole rows gathered,
+    the axes moved (a view: no transposing copy; the readers index it, or flatten it in its own memory order)."""
+    return np.moveaxis(np.take(a, rows, axis=0), 0, -1)
 
 
 def _chunks(n: int, size: int) -> Iterator[slice]:
