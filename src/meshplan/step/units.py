@@ -116,10 +116,12 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
 _PER_RANK: dict[str, object] = {
     "stage_layers": (), "first_stage_layers": 0, "last_stage_layers": 0, "stage_recompute": (), "stage_offload": (),
     "recompute": "none", "recompute_layers": 0, "offload_activations": False, "offload_layers": 0}
-# and what no op record nor time reads beside them: the optimizer's offload (only which wrapper work a setting runs
-# reads it, cost/wrappers.deepspeed_wrapper, and the works are named apart): the --mtbf search's 50 kept plans come in
-# pairs differing in it alone (38 timings -> 26, llama3-70b on 1,024 H100)
-_UNREAD: dict[str, object] = _PER_RANK | {"offload_optimizer": False}
+# and what no op record nor time reads beside them: the optimizer's offload and the ZeRO stage (only which wrapper work
+# a setting runs reads them, cost/wrapper_work.work_of, and the works are named apart; the search composes one set of
+# units under every ZeRO stage and offload of its grid, step/assemble.compose): the --mtbf search's 50 kept plans come
+# in pairs differing in the offload alone (38 timings -> 26, llama3-70b on 1,024 H100), and the plans of a space
+# with several ZeRO stages in sets differing in the stage alone (issue 83)
+_UNREAD: dict[str, object] = _PER_RANK | {"offload_optimizer": False, "zero": 1}
 
 
 @dataclass(frozen=True, slots=True)
