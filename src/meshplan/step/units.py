@@ -27,7 +27,7 @@ from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import DENSE_AXES, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.host import on_host
@@ -73,10 +73,11 @@ def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
 
 
 def _dp_free(plan: Plan) -> Plan:
-    """``plan`` with dp = 1: the op records of one layer, the ends and a send (cost/) read the data-parallel degree
-    nowhere (nor the GPUs, the micro-batches or the placement it sets: where a group sits is ``time_ops``' question,
-    answered from the plan itself), so plans differing only in dp share them (tests/test_parts_kept.py)."""
-    return plan if plan.dp == 1 else plan.with_(dp=1)
+    """``plan`` with dp = 1 and the default placement: the op records of one layer, the ends and a send (cost/) read
+    the data-parallel degree nowhere (nor the GPUs, the micro-batches or the placement: where a group sits is
+    ``time_ops``' question, answered from the plan itself), so plans differing only in them share them
+    (tests/test_parts_kept.py; a space's candidates come in every placement: issue 83)."""
+    return plan if plan.dp == 1 and plan.placement == DENSE_AXES else plan.with_(dp=1, placement=DENSE_AXES)
 
 
 @lru_cache(maxsize=1024)
@@ -127,10 +128,11 @@ _UNREAD: dict[str, object] = _PER_RANK | {"offload_optimizer": False, "zero": 1}
 @dataclass(frozen=True, slots=True)
 class _Read:
     """A plan on a cluster, equal to another wherever what its ops and their times read is (``key``): the plan without
-    its dp (``_dp_free``), the cluster without its GPU count and its outermost tier's size (``_cluster_read``), and
+    its dp and its placement (``_dp_free``), the cluster without its GPU count and its outermost tier's size (``_cluster_read``), and
     how the group of each collective of its ops splits over the cluster's tiers (comm.split_group: the one place
     ``time_ops`` reads the placement, dp's included). Plans of the GPU counts of a strong-scaling sweep that differ
-    only in dp are timed once (``_kept_parts``)."""
+    only in dp, and a space's candidates that differ only in placements that split their groups alike, are timed
+    once (``_kept_parts``)."""
 
     key: tuple[object, ...]
     cluster: Cluster = field(compare=False)
@@ -139,8 +141,8 @@ class _Read:
 
 def _read(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, works: tuple[str, ...]) -> _Read:
     """``plan`` on ``cluster`` as ``_kept_parts`` keeps it: without its ranks' settings and its optimizer's offload
-    (``_UNREAD``) and its dp."""
-    base = plan.with_(**_UNREAD, dp=1)
+    (``_UNREAD``), its dp and its placement (which its groups' splits carry)."""
+    base = plan.with_(**_UNREAD, dp=1, placement=DENSE_AXES)  # the placement read through the splits alone
     splits = tuple((axis, group, tuple(split_group(cluster, group, axis_layout(plan, axis))))
                    for axis, group in _groups(model, base, stack, works, cluster.python_host))
     return _Read((_cluster_read(cluster), base, splits), cluster, plan)
