@@ -130,8 +130,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                 copies = _copies(model, cluster, with_settings(ranked, offload_activations=oa), u, shape, dtype, n)
                 channels: dict[int, tuple[Num, Num]] = {}
                 for stages, fetch in _fetches(cluster, plan, params, zeros, stack, shape, dtype):
-                    channels |= step_channels(passes, per_update, traffic, stages, replace(copies, fetch=fetch),
-                                              slowdown, stack.overlap_dp, forward)
+                    fetched = replace(copies, fetch=fetch) if plan.offload_weights else copies  # else 0.0 both
+                    channels |= step_channels(passes, per_update, traffic, stages, fetched, slowdown, stack.overlap_dp,
+                                              forward)
                 side: dict[int, tuple[Num, Num, Num]] = {}  # per ZeRO stage partitioned: what its settings share
                 for z, zero, o, oo in settings:
                     if (key := parted[zero, oo]) not in side:
