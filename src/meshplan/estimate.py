@@ -273,7 +273,7 @@ def estimate(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack = FRAM
     tokens = plan.global_batch * model.seq_length
     model_flops = plan_flops_per_token(model, plan) * tokens
     redone = stage_recompute_flops(model, plan, stack) if plan.stage_recompute else recompute_flops_per_token(
-        model, plan, stack)
+        model, plan, stack, parts.ops)
     hardware_flops = model_flops + redone * tokens
     capacity = cluster.accelerator.hbm_bytes
     reasons: tuple[str, ...] = ()

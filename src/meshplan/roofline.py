@@ -46,7 +46,7 @@ from meshplan.specs.alignment import ALIGNED_BYTES, unaligned_factor
 from meshplan.specs.architectures import async_mma
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator
-from meshplan.xp import Num, maximum, minimum, where
+from meshplan.xp import Kept, Num, maximum, minimum, where
 
 # bytes per element of a GEMM's operands at each precision (fp32 GEMMs run as TF32 on the tensor cores, 4-byte
 # operands; NVFP4 packs two elements a byte): a leading dimension of ``OpCost.align`` elements is align × this bytes
@@ -231,3 +231,21 @@ def optimistic_time(ops: list[OpCost], acc: Accelerator, network_bandwidth: floa
     compute = flops / (utilization * acc.flops(precision))
     memory = (hbm + net) / (utilization * acc.hbm_bandwidth)
     return maximum(maximum(compute, memory), net / network_bandwidth)
+
+
+def kept_op_times(ops: dict[str, tuple[OpCost, ...]], acc: Accelerator, precision: str, eff: Efficiency
+                  ) -> dict[str, list[Num | None]]:
+    """``op_time`` of each op of kept op records (step/units._plan_ops; None for a collective), kept by the records'
+    identity, the accelerator's, the precision and the efficiency's (``_KEPT``): nothing else reaches ``op_time``, so
+    the placements of one shape (a space's candidates come in every one, and their collectives split apart) time
+    their kernels once (issue 83)."""
+    return _KEPT.answer((id(ops), id(acc), precision, id(eff)), (ops, acc, eff), _op_times, ops, acc, precision, eff)
+
+
+def _op_times(ops: dict[str, tuple[OpCost, ...]], acc: Accelerator, precision: str, eff: Efficiency
+              ) -> dict[str, list[Num | None]]:
+    return {k: [None if op.kind == "collective" else op_time(op, acc, precision, eff) for op in group]
+            for k, group in ops.items()}
+
+
+_KEPT: Kept[dict[str, list[Num | None]]] = Kept(256)

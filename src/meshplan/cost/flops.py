@@ -10,6 +10,7 @@ Symbols: N matmul parameters, s sequence length, A heads, d_qk / d_v head dims, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import cast
 
@@ -18,7 +19,7 @@ from meshplan.cost.dsa import indexer_flops_per_token
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import layers_on_first
 from meshplan.cost.recompute import rerun_by
-from meshplan.cost.records import token_rows
+from meshplan.cost.records import OpCost, token_rows
 from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import head_vocab, ple_projection_params
@@ -129,10 +130,12 @@ def plan_flops_per_token(model: ModelSpec, plan: Plan) -> float:
     return model_flops_per_token(model)
 
 
-def recompute_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack = DEFAULT_STACK) -> float:
+def recompute_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack = DEFAULT_STACK,
+                              ops: Mapping[str, list[OpCost]] | None = None) -> float:
     """Extra forward FLOPs per token that recomputation executes (counted like model FLOPs): under full recompute
     the layers' forward (a share of them with ``recompute_layers``) and every MTP depth's but its head; under
-    selective recompute the modules' (``module_flops_per_token``, the attention core by its closed form)."""
+    selective recompute the modules' (``module_flops_per_token``, the attention core by its closed form; ``ops``:
+    the plan's op records where the caller holds them, step/units.Parts.ops, else built)."""
     head = 2.0 * head_vocab(model) * model.hidden_size
     mtp = mtp_flops_per_token(model) / 3
     if plan.recompute == "full":
@@ -146,11 +149,12 @@ def recompute_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack = DEFAU
             mtp = model.mtp_layers * _mtp_attention_blocks(model) * attention_layer_flops(model)
             attention = attention_blocks_flops(model) + mtp
         others = tuple(m for m in modules if m != "core_attn")
-        return attention + (module_flops_per_token(model, plan, stack, others) if others else 0.0)
+        return attention + (module_flops_per_token(model, plan, stack, others, ops) if others else 0.0)
     return 0.0
 
 
-def module_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack, modules: tuple[str, ...]) -> float:
+def module_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack, modules: tuple[str, ...],
+                           ops: Mapping[str, list[OpCost]] | None = None) -> float:
     """Forward FLOPs per token of the ops the selective recompute of ``modules`` runs again, over all layers: a
     layer's op on one GPU does the work of T/t of the tokens (T = b·s/c on the GPU; column- and row-parallel
     GEMMs split the work t ways, a rank's experts take the k·T/t rows it routes), so per token it is
@@ -158,8 +162,9 @@ def module_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack, modules: 
     tokens = token_rows(model, plan)[0]
     counts = model.block_counts
     total: Num = 0.0
-    for kind, ops in layer_kinds(model, plan, stack).items():
-        again = rerun_by(ops, modules)
+    kinds = layer_kinds(model, plan, stack) if ops is None else {kind: ops[kind] for kind in counts}
+    for kind, layer in kinds.items():
+        again = rerun_by(layer, modules)
         layers = counts[kind] + model.mtp_layers * model.mtp_kinds.count(kind)
-        total += layers * sum(op.flops for op, redo in zip(ops, again, strict=True) if redo)
+        total += layers * sum(op.flops for op, redo in zip(layer, again, strict=True) if redo)
     return float(total * plan.tp / tokens)

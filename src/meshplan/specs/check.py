@@ -317,11 +317,15 @@ def settings_problems(model: ModelSpec, cluster: Cluster | None, settings: dict[
 def _check_choices(plan: Plan) -> list[str]:
     """Every text field with a fixed set of values (its ``choices`` metadata) holds one of them."""
     reasons = []
-    for fld in fields(Plan):
-        allowed, value = fld.metadata.get("choices"), getattr(plan, fld.name)
-        if allowed and isinstance(value, str) and value not in allowed:
-            reasons.append(f"{fld.name}={value!r} must be one of {', '.join(allowed)}")
+    for name, allowed in _CHOICES:
+        value = getattr(plan, name)
+        if isinstance(value, str) and value not in allowed:
+            reasons.append(f"{name}={value!r} must be one of {', '.join(allowed)}")
     return reasons
+
+
+# each text field of a Plan with a fixed set of values, and those values (read once: every estimate checks them)
+_CHOICES = tuple((f.name, f.metadata["choices"]) for f in fields(Plan) if f.metadata.get("choices"))
 
 
 def _check_counts(model: ModelSpec, plan: Plan) -> list[str]:

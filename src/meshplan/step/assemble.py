@@ -56,7 +56,7 @@ from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
 from meshplan.step.stages import cadence, ep_overlapped, real, stage_bubble, stage_times, two_chunk_times
 from meshplan.step.units import Parts, Units, unit_costs
-from meshplan.xp import Num
+from meshplan.xp import Kept, Num
 
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
 
@@ -130,8 +130,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                 copies = _copies(model, cluster, with_settings(ranked, offload_activations=oa), u, shape, dtype, n)
                 channels: dict[int, tuple[Num, Num]] = {}
                 for stages, fetch in _fetches(cluster, plan, params, zeros, stack, shape, dtype):
-                    channels |= step_channels(passes, per_update, traffic, stages, replace(copies, fetch=fetch),
-                                              slowdown, stack.overlap_dp, forward)
+                    fetched = replace(copies, fetch=fetch) if plan.offload_weights else copies  # else 0.0 both
+                    channels |= step_channels(passes, per_update, traffic, stages, fetched, slowdown, stack.overlap_dp,
+                                              forward)
                 side: dict[int, tuple[Num, Num, Num]] = {}  # per ZeRO stage partitioned: what its settings share
                 for z, zero, o, oo in settings:
                     if (key := parted[zero, oo]) not in side:
@@ -158,6 +159,9 @@ def _weight_side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n
     stage, optimizer offload) the optimizer step with its host loops (``parted``: the ZeRO stage each partitions).
     A batch's on the distinct rows of its other columns (a search chunk's micro-batch options: DeepSeek-V3's 15,360
     plans hold 3,740), spread back: the same element-wise arithmetic on fewer elements."""
+    if type(plan) is Plan:  # one plan's, kept for its other settings (``_SIDES``)
+        key = (id(model), id(cluster), id(stack), id(eff), n, tuple(parted.items()), with_settings(plan, **_GRID_FREE))
+        return _SIDES.answer(key, (model, cluster, stack, eff), _side, model, cluster, plan, stack, n, parted, eff)
     rows = _micro_free(plan)
     if rows is None:
         return _side(model, cluster, plan, stack, n, parted, eff)
@@ -176,6 +180,12 @@ def _weight_side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n
             {k: spread(v) for k, v in few[4].items()})
 
 
+# one plan's weight side, kept by the identities of its model, cluster, stack and efficiency, its ranks priced, the ZeRO
+# stage each (ZeRO stage, optimizer offload) partitions (``parted``, which carries those settings) and the plan without
+# the grid's settings, which nothing of it reads (``compose`` prices a batch's once for its whole grid): a space's plans
+# that differ in their recompute or activation offload alone (issue 83)
+_GRID_FREE = {"recompute": "none", "zero": 1, "offload_optimizer": False, "offload_activations": False}
+_SIDES: Kept[_Side] = Kept(64)
 # rows of a batch below which ``_weight_side`` computes every row: the distinct rows, the sub-batch and the spread cost
 # more than they save on a small chunk (the weight side is mostly Python there: an 8-count plan's 1-3k-plan chunks)
 SHARE_ABOVE = 8192

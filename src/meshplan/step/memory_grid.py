@@ -19,7 +19,7 @@ from meshplan.specs.stack import Stack
 from meshplan.step.grid import Settings, middle_may_bind, rank_params, with_settings
 from meshplan.step.memory import Ends, Phases, activation_memory, gathered_ends, offloaded_activations
 from meshplan.step.units import Saved, Units
-from meshplan.xp import Num
+from meshplan.xp import Kept, Num
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +70,33 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units | Sav
                    stack: Stack) -> MemoryGrid:
     """The memory of ``plan`` (one plan, or a batch) under every setting of ``grid`` (``MemoryGrid``): memory.py's
     model states, buffers and offloaded optimizer state, step/memory.py's activations and offloaded activations."""
-    shape, rcs, zeros = np.shape(plan.dp), grid.recompute, grid.zero
-    oos, oas = grid.offload_optimizer, grid.offload_activations
-
-    def arr(x: Num) -> Num:  # each plan's value (one plan: the value itself, a float or a NumPy scalar)
-        return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
-
+    shape, rcs, oas = np.shape(plan.dp), grid.recompute, grid.offload_activations
     n = 3 if middle_may_bind(model, stack, plan) else 2
+    if type(plan) is Plan:  # one plan's states, kept for its other recompute and activation-offload settings
+        key = (id(model), id(stack), n, tuple(grid.zero), tuple(grid.offload_optimizer),
+               with_settings(plan, recompute="none", offload_activations=False))
+        side = _KEPT.answer(key, (model, stack), _frozen, model, plan, grid, stack, n)
+    else:
+        side = _states(model, plan, grid, stack, n)
+    settled = {(rc, oa): with_settings(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
+    acts = _array([[[[_arr(x, shape) for x in a]
+                     for a in activation_memory(model, settled[rc, oa], stack, units[rc], n == 3)] for oa in oas]
+                   for rc in rcs])
+    weights, grads, optimizer, buffers, ends, host_optimizer = side
+    return MemoryGrid(weights, grads, optimizer, acts, buffers, ends, host_optimizer,
+                      _array([[_arr(offloaded_activations(model, settled[rc, oa], units[rc], n == 3), shape)
+                               for oa in oas] for rc in rcs]))
+
+
+def _arr(x: Num, shape: tuple[int, ...]) -> Num:
+    """Each plan's value (one plan: the value itself, a float or a NumPy scalar)."""
+    return np.broadcast_to(np.asarray(x, dtype=np.float64), shape) if shape else x
+
+
+def _states(model: ModelSpec, plan: Plan, grid: Settings, stack: Stack, n: int) -> tuple[np.ndarray, ...]:
+    """``compose_memory``'s parts that no recompute or activation-offload setting changes (the search prices a
+    batch's once for its whole grid): weights, grads, optimizer, buffers, ends, host_optimizer."""
+    shape, zeros, oos = np.shape(plan.dp), grid.zero, grid.offload_optimizer
     ends = rank_params(model, plan)[:n]
     # each (ZeRO stage, optimizer offload): an offloaded optimizer state leaves the GPU for the host, the first rank's
     # (memory.offloaded_optimizer, the states kept without offload), and the wrapper DeepSpeed picks, which sets the
@@ -93,19 +113,27 @@ def compose_memory(model: ModelSpec, plan: Plan, units: Mapping[str, Units | Sav
         kept = {key: [(w * share, g, o) for (w, g, o), share in zip(k, resident, strict=True)]
                 for key, k in kept.items()}
         host_weights = {z: kept[z, False][0][0] * (1 - resident[0]) / resident[0] for z in zeros}
-    states = [_array([[[arr(end[i]) for end in kept[z, oo]] for oo in oos] for z in zeros]) for i in range(3)]
-    settled = {(rc, oa): with_settings(plan, recompute=rc, offload_activations=oa) for rc in rcs for oa in oas}
-    acts = _array([[[[arr(x) for x in a] for a in activation_memory(model, settled[rc, oa], stack, units[rc], n == 3)]
-                    for oa in oas]
-                   for rc in rcs])
-    weights, grads, optimizer = states
-    buffers = _array([arr(buffer_memory(model, with_settings(plan, zero=z))) for z in zeros])
-    gathered = _array([[arr(e) for e in gathered_ends(model, with_settings(plan, zero=z), stack)] for z in zeros])
+    states = [_array([[[_arr(end[i], shape) for end in kept[z, oo]] for oo in oos] for z in zeros]) for i in range(3)]
+    buffers = _array([_arr(buffer_memory(model, with_settings(plan, zero=z)), shape) for z in zeros])
+    gathered = _array([[_arr(e, shape) for e in gathered_ends(model, with_settings(plan, zero=z), stack)]
+                       for z in zeros])
     hosted = {z: host_weights[z] if plan.offload_weights else 0.0 for z in zeros}
-    return MemoryGrid(weights, grads, optimizer, acts, buffers, np.moveaxis(gathered, 1, 0),
-                      _array([[arr((kept[z, False][0][2] if oo else 0.0) + hosted[z]) for oo in oos] for z in zeros]),
-                      _array([[arr(offloaded_activations(model, settled[rc, oa], units[rc], n == 3)) for oa in oas]
-                              for rc in rcs]))
+    return (*states, buffers, np.moveaxis(gathered, 1, 0),
+            _array([[_arr((kept[z, False][0][2] if oo else 0.0) + hosted[z], shape) for oo in oos] for z in zeros]))
+
+
+def _frozen(model: ModelSpec, plan: Plan, grid: Settings, stack: Stack, n: int) -> tuple[np.ndarray, ...]:
+    """``_states``, read-only (kept: no caller may change what the next one reads)."""
+    out = _states(model, plan, grid, stack, n)
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+# one plan's ``_states``, by the identities of its model and stack, its ranks priced, the grid's ZeRO stages and
+# optimizer offloads, and the plan without its recompute and activation offload, which they do not read: a space's
+# plans that differ in those alone (issue 83)
+_KEPT: Kept[tuple[np.ndarray, ...]] = Kept(64)
 
 
 def _array(nested: list) -> np.ndarray:

@@ -23,11 +23,11 @@ from meshplan.cost.recompute import freed_by, per_op, per_op_kept
 from meshplan.cost.records import OpCost
 from meshplan.cost.wrapper_work import work_ops
 from meshplan.memory import layer_input_bytes
-from meshplan.roofline import op_time
+from meshplan.roofline import kept_op_times, op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan
+from meshplan.specs.plan import DENSE_AXES, Plan
 from meshplan.specs.stack import DEFAULT as DEFAULT_STACK
 from meshplan.specs.stack import Stack
 from meshplan.step.host import on_host
@@ -73,10 +73,10 @@ def _ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
 
 
 def _dp_free(plan: Plan) -> Plan:
-    """``plan`` with dp = 1: the op records of one layer, the ends and a send (cost/) read the data-parallel degree
-    nowhere (nor the GPUs, the micro-batches or the placement it sets: where a group sits is ``time_ops``' question,
-    answered from the plan itself), so plans differing only in dp share them (tests/test_parts_kept.py)."""
-    return plan if plan.dp == 1 else plan.with_(dp=1)
+    """``plan`` with dp = 1 and the default placement: no op record of a layer, the ends or a send (cost/) reads either
+    (nor the GPUs or the micro-batches dp sets: where a group sits is ``time_ops``' question, answered from the plan
+    itself), so plans differing only in them share them (tests/test_parts_kept.py; a space's every placement)."""
+    return plan if plan.dp == 1 and plan.placement == DENSE_AXES else plan.with_(dp=1, placement=DENSE_AXES)
 
 
 @lru_cache(maxsize=1024)
@@ -116,19 +116,21 @@ def timed_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, ef
 _PER_RANK: dict[str, object] = {
     "stage_layers": (), "first_stage_layers": 0, "last_stage_layers": 0, "stage_recompute": (), "stage_offload": (),
     "recompute": "none", "recompute_layers": 0, "offload_activations": False, "offload_layers": 0}
-# and what no op record nor time reads beside them: the optimizer's offload (only which wrapper work a setting runs
-# reads it, cost/wrappers.deepspeed_wrapper, and the works are named apart): the --mtbf search's 50 kept plans come in
-# pairs differing in it alone (38 timings -> 26, llama3-70b on 1,024 H100)
-_UNREAD: dict[str, object] = _PER_RANK | {"offload_optimizer": False}
+# and what no op record nor time reads beside them: the optimizer's offload and the ZeRO stage (only which wrapper work
+# a setting runs reads them, cost/wrapper_work.work_of, and the works are named apart; the search's compose shares one
+# set of units over its grid's): the --mtbf search's 50 kept plans come in pairs differing in the offload alone (38
+# timings -> 26, llama3-70b on 1,024 H100), a space's plans in sets differing in the stage alone (issue 83)
+_UNREAD: dict[str, object] = _PER_RANK | {"offload_optimizer": False, "zero": 1}
 
 
 @dataclass(frozen=True, slots=True)
 class _Read:
     """A plan on a cluster, equal to another wherever what its ops and their times read is (``key``): the plan without
-    its dp (``_dp_free``), the cluster without its GPU count and its outermost tier's size (``_cluster_read``), and
-    how the group of each collective of its ops splits over the cluster's tiers (comm.split_group: the one place
-    ``time_ops`` reads the placement, dp's included). Plans of the GPU counts of a strong-scaling sweep that differ
-    only in dp are timed once (``_kept_parts``)."""
+    its dp and placement (``_dp_free``), the cluster without its GPU count and its outermost tier's size
+    (``_cluster_read``), and how the group of each collective of its ops splits over the cluster's tiers
+    (comm.split_group: the one place ``time_ops`` reads the placement, dp's included). Plans of a strong-scaling
+    sweep's GPU counts that differ only in dp, or a space's in placements that split their groups alike, are timed
+    once (``_kept_parts``)."""
 
     key: tuple[object, ...]
     cluster: Cluster = field(compare=False)
@@ -137,8 +139,8 @@ class _Read:
 
 def _read(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, works: tuple[str, ...]) -> _Read:
     """``plan`` on ``cluster`` as ``_kept_parts`` keeps it: without its ranks' settings and its optimizer's offload
-    (``_UNREAD``) and its dp."""
-    base = plan.with_(**_UNREAD, dp=1)
+    (``_UNREAD``), its dp and its placement (which its groups' splits carry)."""
+    base = plan.with_(**_UNREAD, dp=1, placement=DENSE_AXES)  # the placement read through the splits alone
     splits = tuple((axis, group, tuple(split_group(cluster, group, axis_layout(plan, axis))))
                    for axis, group in _groups(model, base, stack, works, cluster.python_host))
     return _Read((_cluster_read(cluster), base, splits), cluster, plan)
@@ -172,6 +174,8 @@ def _kept_parts(model: ModelSpec, read: _Read, stack: Stack, eff: Efficiency, wo
 def _timed(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency,
            compute: dict[str, list[Num | None]] | None, works: tuple[str, ...] | None) -> Parts:
     ops = _ops(model, plan, stack)
+    if compute is None and type(plan) is Plan:  # its kernels' times, kept for its kept op records (roofline.py)
+        compute = kept_op_times(_plan_ops(model, _dp_free(plan), stack), cluster.accelerator, plan.precision, eff)
     extra = work_ops(model, plan, stack, tuple(model.block_counts), works, cluster.python_host)
     return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()},
                  cluster.python_host, extra,
