@@ -62,10 +62,9 @@ def _shape(text: str, field: str) -> tuple[int, ...]:
     return shape
 
 
-def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, as_json: bool,
-                opts: dict[str, Any]) -> None:
-    """Check the options, run the planner, print tables or JSON."""
-    _refuse_search_options(ctx)
+def _checked(model_ref: str, gpus: str, opts: dict[str, Any]) -> tuple[int, dict[str, Any], tuple]:
+    """The planner's GPU count, its options (the search's default headroom where none is given) and input shapes,
+    each bad value refused in one line."""
     if "," in gpus:
         raise SpecError(f"gpus={gpus!r}: the sharding planner plans one GPU count at a time")
     try:
@@ -93,6 +92,14 @@ def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, 
     if shapes and not is_factory(model_ref):
         raise SpecError("input-shape is for a MODULE:FACTORY model; a preset or config.json takes --global-batch and "
                         "--seq")
+    return count, opts, shapes
+
+
+def run_planner(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, as_json: bool,
+                opts: dict[str, Any]) -> None:
+    """Check the options, run the planner, print tables or JSON."""
+    _refuse_search_options(ctx)
+    count, opts, shapes = _checked(model_ref, gpus, opts)
     mesh = _shape(opts["mesh_text"], "mesh") if opts["mesh_text"] else None
     needed = [("torch", "torch"), ("scipy", "solve")]
     needed += [("transformers", "hf")] if model_ref.endswith(".json") else []
