@@ -47,6 +47,19 @@ def test_bloom_first_stage_by_hand():
     assert beyond_reserved(plan) == pytest.approx(1573 * 2**20 + 2.608e9)
 
 
+def test_a_tied_head_adds_the_ends_pair():
+    # BLOOM ties its head to the word embedding: DeepSpeed's PipelineModule all-reduces the tied gradient between the
+    # first and the last stage in a two-rank group of its own, one more pair (544 MB) on a first-stage GPU; not under
+    # LoRA (the embedding trains nothing) nor without a pipeline (both ends on one rank)
+    model = load_model("bloom-176b")
+    assert model.tied_embeddings
+    plan = Plan(dp=4, tp=8, pp=12, global_batch=2048)
+    assert communicators(plan, model) == (8, 4, 2, 96, 2)
+    assert beyond_reserved(plan, model) - beyond_reserved(plan) == pytest.approx(544e6)
+    assert communicators(replace(plan, finetune="lora"), model) == (8, 4, 2, 96)
+    assert communicators(Plan(dp=4, tp=8, global_batch=2048), model) == (8, 4, 8)
+
+
 SIZES = (1, 2, 4, 8)
 
 

@@ -28,6 +28,8 @@ A pure reading: nothing here moves a step time, a search or the allocated or res
 
 from __future__ import annotations
 
+from meshplan.pipeline.registry import schedule_of
+from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.units import MiB
 
@@ -36,7 +38,7 @@ NCCL_PAIR = 544e6  # bytes a communicator of two A100s holds (NVIDIA/nccl#964)
 NCCL_GROUP = 688e6  # bytes a communicator of more than two A100s holds (NVIDIA/nccl#964)
 
 
-def communicators(plan: Plan) -> tuple[int, ...]:
+def communicators(plan: Plan, model: ModelSpec | None = None) -> tuple[int, ...]:
     """The sizes of the NCCL communicators a rank of the first pipeline stage runs collectives on in a step: its
     tensor-, context- and expert-parallel groups, its data-parallel group (the gradients' reduction and ZeRO's
     gathers), its pipeline neighbour (the point-to-point pair with the next stage: PyTorch's send / recv make a
@@ -44,8 +46,15 @@ def communicators(plan: Plan) -> tuple[int, ...]:
     deepspeed/runtime/pipe/p2p.py send / recv and _get_send_recv_group), and the model-parallel group (tensor x
     pipeline ranks) over which the gradient norm is all-reduced (Megatron's clip_grad_norm_fp32, DeepSpeed's
     runtime/utils.py clip_grad_norm_ with its mpu), a communicator of its own even where its ranks are the
-    tensor-parallel group's. A group of one rank makes none."""
-    groups = (plan.tp * plan.tp2, plan.cp, plan.ep, plan.dp, 2 if plan.pp > 1 else 1, plan.tp * plan.tp2 * plan.pp)
+    tensor-parallel group's, and, where the first and the last stage both hold the word embedding (a tied head or
+    multi-token prediction's copy, trained: not under LoRA) on ranks apart, the pair that all-reduces its gradient
+    (DeepSpeed's PipelineModule makes a group of the tied module's ranks, runtime/pipe/module.py _index_tied_modules,
+    reduced by engine.py _exec_reduce_tied_grads; Megatron-LM its embedding group: step/channels.embedding_sync). A
+    group of one rank makes none."""
+    tied = model is not None and (model.tied_embeddings or model.mtp_layers > 0) and plan.finetune != "lora"
+    ends = 2 if tied and plan.pp > 1 and schedule_of(plan.schedule).ends_apart else 1
+    pair = 2 if plan.pp > 1 else 1
+    groups = (plan.tp * plan.tp2, plan.cp, plan.ep, plan.dp, pair, plan.tp * plan.tp2 * plan.pp, ends)
     return tuple(n for n in groups if n > 1)
 
 
@@ -54,7 +63,7 @@ def nccl_bytes(groups: tuple[int, ...]) -> float:
     return float(sum(NCCL_PAIR if n == 2 else NCCL_GROUP for n in groups))
 
 
-def beyond_reserved(plan: Plan) -> float:
+def beyond_reserved(plan: Plan, model: ModelSpec | None = None) -> float:
     """Bytes a GPU's whole memory use holds beyond the caching allocator's reserved peak: the CUDA context with its
     kernels and NCCL's buffers for the rank's communicators (module docstring)."""
-    return CUDA_CONTEXT + nccl_bytes(communicators(plan))
+    return CUDA_CONTEXT + nccl_bytes(communicators(plan, model))
