@@ -245,6 +245,10 @@ def run() -> None:
         click.echo("meshplan: aborted", err=True)
         code = 130
     # the interpreter's last collections would pass over all the command made, to free cycles the process's end frees
-    # anyway (plan --autoshard: about 0.05 s of CPU): frozen, they are passed by; atexit's functions still run
-    gc.freeze()
+    # anyway (plan --autoshard: about 0.05 s of CPU): frozen, they are passed by; atexit's functions still run. Only
+    # in the console script's own process: a caller of run() that catches SystemExit keeps its collector whole
+    from meshplan.cli import SCRIPT
+
+    if SCRIPT:
+        gc.freeze()
     sys.exit(code)
