@@ -14,6 +14,7 @@ if SCRIPT:  # its dataclasses' methods compiled once (cli/codecache.py), before 
     from meshplan.cli.codecache import install as _install
 
     _install()
-    STARTUP.update({"collector held": True})  # (an update, not a second definition: tests/test_duplicate_names.py)
+    # (an update, not a second definition: tests/test_duplicate_names.py)
+    STARTUP.update({"collector held": True, "console script": True})
 
 __all__ = ["cli", "main", "run"]

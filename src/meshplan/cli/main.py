@@ -63,7 +63,7 @@ COMMANDS = [
 # some 47,000 tracked objects, nearly all kept for the process's life, and 90 collections passing over them again and
 # again took about 4 % of its time (25 ms). Once the command is imported, what start-up made is frozen (gc.freeze:
 # later collections pass it by) and the collector is on again for the command's own work (37 collections, 10 ms).
-STARTUP = {"collector held": False}
+STARTUP = {"collector held": False, "console script": False}
 
 # OpenBLAS starts a pool of threads, one per core, when NumPy loads: about 20 ms of CPU on a 2-core host (`import numpy`
 # 129 -> 108 ms, the least of 15), more with more cores. These commands make no BLAS call (no matmul, dot or linalg in
@@ -247,8 +247,6 @@ def run() -> None:
     # the interpreter's last collections would pass over all the command made, to free cycles the process's end frees
     # anyway (plan --autoshard: about 0.05 s of CPU): frozen, they are passed by; atexit's functions still run. Only
     # in the console script's own process: a caller of run() that catches SystemExit keeps its collector whole
-    from meshplan.cli import SCRIPT
-
-    if SCRIPT:
+    if STARTUP["console script"]:
         gc.freeze()
     sys.exit(code)
