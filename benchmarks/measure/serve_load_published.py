@@ -8,7 +8,8 @@ plan at the engine's largest batch as serving_eval.largest_batch finds it); arri
 seeds 0-4 (one 500-request sample's mean gap strays by 1/sqrt(500) = 4.5 % from 1/rate).
 
 Printed: per run, measured vs simulated, and per metric the median and p90 of |simulated / measured − 1|, beside the
-steady-state prediction's (serving_eval.predict, which picks the batch that serves the rate) for the same runs.
+validation's prediction (serving_eval.predict: the same simulation for a run offered a rate, the burst's
+queue for one offered all at once) for the same runs.
 
 Then the load tests that print percentiles (data/serving/load_tests.jsonl: SGLang v0.3.0 and vLLM v0.6.0 at 4 and 8
 ShareGPT requests/s; GPUStack's performance lab, vLLM 0.10-0.11, SGLang 0.5 and TensorRT-LLM 1.x on A100, H100 and
@@ -142,9 +143,9 @@ def markdown_section() -> list[str]:
     lines = ["## Under load (`serve --rate`, the request-level simulation)", "",
              f"`python benchmarks/measure/serve_load_published.py` runs each published run that states a request rate "
              f"through the simulator (serve/load/; {len(SEEDS)} seeds of Poisson arrivals, an assumption: the sources "
-             "do not state the process). TensorRT-LLM 0.14's online serving runs (means; beside them the steady-state "
-             "prediction of the same runs):", "",
-             r"| metric | runs | simulated p50 \|error\| | p90 | bias | steady-state p50 \|error\| | p90 | bias |",
+             "do not state the process). TensorRT-LLM 0.14's online serving runs (means; beside them the validation's "
+             "prediction of the same runs, serving_eval.predict: the same simulation where a rate is offered):", "",
+             r"| metric | runs | simulated p50 \|error\| | p90 | bias | validation p50 \|error\| | p90 | bias |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m in METRICS:
         steady_cells = _cells(table["steady"][m]).split(" | ", 1)[1]
@@ -165,10 +166,10 @@ def markdown_section() -> list[str]:
 
 def main() -> None:
     rows = records("--check" in sys.argv)
-    print(f"{GROUP}: {len(rows)} runs; each cell: measured, simulated, steady state")
+    print(f"{GROUP}: {len(rows)} runs; each cell: measured, simulated, validation's prediction")
     table = errors(rows)
     print(f"\n{'metric':<22}{'runs':>6}{'simulated |err| p50':>22}{'p90':>8}{'bias':>8}"
-          f"{'steady |err| p50':>20}{'p90':>8}{'bias':>8}")
+          f"{'valid. |err| p50':>20}{'p90':>8}{'bias':>8}")
     for m in METRICS:
         row = f"{m:<22}{len(table['simulated'][m]):>6}"
         for kind in ("simulated", "steady"):
