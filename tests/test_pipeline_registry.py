@@ -245,7 +245,8 @@ def test_one_record_per_engine_variant_says_what_differs():
     assert all(next(iter(ENGINE_CHOICES[f])) == getattr(Engine(), f) for f in ENGINE_CHOICES)
     flagged = {f: [(r.name, k) for r in c.values() for k in r.__slots__ if k != "name" and getattr(r, k)]
                for f, c in ENGINE_CHOICES.items()}
-    assert flagged == {"prefill": [("chunked", "chunked"), ("chunked", "mixed"), ("whole", "mixed")],
+    assert flagged == {"prefill": [("chunked", "chunked"), ("chunked", "mixed"), ("whole", "mixed"),
+                                   ("whole", "bounded")],
                        "kv_reservation": [("full", "whole")],
                        "moe_comm": [("all_gather", "gather"), ("deepep", "forwarded")],
                        "kv_overflow": [("recompute", "preempts"), ("queue", "queues"), ("refuse", "refuses")],

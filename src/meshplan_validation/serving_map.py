@@ -39,8 +39,11 @@ TUNER_TABLE = ((144, 128), (336, 256), (672, 512), (832, 768), (1280, 1024), (16
 ENGINES: tuple[tuple[str, dict[str, Any]], ...] = (
     # trtllm-bench throughput: kv_cache_free_gpu_mem_fraction 0.95 "in majority of cases" (perf-overview.md), and the
     # executor's runtime batch-size tuning on (tensorrt_llm/bench/dataclasses/configuration.py ExecutorSettingsConfig
-    # dynamic_max_batch_size = True) with its default table (DynamicBatchConfig::kDefaultBatchSizeTable)
-    ("TensorRT-LLM 0.17", {"memory_utilization": 0.95, "batch_table": TUNER_TABLE}),
+    # dynamic_max_batch_size = True) with its default table (DynamicBatchConfig::kDefaultBatchSizeTable); chunked
+    # context on: ExecutorSettingsConfig.chunking = True, which the throughput command of that release leaves as it is
+    # (its --enable_chunked_context flag came later; trtllm-bench keeps it on for a TensorRT engine,
+    # NVIDIA/TensorRT-LLM#6956), so the 20,000-token prompts run in chunks of max_num_tokens
+    ("TensorRT-LLM 0.17", {"memory_utilization": 0.95, "batch_table": TUNER_TABLE, "prefill": "chunked"}),
     (TRTLLM_BENCH, {"memory_utilization": 0.95}),
     # the Triton tensorrtllm_backend of 0.14: enable_chunked_context false unless set (inflight_batcher_llm/src/
     # model_instance_state.cc), so in-flight batching puts whole prompts beside the decodes in one iteration while
@@ -227,8 +230,11 @@ def case_of(record: dict[str, Any]) -> ServingCase | str:
         plan = plan.with_(batch=w["batch_size"] * plan.dpa)
     cluster = cluster_of(record)
     if (record.get("engine") or "").startswith(TRTLLM_BENCH):  # the CUDA graphs trtllm-bench captured for it
-        engine = engine.with_(**bench_graphs(model, quant, plan.tp, plan.pp, cluster.accelerator.hbm_bytes,
-                                             engine.memory_utilization, w["input_len"], output))
+        bench = bench_graphs(model, quant, plan.tp, plan.pp, cluster.accelerator.hbm_bytes, engine.memory_utilization,
+                             w["input_len"], output)
+        if not engine.mode("prefill").chunked:  # get_settings: max_num_tokens at least the longest prompt + max batch
+            bench["max_batched_tokens"] = max(engine.max_batched_tokens, w["input_len"] + bench["graph_max_batch"])
+        engine = engine.with_(**bench)
     return ServingCase(record, model, cluster, plan, workload, engine, mode)
 
 

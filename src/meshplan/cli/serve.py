@@ -192,8 +192,13 @@ def _seconds(text: str | None, field: str) -> float:
 
 def _search(model, cluster, engine, options, price, as_json, report_path) -> Any:
     from meshplan.report.serve_text import print_serve
+    from meshplan.serve.check import refused_prompt
+    from meshplan.serve.plan import Workload
     from meshplan.serve.search import search
 
+    refused = refused_prompt(engine, Workload(input_len=options["input_len"], output_len=options["output_len"]))
+    if refused:  # whatever the configuration: one line, nothing searched
+        raise SpecError(f"engine {engine.name}: {refused}; an engine file with prefill = \"chunked\" runs it")
     space = _space(engine, options, cluster.accelerator)
     result = search(model, cluster, space, top_k=options["top_k"], keep=bool(report_path))
     print_serve(result, price, as_json)

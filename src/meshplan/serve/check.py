@@ -8,7 +8,7 @@ import numpy as np
 
 from meshplan.errors import SpecError
 from meshplan.serve.engine import Engine
-from meshplan.serve.plan import PlanColumns
+from meshplan.serve.plan import PlanColumns, Workload
 from meshplan.serve.precision import Quant, unsupported
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -23,6 +23,13 @@ LANES = "batch not a multiple of pp·dpa (a sequence per micro-batch lane)"
 SEQS = "batch above the engine's max_seqs (per attention group)"
 FORMAT = "the GPU has no tensor cores for the activations' format"  # or a 16-bit format it lacks (precision.py)
 MEMORY = "memory: the KV cache of the batch does not fit"
+# a prompt the engine refuses before it runs (Engine.prefill "whole", Prefill.bounded): TensorRT-LLM with chunked
+# context off takes maxInputLen = min(maxSequenceLen - 1, maxNumTokens) (NVIDIA/TensorRT-LLM
+# cpp/tensorrt_llm/batch_manager/trtGptModel.h @c8c6df08) and LlmRequest::validate throws "Prompt length (%d) exceeds
+# maximum input length (%d)" (cpp/tensorrt_llm/batch_manager/llmRequest.cpp @119c6e60); the PyTorch backend's LLM
+# API raises "The sum of prompt length ..., query length ... should not exceed max_num_tokens" (tensorrt_llm/llmapi/
+# llm.py _check_arguments; tests/unittest/llmapi/test_llm.py test_max_num_token_check)
+PROMPT = "prompt longer than the engine's max_batched_tokens with chunked prefill off: the engine refuses it"
 TTFT = "TTFT above its target"
 TPOT = "TPOT above its target"
 
@@ -63,6 +70,14 @@ def structural(model: ModelSpec, cluster: Cluster, cols: PlanColumns, quant: Qua
         out.append((EXPERTS, model.num_experts % ep != 0))
     out.append((FORMAT, np.full(np.shape(tp), bool(unsupported(cluster.accelerator, quant)))))
     return out
+
+
+def refused_prompt(engine: Engine, workload: Workload) -> str:
+    """The reason the engine refuses the workload's prompts (PROMPT, with the numbers), or "" (a static batch is not
+    the in-flight scheduler's)."""
+    if engine.mode("prefill").bounded and not workload.static and workload.input_len > engine.max_batched_tokens:
+        return f"{PROMPT} ({workload.input_len:,} > {engine.max_batched_tokens:,} tokens)"
+    return ""
 
 
 def first_problem(checks: list[tuple[str, Num]]) -> str:

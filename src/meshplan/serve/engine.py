@@ -7,7 +7,8 @@ sequences' next tokens together (iteration-level scheduling, Yu et al. 2022, "Or
 chunks of at most ``max_batched_tokens`` tokens per iteration beside the decoding sequences ("chunked": Agrawal et
 al. 2024, "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", §4), whole beside the decoding
 sequences within that budget ("whole": TensorRT-LLM's in-flight batching with context chunking off, its
-microBatchScheduler), or as iterations of their own that stall the decoding batch ("separate").
+microBatchScheduler; a longer prompt is refused), or as iterations of their own that stall the decoding batch
+("separate").
 ``iteration_overhead``, and ``sequence_overhead`` per running sequence, is the host's time per iteration that the GPU
 waits on (scheduling, input preparation, sampling, detokenisation: the vLLM team measured GPU execution at 38 % of Llama
 3 8B's serving time on an H100 before v0.6.0's multi-step scheduling, vLLM blog "vLLM v0.6.0: 2.7x Throughput
@@ -56,6 +57,10 @@ class Prefill:
     name: str
     chunked: bool = False  # prompts in chunks beside the decodes (metrics.py, the launch flags, load/policy.py)
     mixed: bool = False  # prompts share an iteration with the decodes (metrics._chunked, load/policy.py)
+    # a prompt longer than max_batched_tokens is refused, never run (TensorRT-LLM with chunked context off: its
+    # maxInputLen = min(maxSequenceLen - 1, maxNumTokens) and LlmRequest::validate throws "Prompt length exceeds
+    # maximum input length", check.PROMPT)
+    bounded: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,7 +93,7 @@ class MemoryBasis:
 # a field -> its variants' records, the default first, in the order the engine checks them
 ENGINE_CHOICES: dict[str, dict[str, Any]] = {f: {r.name: r for r in records} for f, records in (
     ("prefill", (Prefill(name="chunked", chunked=True, mixed=True), Prefill(name="separate"),
-                 Prefill(name="whole", mixed=True))),
+                 Prefill(name="whole", mixed=True, bounded=True))),
     ("kv_reservation", (Reservation(name="on_demand"), Reservation(name="full", whole=True))),
     ("moe_comm", (MoeComm(name="all_to_all"), MoeComm(name="all_gather", gather=True),
                   MoeComm(name="deepep", forwarded=True))),

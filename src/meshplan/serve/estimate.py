@@ -107,7 +107,10 @@ def serve_estimate(model: ModelSpec, cluster: Cluster, plan: ServePlan, workload
     if not bool(static_runs(setting) if workload.static else mem.fits):
         reasons.append(f"{check.MEMORY}: {fmt_bytes(float(mem.kv_used))} needed, {fmt_bytes(float(mem.kv_pool))} "
                        f"left for it of {fmt_bytes(float(mem.capacity))} (weights {fmt_bytes(float(mem.weights))})")
-    if check.FORMAT in reasons:  # no price for a format the GPU cannot run
+    refused = check.refused_prompt(engine, workload)
+    if refused:
+        reasons.append(refused)
+    if check.FORMAT in reasons or refused:  # no price for a format the GPU cannot run, nor for a refused prompt
         return ServeEstimate(model, cluster, plan, workload, engine, _nothing(), mem, tuple(reasons))
     result = metrics(setting)
     q = plan.quant

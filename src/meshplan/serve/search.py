@@ -184,6 +184,9 @@ def _score(model, cluster, space, quant, keys, deploy, workload, eff):
     index, replicas, prefill = deploy
     cols = {**keys, "replicas": np.ones_like(keys["tp"]), "prefill_replicas": np.zeros_like(keys["tp"])}
     structural = check.structural(model, cluster, cols, quant, space.engine)
+    refused = check.refused_prompt(space.engine, workload)
+    if refused:  # the engine refuses the prompts, whatever the configuration
+        structural.append((refused, np.ones(np.shape(keys["tp"]), dtype=bool)))
     mem = memory(model, cluster.accelerator.hbm_bytes, cols, quant, space.engine,
                  space.engine.resident(workload))
     broken = np.any([np.broadcast_to(m, keys["tp"].shape) for _, m in structural], axis=0)

@@ -1,8 +1,9 @@
 """An engine's scheduler as data: what it puts in an iteration and what it does when the KV cache runs out, one record
 per scheduler read in the engine's own source (``presets/schedulers/<name>.toml``, each field beside the file and
-version it follows). An engine preset takes the scheduler whose ``engines`` list names it (so an engine version, which
-picks its preset through presets/engine_versions.toml, picks its scheduler); ``--scheduler`` picks another; an engine
-from a user's file takes the one its own fields describe (``from_engine``).
+version it follows). An engine preset takes the scheduler whose ``engines`` list names it and whose flags are its
+prefill's (so an engine version, which picks its preset through presets/engine_versions.toml, picks its
+scheduler); ``--scheduler`` picks another; an engine from a user's file takes the one its own fields describe
+(``from_engine``).
 
 - ``mixed``: decodes share an iteration with prompt tokens (vLLM V1, TensorRT-LLM's in-flight batching); else an
   iteration that carries prompt tokens runs no decodes (vLLM V0's default, SGLang, TurboMind v0.1: prefill first).
@@ -119,14 +120,16 @@ def from_engine(engine: Engine) -> Policy:
 
 
 def policy_for(engine: Engine, name: str | None = None) -> Policy:
-    """The scheduler named ``name`` (``--scheduler``), else the one whose ``engines`` names the engine preset, else
-    the one its fields describe (module docstring)."""
+    """The scheduler named ``name`` (``--scheduler``), else among those whose ``engines`` names the engine preset the
+    one whose ``mixed`` and ``chunked`` are the engine's prefill (Engine.prefill, which the steady state reads too:
+    TensorRT-LLM's chunked context on or off), else the first of them, else the one its fields describe (module
+    docstring)."""
     table = policies()
     if name is not None:
         if name not in table:
             raise not_a_preset("scheduler", name, sorted(table), "a scheduler preset")
         return table[name]
-    for policy in table.values():
-        if engine.name in policy.engines:
-            return policy
-    return from_engine(engine)
+    named = [p for p in table.values() if engine.name in p.engines]
+    prefill = engine.mode("prefill")
+    same = [p for p in named if (p.mixed, p.chunked) == (prefill.mixed, prefill.chunked)]
+    return (same or named or [from_engine(engine)])[0]
