@@ -15,7 +15,7 @@ fixed concurrency; queueing before admission is not modelled). How they enter (e
 - ``whole`` (TensorRT-LLM's in-flight batching with context chunking off: its microBatchScheduler puts the decodes,
   then whole prompts while they fit ``max_num_tokens``, in one iteration, NVIDIA/TensorRT-LLM
   cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp): as ``chunked``, the budget in whole prompts,
-  ⌊budget / I⌋·I tokens, and a prompt's TTFT one iteration.
+  ⌊budget / I⌋·I tokens, and a prompt's TTFT one iteration; a prompt above the budget is refused (check.PROMPT).
 - ``separate`` (Orca's iteration-level scheduling with whole prompts, Yu et al. 2022; vLLM V0's default): prompts
   run in iterations of their own, m = ⌊budget / I⌋ at a time, stalling the B decoding sequences: each of them
   waits through B/m such iterations during its O tokens: TPOT = T(D) + (B/m)·T_prefill(m)/O.
