@@ -17,16 +17,11 @@ optimal basis, which is still primal feasible, instead of the slack basis (Llama
 iterations instead of 3 500 for such a round). The optimum's value is the same; where it has several optimal
 vertices, HiGHS may end at another of them, the same one on every run (the scope starts empty each plan).
 
-A round whose constraints are new (the price of memory made reduce.py keep other strategies, or fold other nodes)
-starts from the last optimal basis of the scope carried over by name (``Names``, ilp.names: a node's strategy by its
-original index, an edge's class by its first strategy, a row by its node or edge, side and class): each variable and
-row the two programs share keeps its status, a new column starts at its lower bound and a new row's slack basic, and
-HiGHS makes that alien basis a basis (HighsBasis.alien: its count of basic variables, a nonsingular matrix) before
-the simplex starts. Llama-3-8B on 64 H100s: 19 200 iterations over the 14 rounds of the plan and its program as
-written instead of 33 400, the same 14 objectives and vertices' plans (16 900 where the program as written starts
-from the plan's first round, ``warm_starts(start)``). Where the costs are small (a small model's
-seconds) HiGHS' absolute tolerance would let two starts stop at vertices apart by up to 1e-7 a column, so ilp.py
-scales such a program's costs up by a power of two (ilp._unit).
+A round whose constraints are new (reduce.py kept other strategies, or folded other nodes) starts from the scope's
+last optimal basis carried over by name (``Names``, ilp.names; ``_carried``). Llama-3-8B on 64 H100s: 19 200
+iterations over the 14 rounds of the plan and its program as written instead of 33 400, the same objectives and plans
+(16 900 where the program as written starts from the plan's first round, ``warm_starts(start)``). Small costs (a
+small model's seconds) are scaled up by a power of two (ilp._unit): HiGHS' tolerances are absolute.
 
 Programs solved before (``_solved_path``): each program's optimal basis is kept on disk beside the presets' traces
 (trace_cache.py's folder, ``bases/``; ``MESHPLAN_CACHE=off`` keeps none), named by a digest of the program itself
@@ -141,6 +136,7 @@ def _load_core() -> Any:
 
 
 _BASES: ContextVar[dict[bytes, Any] | None] = ContextVar("highs_bases", default=None)
+_SOLVER: ContextVar[list[Any] | None] = ContextVar("highs_solver", default=None)  # the scope's one Highs object
 # the scope's start, its optimal bases by name (``_kept``), the solves of its rounds read instead (``deferred``)
 _NAMED: ContextVar[tuple[Any, list[Any], list[Callable[[], Any]]] | None] = ContextVar("highs_named", default=None)
 
@@ -154,12 +150,25 @@ def warm_starts(start: NamedBasis | None = None) -> Iterator[list[NamedBasis]]:
     the last one's by name (module docstring), the first from ``start`` where given; outside any scope, every program
     starts cold. Yields the scope's optimal bases by name, in the order solved."""
     solved: list[NamedBasis] = []
-    token, named = _BASES.set({}), _NAMED.set((start, solved, []))
+    token, named, solver = _BASES.set({}), _NAMED.set((start, solved, [])), _SOLVER.set([])
     try:
         yield solved
     finally:
         _BASES.reset(token)
         _NAMED.reset(named)
+        _SOLVER.reset(solver)
+
+
+def _solver(h: Any) -> Any:
+    """The scope's one Highs object (outside a scope, a new one): passModel clears its basis, solution and simplex
+    state and passOptions sets every option, so each program runs as in a new object, minus its making (Llama-3-8B
+    on 64 H100s, a first request: 0.14 G of HiGHS' 3.5 G instructions)."""
+    held = _SOLVER.get()
+    if held is None:
+        return h._Highs()
+    if not held:
+        held.append(h._Highs())
+    return held[0]
 
 
 def _constraints_key(*arrays: np.ndarray) -> bytes:
@@ -181,7 +190,7 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray, names: Nam
     indptr, indices, data = _columns(matrix, eq)
     lhs = np.concatenate((np.full(int((~eq).sum()), -h.kHighsInf), lo[eq]))
     rhs = np.concatenate((np.minimum(hi[~eq], h.kHighsInf), hi[eq]))
-    highs = h._Highs()
+    highs = _solver(h)
     options = h.HighsOptions()
     options.presolve = "off"
     options.threads = 1
@@ -309,9 +318,10 @@ def _kept(col_state: np.ndarray, row_state: np.ndarray, cols: np.ndarray, rows: 
 
 
 def _carried(h: Any, named: tuple, cols: np.ndarray, rows: np.ndarray) -> Any:
-    """An alien basis for this program from the last one by name (``_kept``): a variable or constraint of both keeps
-    its state, a new column starts at its lower bound and a new row's slack basic; HiGHS makes it a basis (its count
-    of basic variables, a nonsingular matrix) before the simplex starts."""
+    """An alien basis for this program from the last one by name (``_kept``: a node's strategy by its original index,
+    an edge's class by its first strategy, a row by its node or edge, side and class): a variable or constraint of
+    both keeps its state, a new column starts at its lower bound and a new row's slack basic; HiGHS makes it a basis
+    (HighsBasis.alien: its count of basic variables, a nonsingular matrix) before the simplex starts."""
     states = [h.HighsBasisStatus.kLower, h.HighsBasisStatus.kBasic, h.HighsBasisStatus.kUpper]
     lut = np.array(states, dtype=object)
     basis = h.HighsBasis()
