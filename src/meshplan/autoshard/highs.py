@@ -24,17 +24,15 @@ iterations over the 14 rounds of the plan and its program as written instead of 
 small model's seconds) are scaled up by a power of two (ilp._unit): HiGHS' tolerances are absolute.
 
 Programs solved before (``_solved_path``): each program's optimal basis is kept on disk beside the presets' traces
-(trace_cache.py's folder, ``bases/``; ``MESHPLAN_CACHE=off`` keeps none), named by a digest of the program itself
-(constraints and costs), of the code that chose its warm starts (``SOLVED_BY``) and of HiGHS' version. The same
-program solved again starts at that basis, which is optimal: HiGHS ends there with no iteration, at the vertex the
-first solve ended at, so the plan is the one a cold run finds, round by round (a planner run's programs are the same
-every time for the same request). Llama-3-8B on 64 H100s planned again: HiGHS 0 iterations instead of 16 900 over
-its 14 rounds, about 0.3 instead of 2.6 CPU seconds on a loaded machine; the first run of a request is as before. A
-record that is not this program's size is not read; any basis is only a start, so a wrong one costs iterations, never
-the optimum. Beside each basis, its round's answer is kept (``kept_round``), named by the round's input before
-reduce.py: a request planned again reads its rounds' answers and neither reduces nor solves them (Llama-3-8B on 64
-H100s: about half the process's CPU), and where a round is not kept, the rounds read before it are solved first, so
-that its warm start is a cold run's.
+(trace_cache.py's folder, ``bases/``; ``MESHPLAN_CACHE=off`` keeps none), named by a digest of the program (constraints
+and costs), of the code that chose its warm starts (``SOLVED_BY``) and of HiGHS' version. The same program solved
+again starts at that basis, which is optimal: HiGHS ends there with no iteration, at the vertex the first solve ended
+at, so the plan is a cold run's, round by round (Llama-3-8B on 64 H100s planned again: HiGHS 0 iterations instead of
+16 900, about 0.3 instead of 2.6 CPU seconds on a loaded machine). A record not of this program's size is not read;
+any basis is only a start (a wrong one costs iterations, never the optimum). Beside each basis, its round's answer is
+kept (``kept_round``), named by the round's input before reduce.py: a request planned again neither reduces nor solves
+its rounds (about half the process's CPU), and where a round is not kept, the rounds read before it are solved first,
+so that its warm start is a cold run's.
 """
 
 from __future__ import annotations
@@ -164,11 +162,9 @@ def _solver(h: Any) -> Any:
     state and passOptions sets every option, so each program runs as in a new object, minus its making (Llama-3-8B
     on 64 H100s, a first request: 0.14 G of HiGHS' 3.5 G instructions)."""
     held = _SOLVER.get()
-    if held is None:
-        return h._Highs()
-    if not held:
+    if held is not None and not held:
         held.append(h._Highs())
-    return held[0]
+    return h._Highs() if held is None else held[0]
 
 
 def _constraints_key(*arrays: np.ndarray) -> bytes:
@@ -192,12 +188,10 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray, names: Nam
     rhs = np.concatenate((np.minimum(hi[~eq], h.kHighsInf), hi[eq]))
     highs = _solver(h)
     options = h.HighsOptions()
-    options.presolve = "off"
-    options.threads = 1
-    options.simplex_strategy = h.simplex_constants.SimplexStrategy.kSimplexStrategyDual
-    options.highs_debug_level = h.HighsDebugLevel.kHighsDebugLevelNone
-    options.output_flag = False
-    options.log_to_console = False
+    for name, value in (("presolve", "off"), ("threads", 1), ("output_flag", False), ("log_to_console", False),
+                        ("simplex_strategy", h.simplex_constants.SimplexStrategy.kSimplexStrategyDual),
+                        ("highs_debug_level", h.HighsDebugLevel.kHighsDebugLevelNone)):
+        setattr(options, name, value)
     if highs.passOptions(options) == h.HighsStatus.kError:
         return None
     # the model as arrays (linprog's wrapper fills a HighsLp column by column through Python lists): minimise, no
@@ -217,7 +211,7 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray, names: Nam
         _warm(h, highs, key, None if names is None else names.cols, order)
     if highs.run() == h.HighsStatus.kError or highs.getModelStatus() != h.HighsModelStatus.kOptimal:
         return None
-    x = np.array(highs.getSolution().col_value)
+    x = np.fromiter(highs.getSolution().col_value, float, n)  # the bindings give a list: no dtype to discover
     states = _states(highs, x, len(lhs), len(lhs) - int(eq.sum()))
     if path is not None and (kept is None or highs.getInfo().simplex_iteration_count):
         write_whole(path, np.concatenate(states).tobytes())
@@ -351,12 +345,9 @@ def _columns(matrix: Any, eq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data.astype(float)
 
 
-# Rounds solved before (``kept_round``): a round's answer kept beside its basis, named by a digest of the round's input
-# (ilp.py: the program before reduce.py, which decides the program HiGHS solves) and of SOLVED_BY's code. Read back,
-# the round is neither reduced nor solved: its answer is the one its kept basis gives (an optimal basis: no iteration,
-# the same vertex). Its solve is deferred (``deferred``): where a later round of the scope is not kept, the deferred
-# ones are solved first, in order (``catch_up``, each from its kept basis), so that the scope's warm starts are those
-# of a run without the record.
+# Rounds solved before (``kept_round``, module docstring): read back, a round is neither reduced nor solved; its solve
+# is deferred (``deferred``) until a later round of the scope is not kept, then solved first, in order (``catch_up``,
+# each from its kept basis: no iteration, the same vertex), so that the scope's warm starts are a run's without records.
 
 
 def kept_round(key: bytes) -> tuple[Path | None, dict | None]:
