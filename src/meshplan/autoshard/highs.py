@@ -17,29 +17,22 @@ optimal basis, which is still primal feasible, instead of the slack basis (Llama
 iterations instead of 3 500 for such a round). The optimum's value is the same; where it has several optimal
 vertices, HiGHS may end at another of them, the same one on every run (the scope starts empty each plan).
 
-A round whose constraints are new (the price of memory made reduce.py keep other strategies, or fold other nodes)
-starts from the last optimal basis of the scope carried over by name (``Names``, ilp.names: a node's strategy by its
-original index, an edge's class by its first strategy, a row by its node or edge, side and class): each variable and
-row the two programs share keeps its status, a new column starts at its lower bound and a new row's slack basic, and
-HiGHS makes that alien basis a basis (HighsBasis.alien: its count of basic variables, a nonsingular matrix) before
-the simplex starts. Llama-3-8B on 64 H100s: 19 200 iterations over the 14 rounds of the plan and its program as
-written instead of 33 400, the same 14 objectives and vertices' plans (16 900 where the program as written starts
-from the plan's first round, ``warm_starts(start)``). Where the costs are small (a small model's
-seconds) HiGHS' absolute tolerance would let two starts stop at vertices apart by up to 1e-7 a column, so ilp.py
-scales such a program's costs up by a power of two (ilp._unit).
+A round whose constraints are new (reduce.py kept other strategies, or folded other nodes) starts from the scope's
+last optimal basis carried over by name (``Names``, ilp.names; ``_carried``). Llama-3-8B on 64 H100s: 19 200
+iterations over the 14 rounds of the plan and its program as written instead of 33 400, the same objectives and plans
+(16 900 where the program as written starts from the plan's first round, ``warm_starts(start)``). Small costs (a
+small model's seconds) are scaled up by a power of two (ilp._unit): HiGHS' tolerances are absolute.
 
 Programs solved before (``_solved_path``): each program's optimal basis is kept on disk beside the presets' traces
-(trace_cache.py's folder, ``bases/``; ``MESHPLAN_CACHE=off`` keeps none), named by a digest of the program itself
-(constraints and costs), of the code that chose its warm starts (``SOLVED_BY``) and of HiGHS' version. The same
-program solved again starts at that basis, which is optimal: HiGHS ends there with no iteration, at the vertex the
-first solve ended at, so the plan is the one a cold run finds, round by round (a planner run's programs are the same
-every time for the same request). Llama-3-8B on 64 H100s planned again: HiGHS 0 iterations instead of 16 900 over
-its 14 rounds, about 0.3 instead of 2.6 CPU seconds on a loaded machine; the first run of a request is as before. A
-record that is not this program's size is not read; any basis is only a start, so a wrong one costs iterations, never
-the optimum. Beside each basis, its round's answer is kept (``kept_round``), named by the round's input before
-reduce.py: a request planned again reads its rounds' answers and neither reduces nor solves them (Llama-3-8B on 64
-H100s: about half the process's CPU), and where a round is not kept, the rounds read before it are solved first, so
-that its warm start is a cold run's.
+(trace_cache.py's folder, ``bases/``; ``MESHPLAN_CACHE=off`` keeps none), named by a digest of the program (constraints
+and costs), of the code that chose its warm starts (``SOLVED_BY``) and of HiGHS' version. The same program solved
+again starts at that basis, which is optimal: HiGHS ends there with no iteration, at the vertex the first solve ended
+at, so the plan is a cold run's, round by round (Llama-3-8B on 64 H100s planned again: HiGHS 0 iterations instead of
+16 900, about 0.3 instead of 2.6 CPU seconds on a loaded machine). A record not of this program's size is not read;
+any basis is only a start (a wrong one costs iterations, never the optimum). Beside each basis, its round's answer is
+kept (``kept_round``), named by the round's input before reduce.py: a request planned again neither reduces nor solves
+its rounds (about half the process's CPU), and where a round is not kept, the rounds read before it are solved first,
+so that its warm start is a cold run's.
 """
 
 from __future__ import annotations
@@ -141,6 +134,7 @@ def _load_core() -> Any:
 
 
 _BASES: ContextVar[dict[bytes, Any] | None] = ContextVar("highs_bases", default=None)
+_SOLVER: ContextVar[list[Any] | None] = ContextVar("highs_solver", default=None)  # the scope's one Highs object
 # the scope's start, its optimal bases by name (``_kept``), the solves of its rounds read instead (``deferred``)
 _NAMED: ContextVar[tuple[Any, list[Any], list[Callable[[], Any]]] | None] = ContextVar("highs_named", default=None)
 
@@ -154,12 +148,23 @@ def warm_starts(start: NamedBasis | None = None) -> Iterator[list[NamedBasis]]:
     the last one's by name (module docstring), the first from ``start`` where given; outside any scope, every program
     starts cold. Yields the scope's optimal bases by name, in the order solved."""
     solved: list[NamedBasis] = []
-    token, named = _BASES.set({}), _NAMED.set((start, solved, []))
+    token, named, solver = _BASES.set({}), _NAMED.set((start, solved, [])), _SOLVER.set([])
     try:
         yield solved
     finally:
         _BASES.reset(token)
         _NAMED.reset(named)
+        _SOLVER.reset(solver)
+
+
+def _solver(h: Any) -> Any:
+    """The scope's one Highs object (outside a scope, a new one): passModel clears its basis, solution and simplex
+    state and passOptions sets every option, so each program runs as in a new object, minus its making (Llama-3-8B
+    on 64 H100s, a first request: 0.14 G of HiGHS' 3.5 G instructions)."""
+    held = _SOLVER.get()
+    if held is not None and not held:
+        held.append(h._Highs())
+    return h._Highs() if held is None else held[0]
 
 
 def _constraints_key(*arrays: np.ndarray) -> bytes:
@@ -181,14 +186,12 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray, names: Nam
     indptr, indices, data = _columns(matrix, eq)
     lhs = np.concatenate((np.full(int((~eq).sum()), -h.kHighsInf), lo[eq]))
     rhs = np.concatenate((np.minimum(hi[~eq], h.kHighsInf), hi[eq]))
-    highs = h._Highs()
+    highs = _solver(h)
     options = h.HighsOptions()
-    options.presolve = "off"
-    options.threads = 1
-    options.simplex_strategy = h.simplex_constants.SimplexStrategy.kSimplexStrategyDual
-    options.highs_debug_level = h.HighsDebugLevel.kHighsDebugLevelNone
-    options.output_flag = False
-    options.log_to_console = False
+    for name, value in (("presolve", "off"), ("threads", 1), ("output_flag", False), ("log_to_console", False),
+                        ("simplex_strategy", h.simplex_constants.SimplexStrategy.kSimplexStrategyDual),
+                        ("highs_debug_level", h.HighsDebugLevel.kHighsDebugLevelNone)):
+        setattr(options, name, value)
     if highs.passOptions(options) == h.HighsStatus.kError:
         return None
     # the model as arrays (linprog's wrapper fills a HighsLp column by column through Python lists): minimise, no
@@ -208,7 +211,7 @@ def relax(c: np.ndarray, matrix: Any, lo: np.ndarray, hi: np.ndarray, names: Nam
         _warm(h, highs, key, None if names is None else names.cols, order)
     if highs.run() == h.HighsStatus.kError or highs.getModelStatus() != h.HighsModelStatus.kOptimal:
         return None
-    x = np.array(highs.getSolution().col_value)
+    x = np.fromiter(highs.getSolution().col_value, float, n)  # the bindings give a list: no dtype to discover
     states = _states(highs, x, len(lhs), len(lhs) - int(eq.sum()))
     if path is not None and (kept is None or highs.getInfo().simplex_iteration_count):
         write_whole(path, np.concatenate(states).tobytes())
@@ -309,9 +312,10 @@ def _kept(col_state: np.ndarray, row_state: np.ndarray, cols: np.ndarray, rows: 
 
 
 def _carried(h: Any, named: tuple, cols: np.ndarray, rows: np.ndarray) -> Any:
-    """An alien basis for this program from the last one by name (``_kept``): a variable or constraint of both keeps
-    its state, a new column starts at its lower bound and a new row's slack basic; HiGHS makes it a basis (its count
-    of basic variables, a nonsingular matrix) before the simplex starts."""
+    """An alien basis for this program from the last one by name (``_kept``: a node's strategy by its original index,
+    an edge's class by its first strategy, a row by its node or edge, side and class): a variable or constraint of
+    both keeps its state, a new column starts at its lower bound and a new row's slack basic; HiGHS makes it a basis
+    (HighsBasis.alien: its count of basic variables, a nonsingular matrix) before the simplex starts."""
     states = [h.HighsBasisStatus.kLower, h.HighsBasisStatus.kBasic, h.HighsBasisStatus.kUpper]
     lut = np.array(states, dtype=object)
     basis = h.HighsBasis()
@@ -341,12 +345,9 @@ def _columns(matrix: Any, eq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data.astype(float)
 
 
-# Rounds solved before (``kept_round``): a round's answer kept beside its basis, named by a digest of the round's input
-# (ilp.py: the program before reduce.py, which decides the program HiGHS solves) and of SOLVED_BY's code. Read back,
-# the round is neither reduced nor solved: its answer is the one its kept basis gives (an optimal basis: no iteration,
-# the same vertex). Its solve is deferred (``deferred``): where a later round of the scope is not kept, the deferred
-# ones are solved first, in order (``catch_up``, each from its kept basis), so that the scope's warm starts are those
-# of a run without the record.
+# Rounds solved before (``kept_round``, module docstring): read back, a round is neither reduced nor solved; its solve
+# is deferred (``deferred``) until a later round of the scope is not kept, then solved first, in order (``catch_up``,
+# each from its kept basis: no iteration, the same vertex), so that the scope's warm starts are a run's without records.
 
 
 def kept_round(key: bytes) -> tuple[Path | None, dict | None]:
