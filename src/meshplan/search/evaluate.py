@@ -209,11 +209,13 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
     """The step time of the plans of the size combinations ``block`` (rows of ``pool``) whose lower bound can still
     reach the top k, in chunks (branch and bound: exact, a plan slower than the k-th best so far cannot enter):
     their placements are built and their keys priced only then; the others counted as bounded. ``fits`` and
-    ``peak``: the block's, settings × combinations; where none fits, nothing is timed."""
+    ``peak``: the block's, settings × combinations; a combination none of whose settings fits offers no plan, and
+    is not timed unless the search explores (where none fits, nothing is)."""
     settings, any_fit = fits[..., 0].size, fits.any()
     fits, peak = fits.reshape(settings, -1), peak.reshape(settings, -1)
     count, explored = sized.count[block], result.explored
     sampled = None if explored is None else explored.sampled(pool, block, bool(pool.sequence_parallel))
+    fitting = fits.any(axis=0) if explored is None else None  # a combination none of whose settings fits
     for piece in _pieces(count, result.best):
         low = bound[block[piece]] * (1 - BOUND_SLACK)
         near = low <= result.best.threshold
@@ -222,6 +224,8 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
             near |= sampled[piece] | explored.wanted(low, fits[:, piece], peak[:, piece])
         near = piece[near]
         result.bounded += int(count[piece].sum() - count[near].sum()) * settings
+        if fitting is not None:  # offers no plan to the top k (only plans that fit are offered): not timed
+            near = near[fitting[near]]
         if len(near) and (any_fit or (sampled is not None and sampled[near].any())):
             rows = block[near]
             plans = PlanBatch(**expand(sized, rows), placements=pool.placements,
@@ -250,7 +254,8 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
     settings × size combinations) under every setting and offer the fast enough ones that fit to the top k; when the
     search explores, offer those that fit to the Pareto front and record the ``sampled`` combinations' plans."""
     full, panels = units.price(batch, shapes)
-    time = grid_times(model, cluster, batch, full, space, eff)
+    wanted = None if result.explored is not None else fits[:, sizes].any(axis=1).reshape([len(g) for g in space.grid])
+    time = grid_times(model, cluster, batch, full, space, eff, wanted)  # NaN where not wanted: no plan fits there
     ok = np.flatnonzero(time.reshape(-1) <= result.best.threshold)  # fast enough, then: does it fit?
     setting, row = np.divmod(ok, len(batch))
     fit = fits[setting, sizes[row]]
