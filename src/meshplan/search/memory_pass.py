@@ -28,6 +28,7 @@ from meshplan.search.scoring import grid_memory
 from meshplan.search.space import Space
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.refusals import REFUSALS, Refusal
+from meshplan.step.grid import OwnSettings
 from meshplan.step.units import Saved
 
 # What each setting of a size combination comes to (GroupMemory.status): it fits; its peak is within the HBM's
@@ -106,21 +107,30 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
 def _fill(peak: np.ndarray, host: np.ndarray, chunk: tuple[ModelSpec, Space, PlanBatch, Callable, int],
           refused: np.ndarray) -> None:
     """Write the peak and host bytes of a chunk's combinations (``chunk``: the model, the space, the chunk, the saved
-    activations of rows and its first row) into ``peak`` and ``host`` (combinations first): those the framework
-    refuses under every setting NaN (no status reads their bytes: ``_status`` gives each its refusal; DeepSeek-V3's
-    tp > 1 combinations without sequence parallelism, 86,041 of 91,546), the others computed on those alone (each
-    element by the same element-wise arithmetic whichever rows are computed beside it: the module docstring)."""
+    activations of rows and its first row) into ``peak`` and ``host`` (combinations first), NaN where the framework
+    refuses every plan (no status reads their bytes: ``_status`` gives each its refusal): a combination refused under
+    every setting (DeepSeek-V3's tp > 1 combinations without sequence parallelism, 86,041 of 91,546), a recompute
+    mode or activation-offload setting refused for every combination of the chunk under every ZeRO stage and
+    optimizer offload (megatron-core's activation offload under pp > 1 or recompute: every chunk of DeepSeek-V3's and
+    of the 8-count's). The others are computed on those alone, each element by the same element-wise arithmetic
+    whichever rows and settings are computed beside it (the module docstring)."""
     model, space, sized, saved, start = chunk
     live = ~refused.reshape(len(refused), -1).all(axis=1)
     rows = slice(None) if live.all() else np.flatnonzero(live)
-    if not isinstance(rows, slice):
+    open_ra = ~refused[rows].all(axis=(0, 2, 3))  # (recompute, activation offload): any plan not refused
+    rcs, oas = np.flatnonzero(open_ra.any(axis=1)), np.flatnonzero(open_ra.any(axis=0))
+    whole = len(rcs) == len(space.recompute) and len(oas) == len(space.offload_activations)
+    if not (isinstance(rows, slice) and whole):
         peak.fill(np.nan)
         host.fill(np.nan)
-        if not len(rows):
+        if not len(rcs):
             return
+    grid = space if whole else OwnSettings(tuple(space.recompute[i] for i in rcs), space.zero,
+                                           space.offload_optimizer, tuple(space.offload_activations[i] for i in oas))
     block_peak, block_host = grid_memory(model, sized if isinstance(rows, slice) else sized.select(rows),
-                                         saved(start + np.arange(len(sized))[rows]), space)
-    peak[rows], host[rows] = np.moveaxis(block_peak, -1, 0), np.moveaxis(block_host, -1, 0)
+                                         saved(start + np.arange(len(sized))[rows]), space, grid)
+    at = rows if whole else np.ix_(np.arange(len(sized))[rows], rcs, *(np.arange(n) for n in peak.shape[2:4]), oas)
+    peak[at], host[at] = np.moveaxis(block_peak, -1, 0), np.moveaxis(block_host, -1, 0)
 
 
 def _status(peak: np.ndarray, host: np.ndarray, refused: np.ndarray, limits: tuple[float, float, float]

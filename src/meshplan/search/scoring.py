@@ -46,10 +46,11 @@ def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict
     return out
 
 
-def grid_memory(model: ModelSpec, batch: PlanBatch, units: Mapping[str, Units | Saved], space: Space
-                ) -> tuple[np.ndarray, np.ndarray]:
+def grid_memory(model: ModelSpec, batch: PlanBatch, units: Mapping[str, Units | Saved], space: Space,
+                grid: Settings | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Peak HBM and host (offload) bytes of every settings combination, shape (recompute, zero, offload opt,
-    offload act, plan): estimate()'s memory (step.memory_grid.compose_memory) under the whole grid, in float32. Memory
-    does not depend on the placement, so the search calls this once per size combination, not per placement."""
-    memory = compose_memory(model, batch, units, space, space.stack)
+    offload act, plan): estimate()'s memory (step.memory_grid.compose_memory) under the whole grid (or ``grid``, some
+    of its settings), in float32. Memory does not depend on the placement, so the search calls this once per size
+    combination, not per placement."""
+    memory = compose_memory(model, batch, units, space if grid is None else grid, space.stack)
     return memory.peak(np.float32), memory.host(np.float32)
