@@ -224,15 +224,20 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
             near |= sampled[piece] | explored.wanted(low, fits[:, piece], peak[:, piece])
         near = piece[near]
         result.bounded += int(count[piece].sum() - count[near].sum()) * settings
-        if fitting is not None:  # offers no plan to the top k (only plans that fit are offered): not timed
-            near = near[fitting[near]]
+        if fitting is not None and not fitting[near].all():  # offers no plan to the top k (only plans that fit
+            if not np.isfinite(result.best.threshold) and fitting[near].any():  # are offered): not timed; while
+                units.slots(*_plans(pool, sized, block[near], shapes))  # the first pieces run, all their keys
+            near = near[fitting[near]]  # priced at once (the later pieces' plans mostly share them)
         if len(near) and (any_fit or (sampled is not None and sampled[near].any())):
-            rows = block[near]
-            plans = PlanBatch(**expand(sized, rows), placements=pool.placements,
-                              **{k: getattr(pool, k) for k in CATEGORICAL})
+            plans, plan_shapes = _plans(pool, sized, block[near], shapes)
             local = np.repeat(near, count[near])  # each plan's combination, in the block
-            _time_chunk(model, cluster, space, eff, plans, np.repeat(shapes[rows], count[near]), units, fits, peak,
-                        local, result, sampled)
+            _time_chunk(model, cluster, space, eff, plans, plan_shapes, units, fits, peak, local, result, sampled)
+
+
+def _plans(pool: PlanBatch, sized: Sized, rows: np.ndarray, shapes: np.ndarray) -> tuple[PlanBatch, np.ndarray]:
+    """The plans of the size combinations ``rows`` of ``pool`` (every placement: ``expand``) and their shapes."""
+    return (PlanBatch(**expand(sized, rows), placements=pool.placements, **{k: getattr(pool, k) for k in CATEGORICAL}),
+            np.repeat(shapes[rows], sized.count[rows]))
 
 
 def _pieces(plans: np.ndarray, best: Best) -> Iterator[np.ndarray]:

@@ -178,6 +178,13 @@ class KeyUnits:
     def price(self, batch: PlanBatch, shapes: np.ndarray) -> tuple[dict[str, Units], dict[str, Panels]]:
         """The full units and SUMMA panel counts of every plan of ``batch`` (``shapes``: each plan's shape, an
         index into the pool's) per recompute mode, computing those of keys not met before."""
+        store, rows = self._store, self.slots(batch, shapes)
+        return (_taken(self._stacked(), rows, store.units),
+                {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in store.panels.items()})
+
+    def slots(self, batch: PlanBatch, shapes: np.ndarray) -> np.ndarray:
+        """Where the units of each plan of ``batch`` are stored (``price``'s arguments), computing those of keys not
+        met before (in one batch: each batch of keys pays the Python of the units' composition once)."""
         store, codes = self._store, split_codes(self.model, self.cluster, batch)
         first, inverse = distinct(np.stack([shapes, batch.summa_panels, *codes]))
         split_first, split_of = distinct(np.stack([c[first] for c in codes])) if codes else (
@@ -193,9 +200,7 @@ class KeyUnits:
                                       _rows_of(self.compute, local, self.n_shapes), self.recomputes, self.eff,
                                       self.works)
             slot[new] = store.add(key[new], units, panels)
-        rows = slot[inverse]
-        return (_taken(self._stacked(), rows, store.units),
-                {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in store.panels.items()})
+        return slot[inverse]
 
     def _stacked(self) -> list[tuple[list[int], np.ndarray]]:
         """The stored units' arrays (by id), 64 at a time the columns of one matrix (keys × arrays), made again
