@@ -184,7 +184,7 @@ def _fit(model: ModelSpec, space: Space, sized: _Rows, memory: GroupMemory, plan
     for i, rule in enumerate(memory.rules):  # each refusal with the first plan it refuses (the tally keeps the first)
         reason = rule.reason(space.stack.name)
         if counts[REFUSED_FIRST + i] and reason not in result.tally.examples:
-            plan = _decode(sized, space.grid, status.shape, int(np.argmax((status == REFUSED_FIRST + i).ravel())),
+            plan = _decode(sized, space.grid, status.shape, _first(status == REFUSED_FIRST + i),
                            layers=model.num_layers)
             result.tally.add(reason, f"{plan.describe()} ({rule.source})", counts[REFUSED_FIRST + i])
         else:
@@ -355,6 +355,16 @@ def _least_of(mask: np.ndarray, used: np.ndarray) -> int:
     combination, setting = np.divmod(where[np.isnan(values) if np.isnan(least) else values == least],
                                      cells.size // max(count, 1))
     return int((setting * count + combination).min())
+
+
+def _first(mask: np.ndarray) -> int:
+    """np.argmax(mask.ravel()) (settings × combinations; the first element set, C order) for a mask that has one,
+    read in the order of ``GroupMemory.at``'s views, combinations first (no transposing copy): the first setting
+    any combination has, then its first combination."""
+    count = mask.shape[-1]
+    rows = np.moveaxis(mask, -1, 0).reshape(count, -1)
+    setting = int(np.argmax(rows.any(axis=0)))
+    return setting * count + int(np.argmax(rows[:, setting]))
 
 
 def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:
