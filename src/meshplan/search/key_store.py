@@ -279,16 +279,42 @@ def _equal(a: OpCost, b: OpCost) -> bool:
 def _priced_once(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack: Stack, eff: Efficiency,
                  ops: dict[str, list[OpCost]], rows: tuple[np.ndarray, np.ndarray]) -> dict[str, list[Num | None]]:
     """``compute_times`` of ``ops``, each op that ``_on_rows`` finds a function of the op keys priced at the rows
-    ``first`` of each and spread back at ``inverse`` (``rows``)."""
+    ``first`` of each and spread back at ``inverse`` (``rows``); the others (the expert GEMMs) where their own values
+    repeat (``_by_value``) on one row per distinct value, spread back alike."""
     first, inverse = rows
     seen = _all_at_first([op for v in ops.values() for op in v], first, inverse)  # by array: at ``first`` or None
     few = {k: [_on_rows(op, first, inverse, seen) for op in v] for k, v in ops.items()}
-    priced = {k: [op if op is not None else whole for op, whole in zip(v, ops[k], strict=True)] for k, v in few.items()}
+    alike, at = _by_value([op for k, v in ops.items() for op, f in zip(v, few[k], strict=True) if f is None],
+                          len(inverse))
+    priced = {k: [f if f is not None else alike.get(id(op), op) for op, f in zip(ops[k], v, strict=True)]
+              for k, v in few.items()}
     times = compute_times(model, cluster, shaped, stack, eff, priced)
-    spread = _spread_all([t for k, v in times.items() for op, t in zip(few[k], v, strict=True) if op is not None],
-                         inverse)
-    return {k: [spread.get(id(t), t) if op is not None else t for op, t in zip(few[k], v, strict=True)]
+    how = {k: [inverse if f is not None else at if id(op) in alike else None for op, f in zip(ops[k], v, strict=True)]
+           for k, v in few.items()}  # where each op's times spread from: the op keys' rows, its values', or none
+    spread = [_spread_all([t for k, v in times.items() for h, t in zip(how[k], v, strict=True) if h is rows_of],
+                          rows_of) for rows_of in (inverse, at)]
+    return {k: [t if h is None else spread[h is at].get(id(t), t) for h, t in zip(how[k], v, strict=True)]
             for k, v in times.items()}
+
+
+def _by_value(ops: list[OpCost], n: int) -> tuple[dict[int, OpCost], np.ndarray]:
+    """Of ``ops``, those (no collective) whose per-row fields are all 8-byte numbers, one per row of ``n``: by id, each
+    at the first row of each distinct value of all their fields together (the rows' bits hashed, then checked: each
+    row holds its first row's, bit for bit), and each row's index among those; none where that is over half the rows
+    (DeepSeek-V3's expert GEMMs: 920 distinct of 15,823 shapes)."""
+    fit = [(op, arrays) for op in ops if op.kind != "collective" and (arrays := {
+        f.name: v for f in fields(op) if isinstance(v := getattr(op, f.name), np.ndarray) and v.ndim}) and all(
+        v.shape == (n,) and v.dtype.kind in "biuf" and v.dtype.itemsize == 8 for v in arrays.values())]
+    if not fit:
+        return {}, np.zeros(0, dtype=np.int64)
+    matrix = np.stack([v.view(np.uint64) for v in {id(v): v for _, a in fit for v in a.values()}.values()], axis=1)
+    code = np.zeros(n, dtype=np.uint64)
+    for column in matrix.T:  # FNV-1a's multiplier: a hash, its collisions caught by the check below
+        code = (code ^ column) * np.uint64(0x100000001B3)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    if 2 * len(first) > n or not bool((matrix[first][inverse.reshape(-1)] == matrix).all()):
+        return {}, np.zeros(0, dtype=np.int64)
+    return {id(op): replace(op, **{k: v[first] for k, v in a.items()}) for op, a in fit}, inverse.reshape(-1)
 
 
 def _on_rows(op: OpCost, first: np.ndarray, inverse: np.ndarray, seen: dict[int, np.ndarray | None]
