@@ -155,7 +155,9 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
     order = np.argsort(bound, kind="stable")
     for block in _chunks(order, SIZE_BLOCK):
         fits, peak = _fit(model, space, _Rows(pool, block), memory, sized.count[block], result)
-        _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)
+        fitting = None if result.explored is not None else memory.counts[block, FITS] > 0  # any setting fits
+        _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, (fits, fitting), peak,
+                   result)
 
 
 @dataclass(frozen=True)
@@ -204,18 +206,19 @@ def _fit(model: ModelSpec, space: Space, sized: _Rows, memory: GroupMemory, plan
 
 
 def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
-               block: np.ndarray, bound: np.ndarray, shapes: np.ndarray, units: KeyUnits, fits: np.ndarray,
-               peak: np.ndarray, result: Part) -> None:
+               block: np.ndarray, bound: np.ndarray, shapes: np.ndarray, units: KeyUnits,
+               fit: tuple[np.ndarray, np.ndarray | None], peak: np.ndarray, result: Part) -> None:
     """The step time of the plans of the size combinations ``block`` (rows of ``pool``) whose lower bound can still
     reach the top k, in chunks (branch and bound: exact, a plan slower than the k-th best so far cannot enter):
     their placements are built and their keys priced only then; the others counted as bounded. ``fits`` and
-    ``peak``: the block's, settings × combinations; a combination none of whose settings fits offers no plan, and
-    is not timed unless the search explores (where none fits, nothing is)."""
-    settings, any_fit = fits[..., 0].size, fits.any()
+    ``peak``: the block's, settings × combinations (``fit``: ``fits`` and whether any setting of each combination
+    fits, unless the search explores); a combination none of whose settings fits offers no plan, and is not timed
+    unless the search explores (where none fits, nothing is)."""
+    fits, fitting = fit
+    settings, any_fit = fits[..., 0].size, fits.any() if fitting is None else bool(fitting.any())
     fits, peak = fits.reshape(settings, -1), peak.reshape(settings, -1)
     count, explored = sized.count[block], result.explored
     sampled = None if explored is None else explored.sampled(pool, block, bool(pool.sequence_parallel))
-    fitting = fits.any(axis=0) if explored is None else None  # a combination none of whose settings fits
     for piece in _pieces(count, result.best):
         low = bound[block[piece]] * (1 - BOUND_SLACK)
         near = low <= result.best.threshold
@@ -259,7 +262,8 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
     settings × size combinations) under every setting and offer the fast enough ones that fit to the top k; when the
     search explores, offer those that fit to the Pareto front and record the ``sampled`` combinations' plans."""
     full, panels = units.price(batch, shapes)
-    wanted = None if result.explored is not None else fits[:, sizes].any(axis=1).reshape([len(g) for g in space.grid])
+    combos = sizes[np.flatnonzero(np.diff(sizes, prepend=-1))]  # ``sizes`` increase: each combination once
+    wanted = None if result.explored is not None else fits[:, combos].any(axis=1).reshape([len(g) for g in space.grid])
     time = grid_times(model, cluster, batch, full, space, eff, wanted)  # NaN where not wanted: no plan fits there
     ok = np.flatnonzero(time.reshape(-1) <= result.best.threshold)  # fast enough, then: does it fit?
     setting, row = np.divmod(ok, len(batch))
