@@ -263,7 +263,8 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
     search explores, offer those that fit to the Pareto front and record the ``sampled`` combinations' plans."""
     full, panels = units.price(batch, shapes)
     combos = sizes[np.flatnonzero(np.diff(sizes, prepend=-1))]  # ``sizes`` increase: each combination once
-    wanted = None if result.explored is not None else fits[:, combos].any(axis=1).reshape([len(g) for g in space.grid])
+    wanted = None if result.explored is not None else np.asarray(fits[:, combos].any(axis=1)).reshape(
+        [len(g) for g in space.grid])
     time = grid_times(model, cluster, batch, full, space, eff, wanted)  # NaN where not wanted: no plan fits there
     ok = np.flatnonzero(time.reshape(-1) <= result.best.threshold)  # fast enough, then: does it fit?
     setting, row = np.divmod(ok, len(batch))

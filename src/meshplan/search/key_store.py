@@ -314,7 +314,8 @@ def _by_value(ops: list[OpCost], n: int) -> tuple[dict[int, OpCost], np.ndarray]
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     if 2 * len(first) > n or not bool((matrix[first][inverse.reshape(-1)] == matrix).all()):
         return {}, np.zeros(0, dtype=np.int64)
-    return {id(op): replace(op, **{k: v[first] for k, v in a.items()}) for op, a in fit}, inverse.reshape(-1)
+    at_first: list[dict[str, Any]] = [{k: v[first] for k, v in a.items()} for _, a in fit]
+    return {id(op): replace(op, **at) for (op, _), at in zip(fit, at_first, strict=True)}, inverse.reshape(-1)
 
 
 def _on_rows(op: OpCost, first: np.ndarray, inverse: np.ndarray, seen: dict[int, np.ndarray | None]

@@ -33,7 +33,7 @@ def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict
     step is its own arithmetic, the same numbers whichever others are composed beside it."""
     out = np.empty((len(space.recompute), len(space.zero), len(space.offload_optimizer),
                     len(space.offload_activations), len(batch)), dtype=np.float32)
-    rcs, oas = range(len(space.recompute)), range(len(space.offload_activations))
+    rcs, oas = np.arange(len(space.recompute)), np.arange(len(space.offload_activations))
     grid: Settings = space
     if wanted is not None:
         rcs, oas = np.flatnonzero(wanted.any(axis=(1, 2, 3))), np.flatnonzero(wanted.any(axis=(0, 1, 2)))
