@@ -40,7 +40,8 @@ FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, UNKNOWN, REFUSED_FIRST = range(6)
 @dataclass(frozen=True)
 class GroupMemory:
     """Size combinations × settings of one schedule group (the combinations on the first axis, then the grid's
-    shape): peak HBM bytes (float32, scoring.grid_memory; NaN where the framework refuses the plan) and host bytes,
+    shape): peak HBM bytes (float32, scoring.grid_memory; NaN where the framework refuses the plan) and host bytes
+    (those of a refused plan, never read, NaN or not: ``_fill``),
     each setting's ``status`` against ``limits`` (the HBM, the HBM less the headroom, the host's memory) and, per
     combination, how many settings have each status (``counts``): the comparisons each block of the branch and bound
     made for itself, made once for the group and every twin search that reuses it. ``saved``: the group's saved
