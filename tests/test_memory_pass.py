@@ -70,7 +70,7 @@ def test_a_block_in_the_bounds_order_reads_what_the_block_alone_computes(qwen_gr
         assert np.array_equal(status == REFUSED_FIRST + memory.rules.index(rule), hit)
         refused |= hit
     assert np.array_equal(peak, np.where(refused, np.nan, want_peak), equal_nan=True)  # bit for bit, NaN if refused
-    assert np.array_equal(memory.host_at(block), want_host)
+    assert np.array_equal(memory.host_at(block)[~refused], want_host[~refused])  # a refused plan's is never read
     assert any(h.any() for _, h in refusals)  # Megatron-Core refuses some of them (optimizer offload without ZeRO)
     capacity, usable, host_capacity = memory.limits  # the others' status: the comparisons with the limits
     runs = ~refused

@@ -155,7 +155,9 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
     order = np.argsort(bound, kind="stable")
     for block in _chunks(order, SIZE_BLOCK):
         fits, peak = _fit(model, space, _Rows(pool, block), memory, sized.count[block], result)
-        _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, fits, peak, result)
+        fitting = None if result.explored is not None else memory.counts[block, FITS] > 0  # any setting fits
+        _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, (fits, fitting), peak,
+                   result)
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ def _fit(model: ModelSpec, space: Space, sized: _Rows, memory: GroupMemory, plan
     for i, rule in enumerate(memory.rules):  # each refusal with the first plan it refuses (the tally keeps the first)
         reason = rule.reason(space.stack.name)
         if counts[REFUSED_FIRST + i] and reason not in result.tally.examples:
-            plan = _decode(sized, space.grid, status.shape, int(np.argmax((status == REFUSED_FIRST + i).ravel())),
+            plan = _decode(sized, space.grid, status.shape, _first(status == REFUSED_FIRST + i),
                            layers=model.num_layers)
             result.tally.add(reason, f"{plan.describe()} ({rule.source})", counts[REFUSED_FIRST + i])
         else:
@@ -204,13 +206,16 @@ def _fit(model: ModelSpec, space: Space, sized: _Rows, memory: GroupMemory, plan
 
 
 def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
-               block: np.ndarray, bound: np.ndarray, shapes: np.ndarray, units: KeyUnits, fits: np.ndarray,
-               peak: np.ndarray, result: Part) -> None:
+               block: np.ndarray, bound: np.ndarray, shapes: np.ndarray, units: KeyUnits,
+               fit: tuple[np.ndarray, np.ndarray | None], peak: np.ndarray, result: Part) -> None:
     """The step time of the plans of the size combinations ``block`` (rows of ``pool``) whose lower bound can still
     reach the top k, in chunks (branch and bound: exact, a plan slower than the k-th best so far cannot enter):
     their placements are built and their keys priced only then; the others counted as bounded. ``fits`` and
-    ``peak``: the block's, settings × combinations; where none fits, nothing is timed."""
-    settings, any_fit = fits[..., 0].size, fits.any()
+    ``peak``: the block's, settings × combinations (``fit``: ``fits`` and whether any setting of each combination
+    fits, unless the search explores); a combination none of whose settings fits offers no plan, and is not timed
+    unless the search explores (where none fits, nothing is)."""
+    fits, fitting = fit
+    settings, any_fit = fits[..., 0].size, fits.any() if fitting is None else bool(fitting.any())
     fits, peak = fits.reshape(settings, -1), peak.reshape(settings, -1)
     count, explored = sized.count[block], result.explored
     sampled = None if explored is None else explored.sampled(pool, block, bool(pool.sequence_parallel))
@@ -222,13 +227,20 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
             near |= sampled[piece] | explored.wanted(low, fits[:, piece], peak[:, piece])
         near = piece[near]
         result.bounded += int(count[piece].sum() - count[near].sum()) * settings
+        if fitting is not None and not fitting[near].all():  # offers no plan to the top k (only plans that fit
+            if not np.isfinite(result.best.threshold) and fitting[near].any():  # are offered): not timed; while
+                units.slots(*_plans(pool, sized, block[near], shapes))  # the first pieces run, all their keys
+            near = near[fitting[near]]  # priced at once (the later pieces' plans mostly share them)
         if len(near) and (any_fit or (sampled is not None and sampled[near].any())):
-            rows = block[near]
-            plans = PlanBatch(**expand(sized, rows), placements=pool.placements,
-                              **{k: getattr(pool, k) for k in CATEGORICAL})
+            plans, plan_shapes = _plans(pool, sized, block[near], shapes)
             local = np.repeat(near, count[near])  # each plan's combination, in the block
-            _time_chunk(model, cluster, space, eff, plans, np.repeat(shapes[rows], count[near]), units, fits, peak,
-                        local, result, sampled)
+            _time_chunk(model, cluster, space, eff, plans, plan_shapes, units, fits, peak, local, result, sampled)
+
+
+def _plans(pool: PlanBatch, sized: Sized, rows: np.ndarray, shapes: np.ndarray) -> tuple[PlanBatch, np.ndarray]:
+    """The plans of the size combinations ``rows`` of ``pool`` (every placement: ``expand``) and their shapes."""
+    return (PlanBatch(**expand(sized, rows), placements=pool.placements, **{k: getattr(pool, k) for k in CATEGORICAL}),
+            np.repeat(shapes[rows], sized.count[rows]))
 
 
 def _pieces(plans: np.ndarray, best: Best) -> Iterator[np.ndarray]:
@@ -250,7 +262,10 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
     settings × size combinations) under every setting and offer the fast enough ones that fit to the top k; when the
     search explores, offer those that fit to the Pareto front and record the ``sampled`` combinations' plans."""
     full, panels = units.price(batch, shapes)
-    time = grid_times(model, cluster, batch, full, space, eff)
+    combos = sizes[np.flatnonzero(np.diff(sizes, prepend=-1))]  # ``sizes`` increase: each combination once
+    wanted = None if result.explored is not None else np.asarray(fits[:, combos].any(axis=1)).reshape(
+        [len(g) for g in space.grid])
+    time = grid_times(model, cluster, batch, full, space, eff, wanted)  # NaN where not wanted: no plan fits there
     ok = np.flatnonzero(time.reshape(-1) <= result.best.threshold)  # fast enough, then: does it fit?
     setting, row = np.divmod(ok, len(batch))
     fit = fits[setting, sizes[row]]
@@ -345,6 +360,16 @@ def _least_of(mask: np.ndarray, used: np.ndarray) -> int:
     combination, setting = np.divmod(where[np.isnan(values) if np.isnan(least) else values == least],
                                      cells.size // max(count, 1))
     return int((setting * count + combination).min())
+
+
+def _first(mask: np.ndarray) -> int:
+    """np.argmax(mask.ravel()) (settings × combinations; the first element set, C order) for a mask that has one,
+    read in the order of ``GroupMemory.at``'s views, combinations first (no transposing copy): the first setting
+    any combination has, then its first combination."""
+    count = mask.shape[-1]
+    rows = np.moveaxis(mask, -1, 0).reshape(count, -1)
+    setting = int(np.argmax(rows.any(axis=0)))
+    return setting * count + int(np.argmax(rows[:, setting]))
 
 
 def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
 
+from meshplan.cost.records import OpCost
+from meshplan.search.batch import PlanBatch
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import ZERO, PassTimes
-from meshplan.step.units import Units
+from meshplan.step.units import Units, compute_times
 from meshplan.xp import Num
 
 Panels = dict[str, np.ndarray]  # a SUMMA panel count per row, per kind of wrapper work ("": none; Units.under)
@@ -39,8 +41,6 @@ def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
         return tail.copy() if x is None else np.concatenate([x, tail])
 
     return Units(*(cat(None if store is None else getattr(store, f), getattr(part, f)) for f in Units.__slots__))
-
-
 
 
 def _joined(old: Num | None, new: Num | None, n_old: int, n_new: int) -> Num | None:
@@ -198,3 +198,188 @@ class KeyStore:
         self._codes = np.concatenate([self._codes, key])[order]
         self._slot = np.concatenate([self._slot, slots])[order]
         return slots
+
+
+# what the op shapes of every layer but a MoE layer's experts depend on (the experts' also on ep and etp): an op whose
+# inputs are the same wherever these are is priced once per distinct value of them (``shape_compute_times``)
+_OP_KEYS = ("tp", "tp2", "cp", "micro_batch")
+# the last ``shape_compute_times`` call's context, rows' op keys, ops and times, within ``twin_times`` (else empty)
+_LAST: list[tuple[tuple[Any, ...], np.ndarray, np.ndarray, dict[str, list[OpCost]], dict[str, list[Num | None]]]] = []
+_TWINS: list[bool] = []
+
+
+@contextmanager
+def twin_times() -> Iterator[None]:
+    """Within: ``shape_compute_times`` takes the time of an op equal to one the previous call priced from that call
+    (one task's searches, workers._evaluate_task: the expert-GEMM twins of search/variants.py, whose shapes' ops
+    differ in the expert GEMMs alone); what it holds is let go on leaving."""
+    _TWINS.append(True)
+    try:
+        yield
+    finally:
+        _TWINS.pop()
+        if not _TWINS:
+            _LAST.clear()
+
+
+def shape_compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack: Stack, eff: Efficiency,
+                        ops: dict[str, list[OpCost]]) -> dict[str, list[Num | None]]:
+    """``compute_times`` of ``ops`` (the op records of ``shaped``), each op whose inputs are a function of the rows'
+    ``_OP_KEYS`` (checked bit for bit) priced on one row per distinct value of those and spread back: the same
+    element-wise arithmetic on fewer elements (DeepSeek-V3's search: 93 of its 99 compute ops, 476 of 15,823 shapes;
+    the expert GEMMs, whose inputs also read ep and etp, on every row). Within ``twin_times``, an op equal field for
+    field, bit for bit, to the op at its place in the previous call's, on rows of the same op keys, the same
+    accelerator, precision and efficiency, takes that call's times: roofline.op_time reads nothing else (DeepSeek-V3's
+    per-expert twin: 91 of its 99 compute ops)."""
+    first, inverse = distinct(np.stack([np.asarray(getattr(shaped, k), dtype=np.int64) for k in _OP_KEYS]))
+    context = (cluster.accelerator, shaped.precision, eff)
+    known = _known(ops, context, first, inverse)
+    todo = {k: [op for i, op in enumerate(v) if (k, i) not in known] for k, v in ops.items()}
+    fresh = {k: iter(v) for k, v in _priced_once(model, cluster, shaped, stack, eff, todo, (first, inverse)).items()}
+    times = {k: [known[k, i] if (k, i) in known else next(fresh[k]) for i in range(len(v))] for k, v in ops.items()}
+    if _TWINS:
+        _LAST[:] = [(context, first, inverse, ops, times)]
+    return times
+
+
+def _known(ops: dict[str, list[OpCost]], context: tuple[Any, ...], first: np.ndarray, inverse: np.ndarray
+           ) -> dict[tuple[str, int], Num | None]:
+    """The previous call's times (``_LAST``) of the ops equal to the op at their place in it (``_equal``), where its
+    context and rows' op keys are these."""
+    if not _LAST:
+        return {}
+    (old_context, old_first, old_inverse, old_ops, old_times), = _LAST
+    if any(a is not b and a != b for a, b in zip(context, old_context, strict=True)) or \
+            not (np.array_equal(first, old_first) and np.array_equal(inverse, old_inverse)):
+        return {}
+    return {(k, i): old_times[k][i] for k, v in ops.items() for i, op in enumerate(v)
+            if op.kind != "collective" and i < len(old_ops.get(k, ())) and _equal(op, old_ops[k][i])}
+
+
+def _equal(a: OpCost, b: OpCost) -> bool:
+    """Whether two op records hold the same values, field for field, of the same types, numbers bit for bit."""
+    if type(a) is not type(b):
+        return False
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, np.ndarray):
+            if x is not y and (x.shape != y.shape or x.dtype != y.dtype or x.dtype.kind not in "biuf" or
+                               not bool((x.view(f"u{x.dtype.itemsize}") == y.view(f"u{y.dtype.itemsize}")).all())):
+                return False
+        elif isinstance(x, (float, int, np.number)):
+            if np.asarray(x).tobytes() != np.asarray(y).tobytes():
+                return False
+        elif x is not y and not (isinstance(x, (str, tuple)) and x == y):
+            return False
+    return True
+
+
+def _priced_once(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack: Stack, eff: Efficiency,
+                 ops: dict[str, list[OpCost]], rows: tuple[np.ndarray, np.ndarray]) -> dict[str, list[Num | None]]:
+    """``compute_times`` of ``ops``, each op that ``_on_rows`` finds a function of the op keys priced at the rows
+    ``first`` of each and spread back at ``inverse`` (``rows``); the others (the expert GEMMs) where their own values
+    repeat (``_by_value``) on one row per distinct value, spread back alike."""
+    first, inverse = rows
+    seen = _all_at_first([op for v in ops.values() for op in v], first, inverse)  # by array: at ``first`` or None
+    few = {k: [_on_rows(op, first, inverse, seen) for op in v] for k, v in ops.items()}
+    alike, at = _by_value([op for k, v in ops.items() for op, f in zip(v, few[k], strict=True) if f is None],
+                          len(inverse))
+    priced = {k: [f if f is not None else alike.get(id(op), op) for op, f in zip(ops[k], v, strict=True)]
+              for k, v in few.items()}
+    times = compute_times(model, cluster, shaped, stack, eff, priced)
+    how = {k: [inverse if f is not None else at if id(op) in alike else None for op, f in zip(ops[k], v, strict=True)]
+           for k, v in few.items()}  # where each op's times spread from: the op keys' rows, its values', or none
+    spread = [_spread_all([t for k, v in times.items() for h, t in zip(how[k], v, strict=True) if h is rows_of],
+                          rows_of) for rows_of in (inverse, at)]
+    return {k: [t if h is None else spread[h is at].get(id(t), t) for h, t in zip(how[k], v, strict=True)]
+            for k, v in times.items()}
+
+
+def _by_value(ops: list[OpCost], n: int) -> tuple[dict[int, OpCost], np.ndarray]:
+    """Of ``ops``, those (no collective) whose per-row fields are all 8-byte numbers, one per row of ``n``: by id, each
+    at the first row of each distinct value of all their fields together (the rows' bits hashed, then checked: each
+    row holds its first row's, bit for bit), and each row's index among those; none where that is over half the rows
+    (DeepSeek-V3's expert GEMMs: 920 distinct of 15,823 shapes)."""
+    fit = [(op, arrays) for op in ops if op.kind != "collective" and (arrays := {
+        f.name: v for f in fields(op) if isinstance(v := getattr(op, f.name), np.ndarray) and v.ndim}) and all(
+        v.shape == (n,) and v.dtype.kind in "biuf" and v.dtype.itemsize == 8 for v in arrays.values())]
+    if not fit:
+        return {}, np.zeros(0, dtype=np.int64)
+    matrix = np.stack([v.view(np.uint64) for v in {id(v): v for _, a in fit for v in a.values()}.values()], axis=1)
+    code = np.zeros(n, dtype=np.uint64)
+    for column in matrix.T:  # FNV-1a's multiplier: a hash, its collisions caught by the check below
+        code = (code ^ column) * np.uint64(0x100000001B3)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    if 2 * len(first) > n or not bool((matrix[first][inverse.reshape(-1)] == matrix).all()):
+        return {}, np.zeros(0, dtype=np.int64)
+    at_first: list[dict[str, Any]] = [{k: v[first] for k, v in a.items()} for _, a in fit]
+    return {id(op): replace(op, **at) for (op, _), at in zip(fit, at_first, strict=True)}, inverse.reshape(-1)
+
+
+def _on_rows(op: OpCost, first: np.ndarray, inverse: np.ndarray, seen: dict[int, np.ndarray | None]
+             ) -> OpCost | None:
+    """``op`` at the rows ``first`` where each of its per-row fields holds, bit for bit, its value at ``first`` on
+    every row ``inverse`` maps there; None where one does not (or the op is a collective, or has no per-row field).
+    ``seen``: the arrays met so far (by id: the ops hold them), at ``first`` or None."""
+    if op.kind == "collective" or len(first) == len(inverse):
+        return None
+    rows: dict[str, Any] = {}
+    for f in fields(op):
+        value = getattr(op, f.name)
+        if not isinstance(value, np.ndarray) or not value.ndim:
+            continue
+        if id(value) not in seen:
+            seen[id(value)] = _at_first(value, first, inverse)
+        few = seen[id(value)]
+        if few is None:
+            return None
+        rows[f.name] = few
+    return replace(op, **rows) if rows else None
+
+
+def _at_first(value: np.ndarray, first: np.ndarray, inverse: np.ndarray) -> np.ndarray | None:
+    """``value`` (one number per row) at the rows ``first``, where every row ``inverse`` maps to one of them holds its
+    number bit for bit (-0.0 is not 0.0); else None."""
+    if value.shape != inverse.shape or value.dtype.kind not in "biuf":
+        return None
+    few = value[first]
+    bits = f"u{value.dtype.itemsize}"
+    return few if bool((few[inverse].view(bits) == np.ascontiguousarray(value).view(bits)).all()) else None
+
+
+def _all_at_first(ops: list[OpCost], first: np.ndarray, inverse: np.ndarray, width: int = 64
+                  ) -> dict[int, np.ndarray | None]:
+    """``_at_first`` of every per-row array of the ops ``_on_rows`` reads (by id), those of 8-byte numbers checked
+    ``width`` at a time: their bits the columns of one matrix (rows × arrays), its rows at ``first`` taken back at
+    ``inverse`` a whole row at a time, not an element at a time per array (the same bits compared)."""
+    if len(first) == len(inverse):  # no row shares its values: _on_rows reads none
+        return {}
+    arrays = {id(v): v for op in ops if op.kind != "collective" for f in fields(op)
+              if isinstance(v := getattr(op, f.name), np.ndarray) and v.ndim}
+    wide = [v for v in arrays.values() if v.shape == inverse.shape and v.dtype.kind in "biuf" and v.dtype.itemsize == 8]
+    seen = {i: _at_first(v, first, inverse) for i, v in arrays.items() if v.dtype.itemsize != 8}
+    for start in range(0, len(wide), width):
+        some = wide[start:start + width]
+        bits = np.stack([v.view(np.uint64) for v in some], axis=1)
+        few = bits[first]
+        same = (few[inverse] == bits).all(axis=0)
+        seen |= {id(v): np.ascontiguousarray(few[:, j]).view(v.dtype) if same[j] else None for j, v in enumerate(some)}
+    return seen | {i: None for i in arrays.keys() - seen.keys()}  # not per row, or of no number kind
+
+
+def _spread_all(times: list[Num | None], inverse: np.ndarray, width: int = 64) -> dict[int, np.ndarray]:
+    """The times of ``_on_rows``'s ops (by id) spread back to every row (one number for all: left out, as it is):
+    ``width`` at a time, the columns of one matrix whose rows are taken at ``inverse`` a whole row at a time, each
+    column then copied out (the same numbers as gathering each time at ``inverse``)."""
+    arrays = list({id(t): t for t in times if isinstance(t, np.ndarray) and t.ndim}.values())
+    out: dict[int, np.ndarray] = {}
+    for start in range(0, len(arrays), width):
+        some = arrays[start:start + width]
+        if len({(t.shape, t.dtype) for t in some}) > 1:  # not one matrix: each on its own
+            out |= {id(t): t[inverse] for t in some}
+            continue
+        rows = np.stack(some, axis=1)[inverse]
+        out |= {id(t): np.ascontiguousarray(rows[:, j]) for j, t in enumerate(some)}
+    return out

@@ -10,7 +10,7 @@ shape up front; the collectives, most of a key's cost to compute, when a plan fi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields, replace
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -18,15 +18,14 @@ import numpy as np
 
 from meshplan.collectives.comm import Layout, block_members
 from meshplan.collectives.groups import expert_layout, send_stride
-from meshplan.cost.records import OpCost
 from meshplan.search.batch import CATEGORICAL, PlanBatch
-from meshplan.search.key_store import Panels, distinct, store_for
+from meshplan.search.key_store import Panels, distinct, shape_compute_times, store_for
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import PassTimes
-from meshplan.step.units import Saved, Units, compute_times, kernel_parts, plan_ops, timed_parts, units_for_recomputes
+from meshplan.step.units import Saved, Units, kernel_parts, plan_ops, timed_parts, units_for_recomputes
 from meshplan.xp import Num, where
 
 
@@ -73,95 +72,6 @@ def _key_batch(batch: PlanBatch, first: np.ndarray) -> PlanBatch:
                      global_batch=cols["micro_batch"], placement_id=0 * ones, placements=batch.placements,
                      strides=strides, **cols,
                      **{k: getattr(batch, k) for k in CATEGORICAL if k not in _GRID_SETTINGS})
-
-
-# what the op shapes of every layer but a MoE layer's experts depend on (the experts' also on ep and etp): an op whose
-# inputs are the same wherever these are is priced once per distinct value of them (``_compute_times``)
-_OP_KEYS = ("tp", "tp2", "cp", "micro_batch")
-
-
-def _compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack: Stack, eff: Efficiency,
-                   ops: dict[str, list[OpCost]]) -> dict[str, list[Num | None]]:
-    """``compute_times`` of ``ops`` (the op records of ``shaped``), each op whose inputs are a function of the rows'
-    ``_OP_KEYS`` (checked bit for bit) priced on one row per distinct value of those and spread back: the same
-    element-wise arithmetic on fewer elements (DeepSeek-V3's search: 93 of its 99 compute ops, 476 of 15,823 shapes;
-    the expert GEMMs, whose inputs also read ep and etp, on every row)."""
-    first, inverse = distinct(np.stack([np.asarray(getattr(shaped, k), dtype=np.int64) for k in _OP_KEYS]))
-    seen = _all_at_first([op for v in ops.values() for op in v], first, inverse)  # by array: at ``first`` or None
-    few = {k: [_on_rows(op, first, inverse, seen) for op in v] for k, v in ops.items()}
-    priced = {k: [op if op is not None else whole for op, whole in zip(v, ops[k], strict=True)] for k, v in few.items()}
-    times = compute_times(model, cluster, shaped, stack, eff, priced)
-    spread = _spread_all([t for k, v in times.items() for op, t in zip(few[k], v, strict=True) if op is not None],
-                         inverse)
-    return {k: [spread.get(id(t), t) if op is not None else t for op, t in zip(few[k], v, strict=True)]
-            for k, v in times.items()}
-
-
-def _on_rows(op: OpCost, first: np.ndarray, inverse: np.ndarray, seen: dict[int, np.ndarray | None]
-             ) -> OpCost | None:
-    """``op`` at the rows ``first`` where each of its per-row fields holds, bit for bit, its value at ``first`` on
-    every row ``inverse`` maps there; None where one does not (or the op is a collective, or has no per-row field).
-    ``seen``: the arrays met so far (by id: the ops hold them), at ``first`` or None."""
-    if op.kind == "collective" or len(first) == len(inverse):
-        return None
-    rows: dict[str, Any] = {}
-    for f in fields(op):
-        value = getattr(op, f.name)
-        if not isinstance(value, np.ndarray) or not value.ndim:
-            continue
-        if id(value) not in seen:
-            seen[id(value)] = _at_first(value, first, inverse)
-        few = seen[id(value)]
-        if few is None:
-            return None
-        rows[f.name] = few
-    return replace(op, **rows) if rows else None
-
-
-def _at_first(value: np.ndarray, first: np.ndarray, inverse: np.ndarray) -> np.ndarray | None:
-    """``value`` (one number per row) at the rows ``first``, where every row ``inverse`` maps to one of them holds its
-    number bit for bit (-0.0 is not 0.0); else None."""
-    if value.shape != inverse.shape or value.dtype.kind not in "biuf":
-        return None
-    few = value[first]
-    bits = f"u{value.dtype.itemsize}"
-    return few if bool((few[inverse].view(bits) == np.ascontiguousarray(value).view(bits)).all()) else None
-
-
-def _all_at_first(ops: list[OpCost], first: np.ndarray, inverse: np.ndarray, width: int = 64
-                  ) -> dict[int, np.ndarray | None]:
-    """``_at_first`` of every per-row array of the ops ``_on_rows`` reads (by id), those of 8-byte numbers checked
-    ``width`` at a time: their bits the columns of one matrix (rows × arrays), its rows at ``first`` taken back at
-    ``inverse`` a whole row at a time, not an element at a time per array (the same bits compared)."""
-    if len(first) == len(inverse):  # no row shares its values: _on_rows reads none
-        return {}
-    arrays = {id(v): v for op in ops if op.kind != "collective" for f in fields(op)
-              if isinstance(v := getattr(op, f.name), np.ndarray) and v.ndim}
-    wide = [v for v in arrays.values() if v.shape == inverse.shape and v.dtype.kind in "biuf" and v.dtype.itemsize == 8]
-    seen = {i: _at_first(v, first, inverse) for i, v in arrays.items() if v.dtype.itemsize != 8}
-    for start in range(0, len(wide), width):
-        some = wide[start:start + width]
-        bits = np.stack([v.view(np.uint64) for v in some], axis=1)
-        few = bits[first]
-        same = (few[inverse] == bits).all(axis=0)
-        seen |= {id(v): np.ascontiguousarray(few[:, j]).view(v.dtype) if same[j] else None for j, v in enumerate(some)}
-    return seen | {i: None for i in arrays.keys() - seen.keys()}  # not per row, or of no number kind
-
-
-def _spread_all(times: list[Num | None], inverse: np.ndarray, width: int = 64) -> dict[int, np.ndarray]:
-    """The times of ``_on_rows``'s ops (by id) spread back to every row (one number for all: left out, as it is):
-    ``width`` at a time, the columns of one matrix whose rows are taken at ``inverse`` a whole row at a time, each
-    column then copied out (the same numbers as gathering each time at ``inverse``)."""
-    arrays = list({id(t): t for t in times if isinstance(t, np.ndarray) and t.ndim}.values())
-    out: dict[int, np.ndarray] = {}
-    for start in range(0, len(arrays), width):
-        some = arrays[start:start + width]
-        if len({(t.shape, t.dtype) for t in some}) > 1:  # not one matrix: each on its own
-            out |= {id(t): t[inverse] for t in some}
-            continue
-        rows = np.stack(some, axis=1)[inverse]
-        out |= {id(t): np.ascontiguousarray(rows[:, j]) for j, t in enumerate(some)}
-    return out
 
 
 def _units_of(model: ModelSpec, cluster: Cluster, keyed: PlanBatch, stack: Stack,
@@ -250,7 +160,7 @@ class KeyUnits:
         if new.any():
             shaped = _key_batch(pool, shape_first[new])
             ops = plan_ops(model, shaped, stack)
-            compute = _compute_times(model, cluster, shaped, stack, eff, ops)
+            compute = shape_compute_times(model, cluster, shaped, stack, eff, ops)
             # kernel times and saved bytes only: without the twins, the collectives nor a choice of SUMMA panels
             parts = kernel_parts(model, cluster, shaped, stack, _rows_of(compute, slice(None), int(new.sum())), ops)
             store.add_shapes(compute, {rc: _lean(u) for rc, u in units_for_recomputes(model, shaped, stack, parts,
@@ -268,6 +178,13 @@ class KeyUnits:
     def price(self, batch: PlanBatch, shapes: np.ndarray) -> tuple[dict[str, Units], dict[str, Panels]]:
         """The full units and SUMMA panel counts of every plan of ``batch`` (``shapes``: each plan's shape, an
         index into the pool's) per recompute mode, computing those of keys not met before."""
+        store, rows = self._store, self.slots(batch, shapes)
+        return (_taken(self._stacked(), rows, store.units),
+                {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in store.panels.items()})
+
+    def slots(self, batch: PlanBatch, shapes: np.ndarray) -> np.ndarray:
+        """Where the units of each plan of ``batch`` are stored (``price``'s arguments), computing those of keys not
+        met before (in one batch: each batch of keys pays the Python of the units' composition once)."""
         store, codes = self._store, split_codes(self.model, self.cluster, batch)
         first, inverse = distinct(np.stack([shapes, batch.summa_panels, *codes]))
         split_first, split_of = distinct(np.stack([c[first] for c in codes])) if codes else (
@@ -283,9 +200,7 @@ class KeyUnits:
                                       _rows_of(self.compute, local, self.n_shapes), self.recomputes, self.eff,
                                       self.works)
             slot[new] = store.add(key[new], units, panels)
-        rows = slot[inverse]
-        return (_taken(self._stacked(), rows, store.units),
-                {rc: {w: nb[rows] for w, nb in by_work.items()} for rc, by_work in store.panels.items()})
+        return slot[inverse]
 
     def _stacked(self) -> list[tuple[list[int], np.ndarray]]:
         """The stored units' arrays (by id), 64 at a time the columns of one matrix (keys × arrays), made again

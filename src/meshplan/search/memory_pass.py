@@ -28,6 +28,7 @@ from meshplan.search.scoring import grid_memory
 from meshplan.search.space import Space
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.refusals import REFUSALS, Refusal
+from meshplan.step.grid import OwnSettings
 from meshplan.step.units import Saved
 
 # What each setting of a size combination comes to (GroupMemory.status): it fits; its peak is within the HBM's
@@ -39,7 +40,8 @@ FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, UNKNOWN, REFUSED_FIRST = range(6)
 @dataclass(frozen=True)
 class GroupMemory:
     """Size combinations × settings of one schedule group (the combinations on the first axis, then the grid's
-    shape): peak HBM bytes (float32, scoring.grid_memory; NaN where the framework refuses the plan) and host bytes,
+    shape): peak HBM bytes (float32, scoring.grid_memory; NaN where the framework refuses the plan) and host bytes
+    (those of a refused plan, never read, NaN or not: ``_fill``),
     each setting's ``status`` against ``limits`` (the HBM, the HBM less the headroom, the host's memory) and, per
     combination, how many settings have each status (``counts``): the comparisons each block of the branch and bound
     made for itself, made once for the group and every twin search that reuses it. ``saved``: the group's saved
@@ -92,16 +94,54 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
     for rows in _chunks(len(pool), chunk):
         sized = pool.select(rows)  # a slice: the columns' views, nothing gathered
-        block_peak, block_host = grid_memory(model, sized, saved(np.arange(rows.start, rows.stop)), space)
-        peak[rows], host[rows] = np.moveaxis(block_peak, -1, 0), np.moveaxis(block_host, -1, 0)
-        block_code = np.zeros(block_peak.shape, dtype=np.uint8)
+        block_code = np.zeros((*shape[1:], rows.stop - rows.start), dtype=np.uint8)
         for rule, hit in grid_refusals(model, sized, space):
             block_code[hit] = code[rule.name]
         refused = np.moveaxis(block_code, -1, 0)
+        _fill(peak[rows], host[rows], (model, space, sized, saved, rows.start), block_code)
         status[rows] = _status(peak[rows], host[rows], refused, limits)
         np.copyto(peak[rows], np.float32(np.nan), where=refused > 0)  # a refused plan has no memory to show
         counts[rows] = _counted(status[rows], counts.shape[1])
     return GroupMemory(peak, host, status, counts, rules, saved(np.arange(len(pool))), space, limits)
+
+
+def _fill(peak: np.ndarray, host: np.ndarray, chunk: tuple[ModelSpec, Space, PlanBatch, Callable, int],
+          refused: np.ndarray) -> None:
+    """Write the peak and host bytes of a chunk's combinations (``chunk``: the model, the space, the chunk, the saved
+    activations of rows and its first row) into ``peak`` and ``host`` (combinations first), NaN where the framework
+    refuses every plan (``refused``: settings first, each one's rule or 0; no status reads their bytes: ``_status``
+    gives each its refusal): a combination refused under every setting (DeepSeek-V3's tp > 1 combinations without
+    sequence parallelism, 86,041 of 91,546), a recompute mode or activation-offload setting refused for every
+    combination of the chunk under every ZeRO stage and optimizer offload (megatron-core's activation offload under
+    pp > 1 or recompute: every chunk of DeepSeek-V3's and of the 8-count's). The others are computed on those alone,
+    each element by the same element-wise arithmetic whichever rows and settings are computed beside it (the module
+    docstring)."""
+    model, space, sized, saved, start = chunk
+    open_ = (refused == 0).reshape(-1, len(sized))  # settings × combinations: not refused
+    live = open_.any(axis=0)
+    rows = slice(None) if live.all() else np.flatnonzero(live)
+    open_ra = open_.any(axis=1).reshape(refused.shape[:-1]).any(axis=(1, 2))  # (recompute, activation offload)
+    rcs, oas = np.flatnonzero(open_ra.any(axis=1)), np.flatnonzero(open_ra.any(axis=0))
+    whole = len(rcs) == len(space.recompute) and len(oas) == len(space.offload_activations)
+    if not (isinstance(rows, slice) and whole):
+        peak.fill(np.nan)
+        host.fill(np.nan)
+        if not len(rcs):
+            return
+    grid = space if whole else OwnSettings(tuple(space.recompute[i] for i in rcs), space.zero,
+                                           space.offload_optimizer, tuple(space.offload_activations[i] for i in oas))
+    block = grid_memory(model, sized if isinstance(rows, slice) else sized.select(rows),
+                        saved(start + np.arange(len(sized))[rows]), space, grid)
+    for out, computed in zip((peak, host), block, strict=True):
+        part = np.moveaxis(computed, -1, 0)
+        if not whole:  # the settings computed into their places (basic slices), the others NaN
+            full = out if isinstance(rows, slice) else np.full((len(part), *out.shape[1:]), np.nan, dtype=out.dtype)
+            for i, r in enumerate(rcs):
+                for j, a in enumerate(oas):
+                    full[:, r, :, :, a] = part[:, i, :, :, j]
+            part = full
+        if part is not out:
+            out[rows] = part
 
 
 def _status(peak: np.ndarray, host: np.ndarray, refused: np.ndarray, limits: tuple[float, float, float]

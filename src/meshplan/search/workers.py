@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from meshplan.search.combos import Combo
 from meshplan.search.evaluate import Part, Start, evaluate
 from meshplan.search.explore import Explored
+from meshplan.search.key_store import twin_times
 from meshplan.search.space import Space
 
 if TYPE_CHECKING:
@@ -289,9 +290,11 @@ def ignore_interrupts() -> None:
 def _evaluate_task(searches: list[tuple[list[Job], list[Combo], tuple]], task: tuple[tuple[int, ...], int]
                    ) -> list[Part]:
     """The parts of a task's searches for its job, in order, the memory passes of the first reused by the next
-    where they hold (evaluate's ``memo``)."""
+    where they hold (evaluate's ``memo``), and the compute-op times of its shapes where the ops are the same
+    (key_store.twin_times)."""
     memo: dict = {}
-    return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], memo) for s in task[0]]
+    with twin_times():
+        return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], memo) for s in task[0]]
 
 
 def _evaluate(job: Job, combos: list[Combo], args: tuple, memo: dict) -> Part:
