@@ -90,9 +90,13 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         ops += gather_dispatch(plan, tokens, h)
     else:
         sent = routed * k * h * a
+        # a forwarding dispatcher (DeepEP / HybridEP) sends a token once per other node it hits (collectives/dispatch.py)
+        forwarded = {"copies": int(k), "experts": float(model.num_experts)} if d.stack.moe_dispatcher_mode.forwards \
+            else {}
         for phase in ("fwd", "bwd_x"):
-            ops.append(collective("moe/dispatch", phase, "all_to_all", sent, "ep", plan.ep))
-            ops.append(collective("moe/combine", phase, "all_to_all", sent, "ep", plan.ep))
+            for name in ("moe/dispatch", "moe/combine"):
+                op = collective(name, phase, "all_to_all", sent, "ep", plan.ep)
+                ops.append(replace(op, collective=replace(op.collective, **forwarded)) if forwarded else op)
         ops.append(collective("moe/etp_gather", "fwd", "all_gather", rows * h * a, "etp", plan.etp))
         ops.append(collective("moe/etp_scatter", "fwd", "reduce_scatter", rows * h * a, "etp", plan.etp))
         ops.append(collective("moe/etp_gather", "bwd_x", "all_gather", rows * h * a, "etp", plan.etp))
