@@ -90,9 +90,9 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         ops += gather_dispatch(plan, tokens, h)
     else:
         sent = routed * k * h * a
-        # a forwarding dispatcher (DeepEP / HybridEP) sends a token once per other node it hits (collectives/dispatch.py)
-        forwarded = {"copies": int(k), "experts": float(model.num_experts)} if d.stack.moe_dispatcher_mode.forwards \
-            else {}
+        # a forwarding dispatcher (DeepEP / HybridEP) sends a token once per other node it hits (dispatch.py)
+        forwards = d.stack.moe_dispatcher_mode.forwards
+        forwarded = {"copies": int(k), "experts": float(model.num_experts)} if forwards else {}
         for phase in ("fwd", "bwd_x"):
             for name in ("moe/dispatch", "moe/combine"):
                 op = collective(name, phase, "all_to_all", sent, "ep", plan.ep)
