@@ -280,15 +280,9 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo, with "
                    "Megatron-LM's own default of pipeline sends overlapped under interleaving "
                    "(--no-overlap-p2p-communication is a store_false flag)", expert_tp_is_tp=True),
-    # NeMo 2.0's performance scripts (the 25.02 B200 and 25.04 GB200 tables' runs, all FP8): as NeMo 24.x, but each
-    # FP8 run swaps in bf16_with_fp8_mixed() and then sets grad_reduce_in_fp32 = False (NVIDIA/NeMo
-    # scripts/performance/llm/pretrain_{llama3_8b,llama3_70b,llama31_405b,gpt3_175b,nemotron4_15b,nemotron4_340b,
-    # mixtral_8x7b}.py @ 5f6fba5, the scripts of February 2025; helpers.py set_precision_configs from 25.07): the
-    # gradients are reduced in bf16, 2 bytes a parameter
     SourceDefaults("NeMo 2.0", r"^(?!.*automodel).*nemo 2\.0", load_stack("nemo"), None, 1, 2, "none",
-                   "NeMo 2.0 performance scripts (25.02, 25.04): as NeMo 24.x, with the gradients reduced in bf16 "
-                   "(FP8 runs: plugins = bf16_with_fp8_mixed(); plugins.grad_reduce_in_fp32 = False, NVIDIA/NeMo "
-                   "scripts/performance/llm/pretrain_*.py @ 5f6fba5)", expert_tp_is_tp=True),
+                   "NeMo 2.0 performance scripts (25.02, 25.04): as NeMo 24.x, FP8 gradients reduced in bf16 (NeMo "
+                   "scripts/performance/llm/pretrain_*.py @ 5f6fba5: grad_reduce_in_fp32 False)", expert_tp_is_tp=True),
     SourceDefaults("NeMo 24.x", r"^(?!.*automodel).*nemo", load_stack("nemo"), None, 1, 4, "none",
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "

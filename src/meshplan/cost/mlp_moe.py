@@ -92,11 +92,12 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         sent = routed * k * h * a
         # a forwarding dispatcher (DeepEP / HybridEP) sends a token once per other node it hits (dispatch.py)
         forwards = d.stack.moe_dispatcher_mode.forwards
-        forwarded = {"copies": int(k), "experts": float(model.num_experts)} if forwards else {}
         for phase in ("fwd", "bwd_x"):
             for name in ("moe/dispatch", "moe/combine"):
                 op = collective(name, phase, "all_to_all", sent, "ep", plan.ep)
-                ops.append(replace(op, collective=replace(op.collective, **forwarded)) if forwarded else op)
+                if forwards and op.collective is not None:
+                    op = replace(op, collective=replace(op.collective, copies=int(k), experts=model.num_experts))
+                ops.append(op)
         ops.append(collective("moe/etp_gather", "fwd", "all_gather", rows * h * a, "etp", plan.etp))
         ops.append(collective("moe/etp_scatter", "fwd", "reduce_scatter", rows * h * a, "etp", plan.etp))
         ops.append(collective("moe/etp_gather", "bwd_x", "all_gather", rows * h * a, "etp", plan.etp))
