@@ -142,7 +142,9 @@ def cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
 # 2025-12-03, on); only layouts whose EP group spans nodes price differently.
 FLEX_DISPATCH: tuple[tuple[str, str], ...] = (
     (r"megatron_bridge_25\.\S*.*deepseek-v3.*h100",
-     "Megatron-Bridge deepseek_workload_base_configs.py (the 25.x recipes): DEEPSEEK_V3_H100_BASE_CONFIG "
+     "Megatron-Bridge scripts/performance/run_script.py @ v0.1.0rc3 (bf71eba07, the 25.09 scripts): enable_deepep "
+     "on h100 unless token drop, recipes/deepseek/deepseek_v3.py: moe_token_dispatcher_type 'flex', "
+     "moe_enable_deepep; v0.2.0 (25.11) configs/deepseek/workload_base_configs.py DEEPSEEK_V3_H100_BASE_CONFIG "
      "moe_flex_dispatcher_backend='deepep'"),
     (r"megatron_bridge\S*.*deepseek-v3 b200\b.*\bep32\b",
      "Megatron-Bridge deepseek_workload_base_configs.py @ 5acef93 ('b200 DSv3 better cfg', #3368): "
