@@ -97,6 +97,7 @@ CASES = [  # (model, plan fields over dp=2 tp=2 pp=4 sp zero=1 on 16 GPUs, stack
     ("llama3-8b", {"cp": 2, "dp": 1}, {"cp_comm": "allgather"}),
     ("qwen3-30b-a3b", {"ep": 2, "etp": 1}, {"expert_gemm": "grouped"}),
     ("deepseek-v3", {"ep": 2, "etp": 1, "last_stage_layers": 13}, {}),
+    ("deepseek-v3", {"ep": 2, "etp": 1, "last_stage_layers": 13}, {"moe_dispatcher": "flex"}),
     ("llama4-scout", {"ep": 2, "etp": 1}, {}),
 ]
 

@@ -257,3 +257,33 @@ def test_each_reader_rule_is_one_validate_args_refuses(tmp_path, megatron):
     for (case, verdict), example in zip(pairs[:-1], RULE_EXAMPLES, strict=True):
         assert not verdict["ok"] and example[2] in verdict["error"], (case["label"], verdict)
     assert pairs[-1][1]["ok"], pairs[-1]
+
+
+# a flex stack: DeepSeek-V3 across 2 expert ranks with MLA and uneven stages, Qwen3-30B-A3B with experts over 8
+FLEX = [("deepseek-v3", {"pp": 4, "dp": 2, "ep": 2, "last_stage_layers": 13}), ("qwen3-30b-a3b", {"ep": 8})]
+
+
+def test_the_flex_dispatcher_is_written_as_megatron_lm_runs_it_and_read_back(tmp_path, megatron):
+    """`--moe-token-dispatcher-type flex` with its backend named (DeepEP) is what Megatron-LM builds its
+    TransformerConfig with, and reads back as the flex stack; DeepEP under the alltoall dispatcher is refused by
+    Megatron-Core and by the reader alike, and flex at tp = ep = 1 (which Megatron-Core's dispatcher asserts against)
+    is refused by the writer."""
+    stack = MCORE.with_(moe_dispatcher="flex")
+    cases, texts = [], []
+    for name, fields in FLEX:
+        plan = replace(_basic_plan(name), **fields)
+        texts.append((name, plan, emit("megatron", load_model(name), plan, stack)))
+        cases.append(_case(tmp_path, texts[-1][2], plan.num_gpus, f"{name} flex"))
+    deepep_alltoall = texts[0][2].replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type alltoall") \
+        .replace("--moe-flex-dispatcher-backend deepep", "--moe-enable-deepep")
+    cases.append(_case(tmp_path, deepep_alltoall, 16, "deepep under alltoall"))
+    *verdicts, refused = [v for _, v in _verdicts(megatron, cases)]
+    assert all(v["ok"] and v["dispatcher"] == ["flex", "deepep"] for v in verdicts), verdicts
+    assert not refused["ok"] and "only supported with flex token dispatcher" in refused["error"]
+    for name, plan, text in texts:
+        assert read("megatron", load_model(name), plan.num_gpus, text=text) == (plan, stack)
+    with pytest.raises(SpecError, match="only with --moe-token-dispatcher-type flex"):
+        read("megatron", load_model("deepseek-v3"), 16, text=deepep_alltoall)
+    single = replace(_basic_plan("qwen3-30b-a3b"), tp=1, ep=1, dp=8, sequence_parallel=False)
+    with pytest.raises(SpecError, match="TPxEP > 1"):
+        emit("megatron", load_model("qwen3-30b-a3b"), single, stack)

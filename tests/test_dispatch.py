@@ -36,16 +36,17 @@ def test_a_token_misses_a_node_with_the_hypergeometric_zero_term():
 def test_forwarding_sends_a_token_once_to_each_node_it_hits():
     """EP32 over 4 H100 nodes (NVLink 450 GB/s x 0.8, one 400 Gb/s NIC a GPU, 50 GB/s x 0.9). The plain all-to-all
     sends 24/32 of its 470 MB of copies over the network: 352 MB / 45 GB/s = 7.83 ms. Forwarded, each of the 8,192
-    tokens (7,168 bytes) goes to 3 × (1 − 0.0964) = 2.71 other nodes: 159 MB / 45 GB/s = 3.54 ms, while NVLink fans
-    out 7/8 of the copies, 411 MB / 360 GB/s = 1.14 ms, beside it. Both pay 7 × 3 + 3 × 5 = 36 µs of latency."""
+    tokens (7,168 bytes) goes to 3 × (1 − 0.0964) = 2.71 other nodes at DeepEP's measured NIC rate, 0.873 x 50 GB/s
+    (dispatch.NIC_SHARE): 159 MB / 43.65 GB/s = 3.65 ms, while NVLink fans out 7/8 of the copies, 411 MB / 360 GB/s =
+    1.14 ms, beside it. Both pay 7 × 3 + 3 × 5 = 36 µs of latency."""
     cluster = H100.cluster(32)
     latency = 7 * 3e-6 + 3 * 5e-6
     plain = collective_time("all_to_all", SENT, 32, 1, cluster)
     assert plain == pytest.approx(SENT * 24 / 32 / 45e9 + latency)
-    network = TOKENS * HIDDEN * 3 * (1 - node_miss(E, K, 64)) / 45e9
+    network = TOKENS * HIDDEN * 3 * (1 - node_miss(E, K, 64)) / (0.873 * 50e9)
     assert network > SENT * 7 / 8 / 360e9  # the network, not NVLink, sets the time
     assert forwarded_time(SENT, K, E, 32, 1, cluster) == pytest.approx(network + latency)
-    assert network + latency == pytest.approx(3.573e-3, rel=1e-3)
+    assert network + latency == pytest.approx(3.683e-3, rel=1e-3)
 
 
 def test_inside_one_node_forwarding_is_the_plain_all_to_all():
@@ -100,3 +101,29 @@ def test_the_large_ep_blog_runs_deepep():
                   if '"sglang_dsv3_prefill_h100_32gpu_ep32_2k"' in line)
     engine = case_of(record).engine
     assert engine.moe_comm == "deepep" and engine.two_batch_overlap
+
+
+
+def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
+    """Megatron-Core's flex dispatcher (--moe-token-dispatcher-type flex, DeepEP / HybridEP backend: Stack
+    moe_dispatcher "flex") prices a training MoE layer's dispatch and combine as the forwarded kernels: DeepSeek-V3 at
+    ep 32 over 4 B200 nodes sends a token over the network 3 x (1 - 0.0964) = 2.71 times, at DeepEP's 0.873 of the NIC
+    against NCCL's 0.90, where the plain all-to-all sends 8 x 24/32 = 6 copies (each beside 7 x 3 + 3 x 5 us of
+    latency); on one node (ep 8) the two are the same."""
+    from meshplan.collectives.price import collective_seconds
+    from meshplan.cost.layers import moe_layer
+    from meshplan.specs.plan import Plan
+    from meshplan.specs.stack import Stack
+
+    model = load_model("deepseek-v3")
+    deepep = 0.9 / 0.873  # NCCL's share of the NIC over DeepEP's (dispatch.NIC_SHARE)
+    across = (32, 3 * (1 - node_miss(E, K, 64)) / 6 * deepep, 7 * 3e-6 + 3 * 5e-6)
+    for ep, ratio, latency in (across, (8, 1.0, 7 * 3e-6)):
+        cluster = load_system("b200").cluster(ep)
+        times = {}
+        for name in ("alltoall", "flex"):
+            ops = [o for o in moe_layer(model, Plan(dp=ep, ep=ep), Stack(moe_dispatcher=name))
+                   if o.name in ("moe/dispatch", "moe/combine")]
+            assert len(ops) == 4 and all(o.collective.kind == "all_to_all" for o in ops)
+            times[name] = sum(float(collective_seconds(o.collective, 1, cluster)) for o in ops) - 4 * latency
+        assert times["flex"] / times["alltoall"] == pytest.approx(ratio, rel=1e-3)

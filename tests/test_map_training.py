@@ -76,3 +76,14 @@ def test_recompute_in_other_words(stated, recompute):
     case = map_run(record(parallel={"activation_recompute": stated}))
     assert case.plan.recompute == recompute
     assert any(("not stated" in a) == (stated == "not stated") for a in case.assumptions if "recompute" in a)
+
+
+@pytest.mark.parametrize(("group", "framework", "grad_bytes"), [
+    ("nemo_24.07", "NeMo 24.07", 4),  # NeMo 1.x: fp32 main grads, reduced in fp32
+    # NeMo 2.0's performance scripts: an FP8 run's plugins = bf16_with_fp8_mixed(), grad_reduce_in_fp32 = False
+    # (NVIDIA/NeMo scripts/performance/llm/pretrain_*.py @ 5f6fba5)
+    ("nemo_2502_b200_perf_summary", "NeMo 25.02 (NeMo 2.0 / Megatron-Core), Transformer Engine", 2),
+    ("nemo_2504_gb200_perf_summary", "NeMo 25.04 (NeMo 2.0 / Megatron-Core), Transformer Engine", 2),
+])
+def test_nemo_2_reduces_an_fp8_runs_gradients_in_bf16(group, framework, grad_bytes):
+    assert map_run(record(group=group, framework=framework, precision="fp8")).plan.grad_bytes == grad_bytes

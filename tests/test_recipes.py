@@ -44,6 +44,23 @@ def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
     assert case.stack.overlap_ep is overlap
 
 
+
+@pytest.mark.parametrize(("group", "gpu", "ep", "dispatcher"), [
+    ("megatron_bridge_26.04.01", "B200", 32, "flex"),  # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2: deepep, ep 32
+    ("megatron_bridge_26.04", "B200", 8, "alltoall"),  # the pp 16 / ep 8 layout: one node, nothing to forward
+    ("megatron_bridge_25.09", "H100", 32, "flex"),  # the 25.x H100 recipe: DeepEP
+])
+def test_deepseek_v3_dispatches_through_deepep_where_its_recipe_says(group, gpu, ep, dispatcher):
+    model = {"name": "DeepSeek-V3", "arch": "moe", "num_layers": 61, "hidden_size": 7168, "num_heads": 128,
+             "num_kv_heads": None, "ffn_hidden_size": 18432, "moe_ffn_hidden_size": 2048, "num_experts": 256,
+             "moe_topk": 8, "shared_expert_ffn": 2048, "attention": "MLA (q_lora_rank 1536, kv_lora_rank 512)",
+             "vocab_size": None, "seq_length": 4096}
+    case = map_run(record(group=group, model=model, precision="mxfp8" if gpu == "B200" else "fp8",
+                          hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 8},
+                          parallel={"tp": 1, "pp": 8, "vp": 2, "ep": ep, "micro_batch_size": 1,
+                                    "global_batch_size": 4096}))
+    assert case.stack.moe_dispatcher == dispatcher
+
 @pytest.mark.parametrize(("group", "gpu", "overlap"), [
     ("megatron_bridge_25.09", "H100", True),  # qwen3_235b_a22b_llm_pretrain.py: tp_comm_overlap=True
     ("megatron_bridge_25.11", "H100", False),  # qwen3_llm_pretrain.py ..._config_h100: tp_comm_overlap=False

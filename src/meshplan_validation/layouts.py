@@ -49,7 +49,7 @@ EMBEDDING_LOSS_SPLIT: tuple[tuple[str, str], ...] = (
 DEEPSPEED_EMBEDDING_PARTITION = "type:transformer|embedding"
 # Megatron-Core's stacks build pp·vp model chunks of whole layers only: where the record's L layers do not split into
 # them but L + 2 do, the run must count the embedding and the loss as a layer each (get_num_layers_to_build)
-MCORE_STACKS = ("Megatron-Bridge", "Megatron-Core 2024", "Megatron-LM examples", "NeMo 24.x")
+MCORE_STACKS = ("Megatron-Bridge", "Megatron-Core 2024", "Megatron-LM examples", "NeMo 24.x", "NeMo 2.0")
 
 
 def layout_last_stage(layout: str, pp: int) -> int:

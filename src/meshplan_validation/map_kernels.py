@@ -72,18 +72,23 @@ def graphs(record: dict[str, Any], src: SourceDefaults, notes: list[str]) -> boo
     return graphed
 
 
-def recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, notes: list[str]) -> tuple[bool, str, int]:
-    """EP all-to-all overlap, expert-GEMM launch and activation offload of the release's recipe (recipes.py)."""
+def recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, notes: list[str]
+                    ) -> tuple[bool, str, int, str]:
+    """EP all-to-all overlap, expert-GEMM launch, activation offload and MoE dispatcher ("" where the source's) of
+    the release's recipe (recipes.py)."""
     overlap_ep, ep_note = recipes.overlap_ep(record, model, ep)
     if ep_note and ep > 1:
         notes.append(ep_note)
+    flex, flex_note = recipes.dispatcher(record, model, ep)
+    if flex_note:
+        notes.append(flex_note)
     expert_gemm, expert_note = recipes.expert_gemm(record, model)
     if expert_note:
         notes.append(expert_note)
     offload_layers, offload_note = recipes.cpu_offload(record)
     if offload_note:
         notes.append(offload_note)
-    return overlap_ep, expert_gemm, offload_layers
+    return overlap_ep, expert_gemm, offload_layers, flex
 
 
 # ---- kernels -----------------------------------------------------------------------------------------------------

@@ -98,13 +98,13 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     pure = str(p.get("mp_mode") or "").upper() == "PURE"
     grad_bytes = 2 if pure or (src.fp16_grads and precision == "fp16") else src.grad_bytes
     flash, fusion = kernels(record, model, src, notes)
-    overlap_ep, expert_gemm, offload_layers = recipe_settings(record, model, layout["ep"], notes)
+    overlap_ep, expert_gemm, offload_layers, flex = recipe_settings(record, model, layout["ep"], notes)
     kernel = attention_kernel(record, src, flash, precision, notes)
     plan = {"sequence_parallel": sp, "finetune": mode, "lora_rank": lora_rank, "lora_targets": lora_targets,
             "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers}
     stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_ep": overlap_ep, "flash_attention": flash,
              "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,
-             "cuda_graphs": graphs(record, src, notes)}
+             "cuda_graphs": graphs(record, src, notes), **({"moe_dispatcher": flex} if flex else {})}
     return plan, stack
 
 

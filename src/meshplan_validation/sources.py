@@ -280,6 +280,9 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "Megatron-LM examples/llama (configs follow the NeMo performance scripts): as NeMo, with "
                    "Megatron-LM's own default of pipeline sends overlapped under interleaving "
                    "(--no-overlap-p2p-communication is a store_false flag)", expert_tp_is_tp=True),
+    SourceDefaults("NeMo 2.0", r"^(?!.*automodel).*nemo 2\.0", load_stack("nemo"), None, 1, 2, "none",
+                   "NeMo 2.0 performance scripts (25.02, 25.04): as NeMo 24.x, FP8 gradients reduced in bf16 (NeMo "
+                   "scripts/performance/llm/pretrain_*.py @ 5f6fba5: grad_reduce_in_fp32 False)", expert_tp_is_tp=True),
     SourceDefaults("NeMo 24.x", r"^(?!.*automodel).*nemo", load_stack("nemo"), None, 1, 4, "none",
                    "NeMo 24.03/24.07 performance recipes: sequence parallelism and userbuffers TP overlap with "
                    "tp > 1, distributed optimizer with overlapped grad reduce / param gather, fp32 main grads, "

@@ -19,6 +19,15 @@ the forwarding ones alike: n·(g_0 − 1)/g_0. The tiers run concurrently (the s
 all-to-all's latency, Σ_i (g_i − 1)·α_i. Routing is taken as uniform, as serve/moe.py takes it: DeepSeek-V3's
 group-limited routing (a token's experts in 4 of 8 groups) hits fewer nodes still.
 
+Over the network the forwarded traffic runs at DeepEP's measured rate where that is below NCCL's share of the NIC
+(``Efficiency.network``): ``NIC_SHARE``, its normal kernels' NIC throughput on H800s with one CX7 400 Gb/s NIC each
+(~50 GB/s), DeepSeek-V3's shapes (4096 tokens, hidden 7168, top-8 of 256 experts in 4 node groups, FP8 dispatch,
+BF16 combine): "bottleneck bandwidth" dispatch / combine 58 / 57 GB/s at EP 32 and 51 / 50 GB/s at EP 64
+(deepseek-ai/DeepEP README.md @ 3b1045d, 2025-04-22, "Fix the performance data"; docs/legacy.md at dd758ca). Those
+are logical rates: tests/test_internode.py @ 3b1045d (lines 39-43, 158-173) counts each node a token hits, its own
+included, so the NIC carries 3/4 of them at EP 32 (4 nodes, all hit) and 3.5/4 at EP 64 (4 of 8 nodes hit, its own
+among them half the time): 43.5 / 42.8 and 44.6 / 43.8 GB/s, 0.873 of the NIC on average (NCCL's share: 0.90).
+
 Example: DeepSeek-V3 (E = 256, k = 8) over 32 H100s in 4 nodes: a token misses a given other node with probability
 Π_{j<8} (192 − j)/(256 − j) = 0.0964, so it crosses the network 3 × 0.904 = 2.71 times, not 8 × 24/32 = 6.
 """
@@ -31,6 +40,9 @@ from meshplan.collectives.comm import Layout, split_group, split_time, tier_band
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.xp import Num, maximum, where
+
+# DeepEP's normal kernels' NIC throughput / NIC peak (module docstring: H800 + CX7, EP 32 and 64, the mean of the four)
+NIC_SHARE = 0.873
 
 
 def node_miss(experts: Num, copies: int, per_node: Num) -> Num:
@@ -54,6 +66,7 @@ def forwarded_split(nbytes: Num, copies: int, experts: Num, group: Num, parts: l
     """``forwarded_time`` of a group already split over the tiers (``parts``: comm.split_group)."""
     tiers = cluster.tiers
     bandwidths = tier_bandwidths(parts, cluster, eff)
+    forwarded = min(1.0, NIC_SHARE / eff.network) if eff.network > 0 else 1.0  # DeepEP's rate on a NIC, at most
     node = parts[0]
     token = nbytes / copies
     hit = 1.0 - node_miss(experts, copies, experts * node / group)
@@ -62,7 +75,7 @@ def forwarded_split(nbytes: Num, copies: int, experts: Num, group: Num, parts: l
     inner: Num = node
     for g, b, tier in zip(parts[1:], bandwidths[1:], tiers[1:], strict=True):
         outer = inner * g
-        slowest = maximum(slowest, token * (outer - inner) / node * hit / b)
+        slowest = maximum(slowest, token * (outer - inner) / node * hit / (b * forwarded))
         latency = latency + (g - 1) * tier.latency
         inner = outer
     return latency + slowest

@@ -273,7 +273,8 @@ _WRITTEN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size"
     "--exp-avg-dtype", "--exp-avg-sq-dtype", "--expert-model-parallel-size",
     "--expert-tensor-parallel-size", "--ffn-hidden-size", "--fp16", "--fp8-format", "--fp8-recipe",
     "--global-batch-size", "--grad-reduce-in-bf16", "--group-query-attention", "--hidden-size", "--kv-channels",
-    "--max-position-embeddings", "--micro-batch-size", "--moe-ffn-hidden-size", "--moe-grouped-gemm",
+    "--max-position-embeddings", "--micro-batch-size", "--moe-enable-deepep", "--moe-ffn-hidden-size",
+    "--moe-grouped-gemm",
     "--moe-router-topk", "--moe-shared-expert-intermediate-size", "--no-overlap-p2p-communication", "--normalization",
     "--num-attention-heads", "--num-experts", "--num-layers", "--num-layers-per-virtual-pipeline-stage",
     "--num-query-groups", "--optimizer", "--optimizer-cpu-offload", "--overlap-grad-reduce", "--overlap-param-gather",
@@ -355,10 +356,25 @@ def _stack(options: dict[str, Any], extra: dict[str, Any]) -> Stack:
         overlap_pp="--no-overlap-p2p-communication" not in options,
         cp_comm={v: k for k, v in CP_COMM_TYPE.items()}[cp_comm],
         expert_gemm="grouped" if "--moe-grouped-gemm" in options else "per_expert",
-        **({"moe_dispatcher": options["--moe-token-dispatcher-type"]} if "--moe-token-dispatcher-type" in options
-           else {}),
+        **_dispatcher(options),
         attention_kernel=kernel[0], flash_attention=kernel[1],
         fp8_scaling="current" if recipe == "tensorwise" else "delayed", **extra)
+
+
+def _dispatcher(options: dict[str, Any]) -> dict[str, Any]:
+    """The MoE token dispatcher (Stack.moe_dispatcher): --moe-token-dispatcher-type, whose flex runs either backend
+    (--moe-flex-dispatcher-backend deepep or hybridep, or the deprecated --moe-enable-deepep: both forward through the
+    nodes, priced alike); Megatron-Core refuses DeepEP under another dispatcher (transformer_config.py:1230-1232)."""
+    if "--moe-token-dispatcher-type" not in options:
+        return {}
+    dispatcher = options["--moe-token-dispatcher-type"]
+    known_value(_NAME, "moe_flex_dispatcher_backend", options.get("--moe-flex-dispatcher-backend", "deepep"),
+                ("deepep", "hybridep"))
+    if "--moe-enable-deepep" in options and dispatcher != "flex":
+        raise refuse(_NAME, "moe_enable_deepep", True, "Megatron-Core runs DeepEP only with "
+                     f"--moe-token-dispatcher-type flex, not {dispatcher} (megatron/core/transformer/"
+                     "transformer_config.py:1230-1232 @ core_v0.17.0)")
+    return {"moe_dispatcher": dispatcher}
 
 
 MEGATRON = ConfigFormat(name=_NAME, preset=_PRESET, suffixes=(".sh", ".args", ".txt"), markers=(

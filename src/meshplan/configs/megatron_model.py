@@ -11,7 +11,8 @@ The arguments: ``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--n
 ``--normalization``, ``--disable-bias-linear``, ``--add-qkv-bias``, ``--qk-layernorm``, ``--hidden-dropout``,
 ``--attention-dropout``, ``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--rotary-base``,
 ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
-``--moe-layer-freq``, ``--moe-token-dispatcher-type``, ``--moe-router-score-function``,
+``--moe-layer-freq``, ``--moe-token-dispatcher-type``, ``--moe-flex-dispatcher-backend`` (with flex),
+``--moe-router-score-function``,
 ``--moe-router-enable-expert-bias``, ``--moe-router-pre-softmax`` (top-1 routing: TransformerConfig refuses a softmax
 over the one chosen expert, transformer_config.py:1634-1641), ``--multi-latent-attention``, ``--q-lora-rank``,
 ``--kv-lora-rank``, ``--qk-head-dim``, ``--qk-pos-emb-head-dim``, ``--v-head-dim``, ``--mtp-num-layers``,
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplan.configs.common import refuse
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import extras_on, padded_vocab
 from meshplan.specs.plan import Plan
@@ -51,6 +53,7 @@ MEGATRON_ARGUMENT = {
          "moe_ffn_hidden_size": "--moe-ffn-hidden-size",
          "moe_shared_expert_intermediate_size": "--moe-shared-expert-intermediate-size",
          "moe_layer_freq": "--moe-layer-freq", "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
+         "moe_flex_dispatcher_backend": "--moe-flex-dispatcher-backend",
          "moe_router_score_function": "--moe-router-score-function",
          "moe_router_enable_expert_bias": "--moe-router-enable-expert-bias",
          "moe_router_pre_softmax": "--moe-router-pre-softmax",
@@ -58,6 +61,11 @@ MEGATRON_ARGUMENT = {
          "kv_lora_rank": "--kv-lora-rank", "qk_head_dim": "--qk-head-dim",
          "qk_pos_emb_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
          "mtp_num_layers": "--mtp-num-layers", "make_vocab_size_divisible_by": "--make-vocab-size-divisible-by"}
+# the flex dispatcher's backend written with --moe-token-dispatcher-type flex: DeepEP, Megatron-Core's default
+# (transformer_config.py:757-760 @ core_v0.17.0: moe_flex_dispatcher_backend 'deepep' or 'hybridep', "only hybridep
+# supports the MNNVL case"), written out because through core_v0.15.0 flex ran only with --moe-enable-deepep
+# (token_dispatcher.py MoEFlexTokenDispatcher: "DeepEP is not enabled. Please set --moe-enable-deepep")
+FLEX_BACKEND = "deepep"
 _WHEN_TRUE = frozenset(("gated_linear_unit", "add_qkv_bias", "qk_layernorm", "moe_router_enable_expert_bias",
                         "multi_latent_attention", "moe_router_pre_softmax"))
 _WHEN_FALSE = frozenset(("add_bias_linear", "share_embeddings_and_output_weights"))
@@ -71,12 +79,18 @@ _UNWRITTEN = {"sliding_window": "sliding-window attention", "attention_sinks": "
               "diff_attention": "differential attention", "yarn_rope": "YaRN-scaled RoPE"}
 
 
-def _moe(model: ModelSpec, stack: Stack) -> dict[str, Any]:
+def _moe(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
+    forwards = stack.moe_dispatcher_mode.forwards
+    if forwards and plan.tp * plan.ep == 1:
+        raise refuse("megatron-core", "moe_dispatcher", stack.moe_dispatcher, "its flex dispatcher needs tp x ep > 1 "
+                     "(megatron/core/transformer/moe/token_dispatcher.py:1360 @ core_v0.17.0, 'Flex token dispatcher "
+                     "requires TPxEP > 1'): at tp = ep = 1 no token leaves its GPU, as alltoall prices it")
     fields: dict[str, Any] = {
         "num_moe_experts": model.num_experts, "moe_router_topk": model.moe_topk,
         "moe_ffn_hidden_size": model.moe_ffn_hidden_size,
         "moe_shared_expert_intermediate_size": model.shared_expert_ffn_size or None,
-        "moe_token_dispatcher_type": stack.moe_dispatcher}
+        "moe_token_dispatcher_type": stack.moe_dispatcher,
+        "moe_flex_dispatcher_backend": FLEX_BACKEND if forwards else None}
     if model.first_k_dense_layers or model.moe_layer_freq != 1:  # one 0 (dense) or 1 (MoE) a layer
         fields["moe_layer_freq"] = [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
     if model.router_bias and model.is_mla:  # DeepSeek-V3's router: sigmoid scores with a score-correction bias
@@ -108,7 +122,7 @@ def architecture(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, 
         "position_embedding_type": _POSITIONS[model.position_embedding],
         "rotary_base": int(model.rope_theta) if model.rope_theta and model.position_embedding == "rope" else None,
         "mtp_num_layers": model.mtp_layers or None}
-    fields |= _moe(model, stack) if model.is_moe else {}
+    fields |= _moe(model, plan, stack) if model.is_moe else {}
     fields |= _mla(model) if model.is_mla else {}
     notes = [f"meshplan's model has {what} ({name}), which these arguments do not build"
              for name, what in _UNWRITTEN.items() if getattr(model, name)]
@@ -117,6 +131,10 @@ def architecture(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, 
         notes.append(f"mlp={model.mlp}: Megatron's activation is GeLU unless --swiglu (or --squared-relu by hand)")
     if model.position_embedding == "rope" and not model.rope_theta:
         notes.append("meshplan's model states no RoPE base: Megatron's --rotary-base default (10000) applies")
+    if model.is_moe and stack.moe_dispatcher_mode.forwards:
+        notes.append(f"flex dispatcher through {FLEX_BACKEND} (DeepEP's normal kernels: NVLink in the node, RDMA "
+                     "between nodes); on a multi-node NVLink system (GB200 / GB300 NVL72) the backend is hybridep, "
+                     "the one Megatron-Core runs across an NVLink domain wider than a node")
     if model.is_mla:
         notes.append("RoPE scaling is Megatron-Core's MLA default (MLATransformerConfig: yarn, factor 40 over 4096 "
                      "positions, DeepSeek-V3's); group-limited routing and the top-k scaling factor are not stated by "

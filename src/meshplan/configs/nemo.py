@@ -24,7 +24,10 @@ The model's shape: the same TransformerConfig / GPTModelProvider fields as Megat
 ``add_bias_linear``, ``add_qkv_bias``, ``qk_layernorm``, ``hidden_dropout``, ``attention_dropout``,
 ``share_embeddings_and_output_weights``, ``position_embedding_type``, ``rotary_base``, ``num_moe_experts``,
 ``moe_router_topk``, ``moe_ffn_hidden_size``, ``moe_shared_expert_intermediate_size``, ``moe_layer_freq`` (a list),
-``moe_token_dispatcher_type``, ``moe_router_score_function``, ``moe_router_enable_expert_bias``,
+``moe_token_dispatcher_type`` (with flex: ``moe_flex_dispatcher_backend`` and ``moe_shared_expert_overlap`` false,
+as Megatron-Bridge's own ``apply_flex_dispatcher_backend`` sets them: training/flex_dispatcher_backend.py, 0.3.1;
+Megatron-Core refuses the shared-expert overlap that DeepSeek's recipe sets under any dispatcher but alltoall,
+transformer_config.py:1257-1262 @ core_v0.17.0), ``moe_router_score_function``, ``moe_router_enable_expert_bias``,
 ``multi_latent_attention``, ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``,
 ``v_head_dim``, ``mtp_num_layers``, ``make_vocab_size_divisible_by``, ``vocab_size``; the activation is the
 recipe's (a callable).
@@ -131,6 +134,8 @@ def _model(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, Any], 
     # GPTModelProvider's (None: the tokenizer's, padded): the vocabulary priced, padded as Megatron pads it (a
     # preset vocab_size is not padded again: nemo/collections/llm/gpt/model/base.py, Megatron-Bridge should_pad_vocab)
     fields["vocab_size"] = padded_vocab(model.vocab_size, plan.tp, stack.vocab_multiple)
+    if fields.get("moe_flex_dispatcher_backend"):  # as Megatron-Bridge's apply_flex_dispatcher_backend sets it: the
+        fields["moe_shared_expert_overlap"] = False  # recipe's True (DeepSeek's) is refused under flex (module doc)
     if isinstance(fields.get("moe_layer_freq"), list):
         fields["moe_layer_freq"] = "[" + ",".join(map(str, fields["moe_layer_freq"])) + "]"
     notes.append("model.activation_func is the recipe's (a callable, not an override): SiLU in the Llama, Mixtral, "
@@ -244,10 +249,18 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         cp_comm={v: k for k, v in CP_COMM_TYPE.items()}[known_value(
             _NAME, "model.cp_comm_type", values.get("model.cp_comm_type", "p2p"), tuple(CP_COMM_TYPE.values()))],
         expert_gemm="grouped" if _flag(values, "model.moe_grouped_gemm") else "per_expert",
-        **({"moe_dispatcher": values["model.moe_token_dispatcher_type"]}
-           if "model.moe_token_dispatcher_type" in values else {}),
+        **_dispatcher(values),
         **({"fp8_scaling": scaling} if precision == "fp8" else {}), **extra_stack)
     return plan, stack
+
+
+def _dispatcher(values: dict[str, str]) -> dict[str, Any]:
+    """The MoE token dispatcher: model.moe_token_dispatcher_type (flex with either backend, priced alike)."""
+    if "model.moe_token_dispatcher_type" not in values:
+        return {}
+    known_value(_NAME, "model.moe_flex_dispatcher_backend", values.get("model.moe_flex_dispatcher_backend", "deepep"),
+                ("deepep", "hybridep"))
+    return {"moe_dispatcher": values["model.moe_token_dispatcher_type"]}
 
 
 NEMO = ConfigFormat(name=_NAME, preset=_PRESET, suffixes=(".overrides",), markers=(

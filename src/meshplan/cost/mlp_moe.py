@@ -90,9 +90,14 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         ops += gather_dispatch(plan, tokens, h)
     else:
         sent = routed * k * h * a
+        # a forwarding dispatcher (DeepEP / HybridEP) sends a token once per other node it hits (dispatch.py)
+        forwards = d.stack.moe_dispatcher_mode.forwards
         for phase in ("fwd", "bwd_x"):
-            ops.append(collective("moe/dispatch", phase, "all_to_all", sent, "ep", plan.ep))
-            ops.append(collective("moe/combine", phase, "all_to_all", sent, "ep", plan.ep))
+            for name in ("moe/dispatch", "moe/combine"):
+                op = collective(name, phase, "all_to_all", sent, "ep", plan.ep)
+                if forwards and op.collective is not None:
+                    op = replace(op, collective=replace(op.collective, copies=int(k), experts=model.num_experts))
+                ops.append(op)
         ops.append(collective("moe/etp_gather", "fwd", "all_gather", rows * h * a, "etp", plan.etp))
         ops.append(collective("moe/etp_scatter", "fwd", "reduce_scatter", rows * h * a, "etp", plan.etp))
         ops.append(collective("moe/etp_gather", "bwd_x", "all_gather", rows * h * a, "etp", plan.etp))

@@ -96,8 +96,9 @@ class Stack:
         "fusion) or sort_gather (transformers' grouped_mm experts: fp32 weighting, inverse permutation, sum over k)")
     moe_dispatcher: str = _choice(
         "alltoall", MOE_DISPATCHER, "MoE token exchange: alltoall (permute, all-to-all over ep, all-gather the routed "
-        "rows over etp) or allgather (all-gather the tokens over etp x ep, permute locally; Megatron-Core "
-        "--moe-token-dispatcher-type allgather)")
+        "rows over etp), allgather (all-gather the tokens over etp x ep, permute locally; Megatron-Core "
+        "--moe-token-dispatcher-type allgather) or flex (DeepEP / HybridEP: a token sent once to each other node "
+        "holding one of its experts, fanned out over NVLink there; --moe-token-dispatcher-type flex)")
     train_metrics: int = field(default=0, metadata={"help": "metric cross-entropies the trainer evaluates over each "
                                                             "micro-batch's logits (Composer's MPT: 2)"})
     vocab_multiple: int = field(default=1, metadata={

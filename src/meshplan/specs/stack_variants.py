@@ -250,11 +250,15 @@ class MoePermute:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MoeDispatcher:
-    """The MoE token exchange (``Stack.moe_dispatcher``): alltoall, or allgather (Megatron-Core
-    --moe-token-dispatcher-type allgather)."""
+    """The MoE token exchange (``Stack.moe_dispatcher``): alltoall, allgather (Megatron-Core
+    --moe-token-dispatcher-type allgather) or flex (--moe-token-dispatcher-type flex with
+    --moe-flex-dispatcher-backend deepep or hybridep: DeepEP's normal kernels or NVIDIA's HybridEP, which send a token
+    once to each other node that holds one of its experts and fan it out over NVLink there; deepseek-ai/DeepEP
+    README, Megatron-Core megatron/core/transformer/moe/fused_a2a.py)."""
 
     name: str
     gathers_tokens: bool = False  # all-gather the tokens over etp x ep, permute locally (cost/moe_permute.py)
+    forwards: bool = False  # a token crosses each tier beyond the node once per node it hits (collectives/dispatch.py)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -275,7 +279,8 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
     "cp_comm": _named(CpComm(name="ring", ring=True), CpComm(name="allgather")),
     "moe_permute": _named(MoePermute(name="fused", fused=True), MoePermute(name="gather_scatter"),
                           MoePermute(name="sort_gather", fp32_unpermute=True)),
-    "moe_dispatcher": _named(MoeDispatcher(name="alltoall"), MoeDispatcher(name="allgather", gathers_tokens=True)),
+    "moe_dispatcher": _named(MoeDispatcher(name="alltoall"), MoeDispatcher(name="allgather", gathers_tokens=True),
+                             MoeDispatcher(name="flex", forwards=True)),
     "pipeline_runtime": _named(PipelineRuntime(name="megatron"),
                                PipelineRuntime(name="torch", keeps_microbatches=True)),
 }
