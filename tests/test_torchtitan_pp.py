@@ -17,6 +17,7 @@ from meshplan.configs import emit, read
 from meshplan.errors import PlanError, SpecError
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
+from meshplan.specs import stack_variants
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -66,6 +67,15 @@ def test_the_stack_runs_zero1_exactly_under_the_pipeline():
     assert not TITAN.supports.runs(alone, TINY, TITAN)
     with pytest.raises(PlanError, match="has no ZeRO-1"):
         estimate(TINY, H100.cluster(4), alone, TITAN)
+
+
+def test_check_reads_the_runtimes_own_nosync_behaviour(monkeypatch):
+    # ZeRO-1 under FSDP rests on the runtime holding FSDP's gradient sync to the last micro-batch
+    # (PipelineRuntime.fsdp_nosync), not on its keeping the micro-batches' boundary tensors (a memory property)
+    registry = stack_variants.STACK_CHOICES["pipeline_runtime"]
+    monkeypatch.setitem(registry, "torch", replace(registry["torch"], fsdp_nosync=False))
+    assert TITAN.pipeline_runtime_mode.keeps_microbatches
+    assert any("has no ZeRO-1" in r for r in check(TINY, H100.cluster(4), PIPED, TITAN))
 
 
 def test_the_job_toml_asks_for_what_is_priced():
