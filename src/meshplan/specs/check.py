@@ -39,7 +39,7 @@ def fsdp_has_zero(fsdp: str, zero: int, piped: bool = False) -> bool:
     whole over the micro-batches, synced once a step (torch 2.13.0 torch/distributed/pipelining/stage.py:844-848
     backward_maybe_with_nosync, :1164-1191 perform_reduce_grad), and the optimizer state sharded: ZeRO-1
     (memory.chunk_gradient_share). Without FSDP every stage is available."""
-    return zero not in fsdp_of(fsdp).lacks_zero or (piped and zero == 1)
+    return bool(fsdp_of(fsdp).has_zero(zero, piped))
 
 
 def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = DEFAULT_STACK) -> list[str]:
