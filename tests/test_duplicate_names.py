@@ -69,7 +69,7 @@ ALLOWED = {  # name: the modules (under meshplan) defining it
     "AXES": ("cli.options", "search.best", "specs.supports"),
     "DEFAULT": ("serve.engine", "specs.efficiency", "specs.stack"),
     "MEMORY": ("serve.check", "step.assemble"),
-    "Memory": ("memory", "serve.memory"),
+    "Memory": ("cost.model_states", "serve.memory"),
     "Part": ("search.evaluate", "serve.weighed"),
     "RECOMPUTE": ("specs.plan", "specs.supports"),
     "RECOMPUTE_MODULES": ("cost.recompute", "specs.plan"),

@@ -16,7 +16,8 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
-from meshplan.step.units import _kept_parts, _timed, timed_parts, units_for_recomputes  # noqa: PLC2701 (its own)
+from meshplan.step.parts import _kept_parts, _timed  # noqa: PLC2701 (its own)
+from meshplan.step.units import timed_parts, units_for_recomputes
 
 CASES = [("llama3-70b", "h100", 256, 1024, "megatron-core"), ("mixtral-8x7b", "h100", 64, 256, "any"),
          ("llama3-8b", "a100", 16, 256, "deepspeed")]

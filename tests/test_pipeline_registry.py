@@ -230,7 +230,7 @@ def test_one_record_per_smaller_choice_says_what_differs():
     assert flagged == {"attention_kernel": [("fp8", "fp8")], "cp_comm": [("ring", "ring")],
                        "moe_permute": [("fused", "fused"), ("sort_gather", "fp32_unpermute")],
                        "moe_dispatcher": [("allgather", "gathers_tokens"), ("flex", "forwards")],
-                       "pipeline_runtime": [("torch", "keeps_microbatches")]}
+                       "pipeline_runtime": [("torch", "keeps_microbatches"), ("torch", "fsdp_nosync")]}
     assert load_stack("torchtitan").pipeline_runtime_mode.keeps_microbatches
     with pytest.raises(KeyError, match="cp_comm 'ulysses' is none of ring, allgather"):
         stack_variants.choice_of("cp_comm", "ulysses")

@@ -117,6 +117,20 @@ def test_a_cycle_of_presets_is_refused_naming_its_files(tmp_path):
                                f"{tmp_path / 'a.toml'} -> {tmp_path / 'b.toml'} -> {tmp_path / 'a.toml'}")
 
 
+def test_a_cycle_through_a_linked_folder_is_found(tmp_path):
+    # the chain holds resolved paths: a preset target named through a symlinked folder is resolved too, so the cycle
+    # a -> b -> a is one (unresolved, link/a.toml never equals real/a.toml and the chain recursed without end)
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.toml").write_text('extends = "b"\n')
+    (real / "b.toml").write_text('extends = "a"\nname = "b"\n')
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    path = link / "a.toml"
+    with pytest.raises(SpecError, match="makes a cycle"):
+        derived(parse_toml(path.read_text(), "preset a"), path, "preset a", link)
+
+
 def test_a_cycle_of_user_files_is_one_line_and_exit_status_2(tmp_path, capsys):
     (tmp_path / "a.toml").write_text('extends = "b.toml"\nname = "a"\n')
     (tmp_path / "b.toml").write_text('extends = "a.toml"\nname = "b"\n')

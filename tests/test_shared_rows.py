@@ -62,6 +62,21 @@ def test_the_weight_side_on_the_rows_without_their_micro_batch_is_every_row_s(mo
                      _side(model, cluster, batch, STACK, n, parted, DEFAULT))
 
 
+def test_one_plans_kept_weight_side_is_read_only():
+    """A kept answer is shared with every later caller: its arrays refuse a write (as memory_grid's kept states), and
+    it equals the side computed afresh, bit for bit."""
+    model, cluster = load_model("deepseek-v3"), load_system("h100").cluster(256)
+    plan = Plan(dp=16, tp=4, pp=4, ep=8, global_batch=1024, last_stage_layers=5, sequence_parallel=True)
+    parted = {(z, False): z for z in (0, 1, 2, 3)}
+    kept = _weight_side(model, cluster, plan, STACK, 2, parted, DEFAULT)
+    assert kept is _weight_side(model, cluster, plan, STACK, 2, parted, DEFAULT)
+    params, first, host, last, parts = kept
+    arrays = [x for x in (*(getattr(params, f) for f in params.__slots__), *first, host, *last, *parts.values())
+              if isinstance(x, np.ndarray)]
+    assert arrays and not any(a.flags.writeable for a in arrays)
+    assert _same(kept, _side(model, cluster, plan, STACK, 2, parted, DEFAULT))
+
+
 def test_one_plan_and_distinct_rows_take_the_whole_path(monkeypatch):
     """One plan has no rows to share, nor a batch whose rows differ beyond the micro-batch: ``_micro_free`` is None."""
     monkeypatch.setattr(assemble, "SHARE_ABOVE", 2)

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from meshplan.configs import emit, read
 from meshplan.errors import PlanError, SpecError
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
-from meshplan.specs.check import check
+from meshplan.specs import stack_variants
+from meshplan.specs.check import check, fsdp_has_zero
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
+from meshplan.specs.refusals import REFUSALS
 from meshplan.specs.stack import load_stack
 from meshplan.step.channels import zero_counts
 from test_search import every_plan
@@ -66,6 +70,26 @@ def test_the_stack_runs_zero1_exactly_under_the_pipeline():
     assert not TITAN.supports.runs(alone, TINY, TITAN)
     with pytest.raises(PlanError, match="has no ZeRO-1"):
         estimate(TINY, H100.cluster(4), alone, TITAN)
+
+
+def test_the_refusal_reads_fsdps_zero1_rule_as_check_does():
+    # one rule (FsdpMode.has_zero): at pp = 1 the refusal refuses ZeRO-1 exactly where check says FSDP has none, on a
+    # grid of plans (the search's arrays) as on one plan; at pp > 1 only ZeRO-2 / 3
+    rule = REFUSALS["fsdp_stage_under_pp"]
+    grid = SimpleNamespace(pp=np.array([1, 1, 1, 1, 2, 2, 2, 2]), zero=np.array([0, 1, 2, 3, 0, 1, 2, 3]))
+    assert rule.test(grid, TINY, TITAN).tolist() == [False, True, False, False, False, False, True, True]
+    for pp, zero in zip(grid.pp.tolist(), grid.zero.tolist(), strict=True):
+        lacked = not fsdp_has_zero(TITAN.fsdp, zero, pp > 1 and TITAN.pipeline_runtime_mode.fsdp_nosync)
+        assert lacked == (zero == 1 and pp == 1)
+
+
+def test_check_reads_the_runtimes_own_nosync_behaviour(monkeypatch):
+    # ZeRO-1 under FSDP rests on the runtime holding FSDP's gradient sync to the last micro-batch
+    # (PipelineRuntime.fsdp_nosync), not on its keeping the micro-batches' boundary tensors (a memory property)
+    registry = stack_variants.STACK_CHOICES["pipeline_runtime"]
+    monkeypatch.setitem(registry, "torch", replace(registry["torch"], fsdp_nosync=False))
+    assert TITAN.pipeline_runtime_mode.keeps_microbatches
+    assert any("has no ZeRO-1" in r for r in check(TINY, H100.cluster(4), PIPED, TITAN))
 
 
 def test_the_job_toml_asks_for_what_is_priced():

@@ -3,14 +3,18 @@ holds beyond the caching allocator's reserved bytes (``Estimate.reserved_memory`
 tensors: memory the CUDA driver and NCCL take outside PyTorch's allocator, which neither
 torch.cuda.max_memory_allocated nor max_memory_reserved counts.
 
-- **The CUDA context with the process's kernels loaded** (``CUDA_CONTEXT``): the driver's per-process state and the
+Both are properties of the GPU (and its driver and links), so they are fields of its hardware preset
+(``Accelerator.cuda_context``, ``nccl_pair``, ``nccl_group``) beside their sources; a GPU with no measurement of its
+own takes A100's (the fields' defaults), the only ones measured here:
+
+- **The CUDA context with the process's kernels loaded** (``cuda_context``): the driver's per-process state and the
   device code of every module loaded (PyTorch's own kernels, cuBLAS, cuDNN, NCCL). BigScience measured it for the
   runs it reports with nvidia-smi: "40GB A100 takes 1573MiB for cuda kernels", from
   ``python -c "import torch; torch.ones(1).cuda()"`` and nvidia-smi, and 1271 MiB on its 32 GB V100s
-  (bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @053adafe, sections "104B topology /
-  memory usage" and "Possible topologies for 200B"). Those CUDA 11 builds load every module's kernels at start-up;
-  CUDA 11.7's lazy loading (CUDA_MODULE_LOADING=LAZY) loads a kernel at its first launch and takes less, which no
-  measured source here reads.
+  (bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @053adafe, sections "Possible topologies
+  for 200B" and "104B topology / memory usage": the A100 and V100 presets). Those CUDA 11 builds load every
+  module's kernels at start-up; CUDA 11.7's lazy loading (CUDA_MODULE_LOADING=LAZY) loads a kernel at its first
+  launch and takes less, which no measured source here reads.
 - **NCCL's buffers, per communicator** (``nccl_bytes``): each communicator holds, on every channel and for every
   peer it connects to, a receive buffer per protocol: Simple's NCCL_BUFFSIZE (4 MiB by default,
   https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-buffsize), LL128's
@@ -19,9 +23,11 @@ torch.cuda.max_memory_allocated nor max_memory_reserved counts.
   NCCL_STEPS). "More communicators = more memory used", linear in the channels; a ring connects two peers
   "regardless of the scale", and beyond two nodes the use no longer grows (NCCL's maintainer, NVIDIA/nccl#864,
   #986). Measured on A100s over NVLink after one all-reduce through PyTorch: 544 MB a communicator of two GPUs,
-  688 MB one of more, as the issue writes them (NVIDIA/nccl#964: ``NCCL_PAIR``, ``NCCL_GROUP``). PyTorch's
-  ProcessGroupNCCL creates a group's communicator at its first collective, so a rank holds one for each group its
-  step runs a collective on (``communicators``).
+  688 MB one of more, as the issue writes them (NVIDIA/nccl#964: ``nccl_pair``, ``nccl_group`` of the A100
+  presets). No such reading of another GPU was found: NCCL's channels, and with them its buffers, follow the GPU's
+  links (NVIDIA/nccl#986: more to reach H100's NVLink bandwidth than a PCIe link's), so A100's figures stand in for
+  them. PyTorch's ProcessGroupNCCL creates a group's communicator at its first collective, so a rank holds one for
+  each group its step runs a collective on (``communicators``).
 
 A pure reading: nothing here moves a step time, a search or the allocated or reserved peak.
 """
@@ -29,13 +35,9 @@ A pure reading: nothing here moves a step time, a search or the allocated or res
 from __future__ import annotations
 
 from meshplan.pipeline.registry import schedule_of
+from meshplan.specs.hardware import Accelerator
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.units import MiB
-
-CUDA_CONTEXT = 1573 * MiB  # BigScience's A100 measurement (module docstring)
-NCCL_PAIR = 544e6  # bytes a communicator of two A100s holds (NVIDIA/nccl#964)
-NCCL_GROUP = 688e6  # bytes a communicator of more than two A100s holds (NVIDIA/nccl#964)
 
 
 def communicators(plan: Plan, model: ModelSpec | None = None) -> tuple[int, ...]:
@@ -58,12 +60,13 @@ def communicators(plan: Plan, model: ModelSpec | None = None) -> tuple[int, ...]
     return tuple(n for n in groups if n > 1)
 
 
-def nccl_bytes(groups: tuple[int, ...]) -> float:
-    """NCCL's device bytes for communicators of ``groups`` ranks (``NCCL_PAIR`` for two, ``NCCL_GROUP`` for more)."""
-    return float(sum(NCCL_PAIR if n == 2 else NCCL_GROUP for n in groups))
+def nccl_bytes(groups: tuple[int, ...], acc: Accelerator) -> float:
+    """NCCL's device bytes on ``acc`` for communicators of ``groups`` ranks (its ``nccl_pair`` for two, its
+    ``nccl_group`` for more)."""
+    return float(sum(acc.nccl_pair if n == 2 else acc.nccl_group for n in groups))
 
 
-def beyond_reserved(plan: Plan, model: ModelSpec | None = None) -> float:
-    """Bytes a GPU's whole memory use holds beyond the caching allocator's reserved peak: the CUDA context with its
-    kernels and NCCL's buffers for the rank's communicators (module docstring)."""
-    return CUDA_CONTEXT + nccl_bytes(communicators(plan, model))
+def beyond_reserved(plan: Plan, acc: Accelerator, model: ModelSpec | None = None) -> float:
+    """Bytes a GPU ``acc``'s whole memory use holds beyond the caching allocator's reserved peak: the CUDA context
+    with its kernels and NCCL's buffers for the rank's communicators (module docstring)."""
+    return acc.cuda_context + nccl_bytes(communicators(plan, model), acc)

@@ -136,7 +136,7 @@ class Estimate:
         at start-up, as only a comparison with such a reading needs it)."""
         from meshplan.device_memory import beyond_reserved  # noqa: PLC0415
 
-        return self.reserved_memory + beyond_reserved(self.plan, self.model)
+        return self.reserved_memory + beyond_reserved(self.plan, self.cluster.accelerator, self.model)
 
     @property
     def band(self) -> Band:

@@ -226,7 +226,7 @@ def _base_path(base: Any, path: Path, where: str, folder: Path) -> Path:
     if base not in names:
         raise SpecError(f"{where}: extends = {base!r} is neither a preset of presets/{folder.name}/ "
                         f"({', '.join(names)}) nor a .toml file")
-    return folder / f"{base}.toml"
+    return (folder / f"{base}.toml").resolve()  # as the chain holds them (derived)
 
 
 def _shown_preset(path: Path) -> str:

@@ -85,6 +85,12 @@ RANGES: dict[str, Range] = {
                      "64 is past any package built"),
     "exp_rate": Range(0.1, 10, "", "exponential (MUFU.EX2) rate per SM clock relative to Hopper: 1, Blackwell "
                       "Ultra 2; a tenth or ten times that is past any GPU built"),
+    "cuda_context": Range(0, 1e12, "B", "the CUDA context with its kernels: 1.3-1.6 GiB measured (V100, A100, "
+                          "eager loading), a few hundred MiB lazily; 1 TB is past any GPU's memory"),
+    "nccl_pair": Range(0, 1e12, "B", "NCCL's buffers a two-rank communicator holds: 544 MB on A100s "
+                       "(NVIDIA/nccl#964); 1 TB is past any GPU's memory"),
+    "nccl_group": Range(0, 1e12, "B", "NCCL's buffers a larger communicator holds: 688 MB on A100s "
+                        "(NVIDIA/nccl#964); 1 TB is past any GPU's memory"),
     # ---- Network / Tier / Cluster -----------------------------------------------------------------------------
     "nvlink_domain": Range(1, MAX_GPUS, "", "GPUs per scale-up domain: 4-72 built (NVL72), 576 announced; up to "
                            "the largest cluster meshplan plans (what if every GPU were on NVLink?)"),

@@ -235,7 +235,7 @@ def optimistic_time(ops: list[OpCost], acc: Accelerator, network_bandwidth: floa
 
 def kept_op_times(ops: dict[str, tuple[OpCost, ...]], acc: Accelerator, precision: str, eff: Efficiency
                   ) -> dict[str, list[Num | None]]:
-    """``op_time`` of each op of kept op records (step/units._plan_ops; None for a collective), kept by the records'
+    """``op_time`` of each op of kept op records (step/parts._plan_ops; None for a collective), kept by the records'
     identity, the accelerator's, the precision and the efficiency's (``_KEPT``): nothing else reaches ``op_time``, so
     the placements of one shape (a space's candidates come in every one, and their collectives split apart) time
     their kernels once (issue 83)."""

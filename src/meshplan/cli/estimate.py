@@ -53,7 +53,7 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         zero_given = options.get("plan_zero") is not None
         modules_given = options.get("plan_recompute_modules") is not None
         plan = plan_of(options, model, cluster)
-        piped = plan.pp > 1 and stack.pipeline_runtime_mode.keeps_microbatches
+        piped = plan.pp > 1 and stack.pipeline_runtime_mode.fsdp_nosync
         if not zero_given and stack.fsdp_mode.shards and plan.zero == 1 and not piped:
             # FSDP has no ZeRO-1: the default is its own, FULL_SHARD (torch FSDP's ShardingStrategy default,
             # torchtitan's fully_shard reshard_after_forward), i.e. ZeRO-3; on torch's pipeline runtime FSDP2 keeps

@@ -34,11 +34,12 @@ if TYPE_CHECKING:
 
 def fsdp_has_zero(fsdp: str, zero: int, piped: bool = False) -> bool:
     """Whether PyTorch FSDP implements this ZeRO stage: NO_SHARD is 0, SHARD_GRAD_OP 2, FULL_SHARD 3; it has no
-    stage that shards only the optimizer state (1), but ``piped`` (pipeline stages on torch's runtime): there its
-    units stay gathered and their gradients whole over the micro-batches, synced once a step (torch 2.13.0
-    torch/distributed/pipelining/stage.py:844-848 backward_maybe_with_nosync, :1164-1191 perform_reduce_grad), and
-    the optimizer state sharded: ZeRO-1 (memory.chunk_gradient_share). Without FSDP every stage is available."""
-    return zero not in fsdp_of(fsdp).lacks_zero or (piped and zero == 1)
+    stage that shards only the optimizer state (1), but ``piped`` (pipeline stages on a runtime that holds FSDP's sync
+    to the last micro-batch, PipelineRuntime.fsdp_nosync: torch's): there its units stay gathered and their gradients
+    whole over the micro-batches, synced once a step (torch 2.13.0 torch/distributed/pipelining/stage.py:844-848
+    backward_maybe_with_nosync, :1164-1191 perform_reduce_grad), and the optimizer state sharded: ZeRO-1
+    (memory.chunk_gradient_share). Without FSDP every stage is available."""
+    return bool(fsdp_of(fsdp).has_zero(zero, piped))
 
 
 def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = DEFAULT_STACK) -> list[str]:
@@ -359,7 +360,7 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack:
                        f"not precision={plan.precision}")
     if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:
         reasons.append(f"lora_rank={plan.lora_rank!r} must be a positive integer")
-    if not fsdp_has_zero(stack.fsdp, plan.zero, plan.pp > 1 and stack.pipeline_runtime_mode.keeps_microbatches):
+    if not fsdp_has_zero(stack.fsdp, plan.zero, plan.pp > 1 and stack.pipeline_runtime_mode.fsdp_nosync):
         reasons.append(f"fsdp={stack.fsdp} has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, "
                        "FULL_SHARD 3)")
     if not isinstance(plan.servers, int) or isinstance(plan.servers, bool) or plan.servers < 0:

@@ -10,6 +10,9 @@ the mode's name (tests/test_pipeline_registry.py checks the core for such compar
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,6 +27,16 @@ class FsdpMode:
     # the ZeRO stages it lacks: FSDP's NO_SHARD is 0, SHARD_GRAD_OP 2, FULL_SHARD 3, and none shards only the
     # optimizer state (1) (torch/distributed/fsdp/api.py ShardingStrategy); without FSDP none
     lacks_zero: tuple[int, ...] = ()
+
+    def has_zero(self, zero: Any, piped: Any = False) -> Any:
+        """Whether it runs ZeRO stage ``zero`` (a number, or an array of them, as the search's grids): a stage it does
+        not lack, or ZeRO-1 where ``piped`` (its units on a pipeline stage of a runtime that holds FSDP's gradient
+        sync to the last micro-batch: specs/check.fsdp_has_zero). The one statement of the rule: check's reason and
+        torchtitan's refusal (specs/refusals.py fsdp_stage_under_pp) read it."""
+        lacked = np.zeros(np.shape(zero), dtype=bool)
+        for stage in self.lacks_zero:
+            lacked = lacked | (np.asarray(zero) == stage)
+        return np.logical_not(lacked) | (np.asarray(piped) & (np.asarray(zero) == 1))
 
 
 FSDP_MODES: dict[str, FsdpMode] = {m.name: m for m in (

@@ -25,7 +25,7 @@ from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, r
 from meshplan.files import PRESETS, derived, parse_toml, read_preset, read_text
 from meshplan.specs.architectures import ARCHITECTURES
 from meshplan.specs.mesh import Tier, TierSpec, build_tiers, check_tiers
-from meshplan.units import parse_quantity
+from meshplan.units import MiB, parse_quantity
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "fp4")
 
@@ -77,6 +77,11 @@ class Accelerator:
     # streaming kernels run that much slower than on the NVIDIA parts Efficiency.memory describes (roofline.py,
     # ``stream_bandwidth``); 0 → not measured, as those parts
     hbm_copy_share: float = 0.0
+    # beside the caching allocator (device_memory.py): the CUDA context with its kernels, NCCL's buffers a communicator
+    # of two ranks / of more holds; A100's by default (a100-40gb.toml's sources), for a GPU with none measured its own
+    cuda_context: float = 1573 * MiB
+    nccl_pair: float = 544e6
+    nccl_group: float = 688e6
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -120,11 +125,8 @@ class Accelerator:
 
 @dataclass(frozen=True, kw_only=True)
 class Cluster:
-    """``num_gpus`` accelerators as a mesh: tiers from the innermost (NVLink) outwards.
-
-    The product of tier sizes equals num_gpus. ``nvlink_domain`` is tier 0's nominal size (a 4-GPU job on
-    8-GPU nodes has tier sizes (4, 1)).
-    """
+    """``num_gpus`` accelerators as a mesh: tiers from the innermost (NVLink) outwards, whose sizes multiply to
+    num_gpus; ``nvlink_domain`` is tier 0's nominal size (a 4-GPU job on 8-GPU nodes has tier sizes (4, 1))."""
 
     name: str
     accelerator: Accelerator
@@ -307,11 +309,10 @@ def accelerator_from_dict(data: dict[str, Any], where: str) -> Accelerator:
     peaks = _table(data.pop("peak_flops"), f"{where}.peak_flops")
     peak = {k: parse_quantity(v, f"{where}.peak_flops.{k}", "FLOP/s") for k, v in peaks.items()}
     data.pop("sources", None)  # per-number provenance lives in the TOML beside the numbers
-    for key, unit in (("hbm_bytes", "B"), ("hbm_bandwidth", "B/s"), ("nvlink_bandwidth", "B/s"),
-                      ("gemm_overhead", "s"), ("kernel_overhead", "s"), ("attention_flops", "FLOP/s"),
-                      ("attention_overhead", "s"),
+    for key, unit in (("hbm_bytes", "B"), ("hbm_bandwidth", "B/s"), ("nvlink_bandwidth", "B/s"), ("gemm_overhead", "s"),
+                      ("kernel_overhead", "s"), ("attention_flops", "FLOP/s"), ("attention_overhead", "s"),
                       ("allreduce_latency", "s"), ("allreduce_bandwidth", "B/s"), ("allreduce_measured", "B"),
-                      ("l2_bandwidth", "B/s")):
+                      ("l2_bandwidth", "B/s"), ("cuda_context", "B"), ("nccl_pair", "B"), ("nccl_group", "B")):
         if key in data:
             data[key] = parse_quantity(data[key], f"{where}.{key}", unit)
     require_fields(data, Accelerator, where, given=("peak_flops",))

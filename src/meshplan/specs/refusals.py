@@ -139,11 +139,14 @@ REFUSALS: dict[str, Refusal] = {r.name: r for r in (
     # set_requires_gradient_sync(False) every micro-batch; :1164-1191 perform_reduce_grad: one post_backward, the
     # reduce-scatter and the reshard, after the last): meshplan's ZeRO-1 under the torch runtime
     # (memory.chunk_gradient_share). Its "always" under PP regathers every forward yet leaves each unit gathered
-    # after every backward: neither ZeRO-3's memory nor its traffic, not priced (configs/torchtitan.py refuses it)
-    Refusal("fsdp_stage_under_pp", "ZeRO-2 or ZeRO-3 with pp > 1, or ZeRO-1 without (its FSDP2 keeps a pipeline "
-            "stage's weights gathered and gradients whole over the micro-batches, ZeRO-1, exactly when pp > 1)",
+    # after every backward: neither ZeRO-3's memory nor its traffic, not priced (configs/torchtitan.py refuses it).
+    # ZeRO-1 at pp = 1 is FSDP's own rule, stated once (FsdpMode.has_zero, check's reason for every FSDP stack): read
+    # here only so that the search, which keeps ZeRO-1 for this stack, leaves out its pp = 1 plans
+    Refusal("fsdp_stage_under_pp", "ZeRO-2 or ZeRO-3 with pp > 1 (its FSDP2 keeps a pipeline stage's weights gathered "
+            "and gradients whole over the micro-batches: ZeRO-1), or a stage its FSDP lacks (FsdpMode.has_zero)",
             _TITAN, _PARALLELIZE, (325, 327), "reshard_after_forward = not pp_enabled",
-            lambda p, m, s: ((p.pp > 1) & (p.zero >= 2)) | ((p.pp == 1) & (p.zero == 1))),
+            lambda p, m, s: ((p.pp > 1) & (p.zero >= 2))
+            | _no(s.fsdp_mode.has_zero(p.zero, (p.pp > 1) & s.pipeline_runtime_mode.fsdp_nosync))),
     Refusal("experts_not_over_tp", "MoE experts sharded other than over tp (ep = 1) or over tp or nothing (ep > 1)",
             _TITAN, "torchtitan/models/llama4/infra/parallelize.py", (559, 563),
             "experts_mesh = tp_mesh",

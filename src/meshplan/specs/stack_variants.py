@@ -270,6 +270,10 @@ class PipelineRuntime:
     # keeps its boundary tensors per micro-batch to the step's end (memory.pipeline_runtime_memory, step/grid.py) and
     # runs each chunk as its own FSDP2 module (memory.chunk_gradient_share)
     keeps_microbatches: bool = False
+    # holds FSDP's gradient sync until a stage's last micro-batch (torch 2.13.0 torch/distributed/pipelining/stage.py
+    # backward_maybe_with_nosync, perform_reduce_grad): its units stay gathered over the step, ZeRO-1
+    # (specs/check.fsdp_has_zero)
+    fsdp_nosync: bool = False
 
 
 # a Stack field -> its variants' records, in its choices' order (the first is its default)
@@ -282,7 +286,7 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
     "moe_dispatcher": _named(MoeDispatcher(name="alltoall"), MoeDispatcher(name="allgather", gathers_tokens=True),
                              MoeDispatcher(name="flex", forwards=True)),
     "pipeline_runtime": _named(PipelineRuntime(name="megatron"),
-                               PipelineRuntime(name="torch", keeps_microbatches=True)),
+                               PipelineRuntime(name="torch", keeps_microbatches=True, fsdp_nosync=True)),
 }
 
 

@@ -161,7 +161,8 @@ def _weight_side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n
     plans hold 3,740), spread back: the same element-wise arithmetic on fewer elements."""
     if type(plan) is Plan:  # one plan's, kept for its other settings (``_SIDES``)
         key = (id(model), id(cluster), id(stack), id(eff), n, tuple(parted.items()), with_settings(plan, **_GRID_FREE))
-        return _SIDES.answer(key, (model, cluster, stack, eff), _side, model, cluster, plan, stack, n, parted, eff)
+        held = (model, cluster, stack, eff)
+        return _SIDES.answer(key, held, _frozen_side, model, cluster, plan, stack, n, parted, eff)
     rows = _micro_free(plan)
     if rows is None:
         return _side(model, cluster, plan, stack, n, parted, eff)
@@ -189,6 +190,16 @@ _SIDES: Kept[_Side] = Kept(64)
 # rows of a batch below which ``_weight_side`` computes every row: the distinct rows, the sub-batch and the spread cost
 # more than they save on a small chunk (the weight side is mostly Python there: an 8-count plan's 1-3k-plan chunks)
 SHARE_ABOVE = 8192
+
+
+def _frozen_side(*args: Any) -> _Side:
+    """``_side``, its arrays read-only (kept: no caller may change what the next one reads, as memory_grid._frozen)."""
+    side = _side(*args)
+    params, first, _, last, _ = side
+    for x in (*(getattr(params, f) for f in StageParams.__slots__), *first, side[2], *last, *side[4].values()):
+        if isinstance(x, np.ndarray):
+            x.flags.writeable = False
+    return side
 
 
 def _micro_free(plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
