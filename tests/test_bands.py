@@ -17,7 +17,7 @@ import pytest
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.search.run import simplicity
-from meshplan.specs.bands import band, key_of, ranking_band
+from meshplan.specs.bands import band, key_of, ranking_band, table_band
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
@@ -47,6 +47,28 @@ def test_the_new_source_multiplier_is_the_conformal_quantile_of_the_sources_own_
     assert new_source(scores, left_out="s9") == {"seen": 9.0, "unseen": 1.0}
     # one source's 10 runs are one group, summed up by their own conformal 0.8 quantile (the 9th): 9, not 10
     assert new_source([("training", "s", "f", True, float(k + 1)) for k in range(10)])["unseen"] == 9.0
+    # peak memory's three sources calibrate no multiplier: it borrows the other tables' (error_bands.BORROWS), and
+    # its scores move none of theirs
+    assert new_source([*scores, ("memory", "m", "hopper pytorch", False, 50.0)]) == new_source(scores)
+
+
+def test_a_plan_unlike_every_measured_stack_takes_the_widest_stacks_band():
+    """In the peak-memory table (``split_all``) a plan whose GPU, stack and family no source measured takes the widest
+    conformal band of the measured stacks, not the band of one family's stacks pooled (specs/bands.py _widest)."""
+    level = ["gpu", "stack", "family", "kind"]
+    t = {"levels": [level, ["gpu", "family", "kind"], ["family"], []], "trust": level, "min_runs": 8,
+         "seen": {"gpu": {"hopper": 29}, "stack": {"a": 18, "b": 11}, "family": {"p": 29}, "kind": {"dense": 29}},
+         "coverage": 0.8, "new_source": {"seen": 4.0, "unseen": 3.0}, "split_all": True, "entries": {
+             "gpu=hopper, stack=a, family=p, kind=dense": {"conformal": 0.05, "band": 0.1, "runs": 18, "sources": 1},
+             "gpu=hopper, stack=b, family=p, kind=dense": {"conformal": 0.02, "band": 0.03, "runs": 11, "sources": 1},
+             "gpu=hopper, family=p, kind=dense": {"conformal": 0.03, "band": 0.06, "runs": 29, "sources": 2},
+             "family=p": {"conformal": 0.03, "band": 0.06, "runs": 29, "sources": 2},
+             "": {"conformal": 0.03, "band": 0.06, "runs": 29, "sources": 2}}}
+    new = {"gpu": "ampere", "stack": "c", "family": "d", "kind": "dense"}
+    assert table_band(t, new).half_width == pytest.approx(3.0 * 0.05)  # the widest stack's, times the unseen multiplier
+    assert table_band(t | {"split_all": False}, new).half_width == pytest.approx(3.0 * 0.03)  # the family's pooled band
+    # a stack of a measured GPU and family takes the widest of that family's stacks there, either way
+    assert table_band(t, new | {"gpu": "hopper", "family": "p"}).half_width == pytest.approx(3.0 * 0.05)
 
 
 def test_a_band_widens_for_a_new_source_but_stays_sharp():
@@ -66,14 +88,6 @@ NOT_HELD = {
     # fewer than 20 runs and takes the unseen multiplier times its neighbours' widest band, which Hopper's and GB200's
     # dense runs set.
     ("training", "blackwell megatron"),
-    # peak memory has three sources, each reading its own counter: BLOOM's nvidia-smi (30 runs, A100; priced as that
-    # reading, meshplan/device_memory.py, its runs held for 83 % left out), torchtitan's reserved peak (18) and
-    # KempnerForge's allocated peak (11, since the peak is a maximum over phases within 1-2 % but for one TP run).
-    # Left out, torchtitan's Hopper runs (median 4 %) take the band KempnerForge's alone set, at most 2.5 x their
-    # median |error| (2.6 %), which 6 of its 18 runs fall inside: their misses are not the counter's (the caching
-    # allocator rounds a block to 512 B and a segment to 2 MiB, under 0.1 % of a GB-scale peak) but what the same plan
-    # holds eager or compiled (t1_0 / t1_1: 82.4 / 77.0 GiB measured, one prediction) or under each schedule.
-    ("memory", "hopper pytorch"),
 }
 
 
@@ -87,8 +101,8 @@ def test_out_of_source_the_bands_hold_for_a_source_left_out_of_every_table():
     assert sum(n * share for n, share in every) / sum(n for n, _ in every) >= 0.8
     short = {(name, k) for name, by in held.items() for k, (n, share) in by.items() if k and n >= 20 and share < 0.8}
     assert short == NOT_HELD, {k: held[k[0]][k[1]] for k in short ^ NOT_HELD}
-    # every table too but peak memory, whose two families are all of it (NOT_HELD)
-    assert all(by[""][1] >= 0.8 for name, by in held.items() if name != "memory"), held
+    # every table too
+    assert all(by[""][1] >= 0.8 for by in held.values()), held
 
 
 def test_an_estimate_carries_the_band_of_the_finest_regime_with_enough_runs():

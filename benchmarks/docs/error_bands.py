@@ -19,8 +19,10 @@ level and fallback as specs/bands.py picks them then); a group (one source's run
 in one table) is summed up by the conformal ``COVERAGE`` quantile of its scores; and the multiplier is the conformal
 ``SOURCE_COVERAGE`` quantile of the groups' (``new_source``): a band that multiplier times the conformal one held
 for ``COVERAGE`` of the runs of ``SOURCE_COVERAGE`` of the sources when they were new. Pooled over every table, since
-few tables hold more than a handful of sources; one multiplier where the plan's regime was measured (``seen``) and one
-where the table had to widen to neighbouring regimes (``unseen``, Mondrian by that case: Vovk et al. 2005, §4.5).
+few tables hold more than a handful of sources, but for peak memory's (``BORROWS``), whose three sources are too few to
+calibrate one: it takes the others' and its scores set none of them; one multiplier where the plan's regime was
+measured (``seen``) and one where the table had to widen to neighbouring regimes (``unseen``, Mondrian by that case:
+Vovk et al. 2005, §4.5).
 
 A band is at most ``SHARP`` times its regime's median |error| (issue 79: a band that covers by being wide tells the
 user nothing) and never narrower than ``conformal``; where that cap binds and, out of source, the regime's runs fell
@@ -37,8 +39,8 @@ its own counter, and its stack tells which (torchtitan's reserved peak, KempnerF
 pytorch-fsdp profile, BLOOM's nvidia-smi, priced as the reserved peak with the CUDA context and NCCL's buffers beside
 it, meshplan/device_memory.py; meshplan_validation/sources.py memory_peak), so a band pooled over two
 counters reads one's errors beside the other's (Hopper's: KempnerForge's within 1.6 % set its median, torchtitan's
-reserved readings of 4-9 % its 80 % quantile). As in step time, the stack only refines its family's band: a stack no
-source measured takes its family's, unwidened.
+reserved readings of 4-9 % its 80 % quantile). Unlike in step time, the stack is trusted (``MEMORY_TRUST``): a stack
+no source measured takes the widest band of its family's measured stacks, widened as a new source's.
 
 Beside it, error_bands_core.json: what specs/bands.py reads of it (``core``), which every estimate loads at start-up.
 
@@ -72,6 +74,11 @@ COVERAGE = 0.8  # every band's nominal share of the runs it comes from
 # families held for 74 and 55 %; at 0.95 (the second largest) every family of 20 or more runs holds but the three
 # tests/test_bands.py NOT_HELD names (B200 Megatron, both memory families)
 SOURCE_COVERAGE = 0.95
+# the tables too few sources measured to calibrate a multiplier of their own, which take the other tables' (from
+# their scores only): peak memory's three sources, each one GPU and stack (MEMORY_TRUST). Pooled, torchtitan's memory
+# group set every table's seen multiplier (5.02 of the next 4.27) and each sharper torchtitan prediction moved the
+# serving bands; and left out, BLOOM's memory band was set by the other sources' memory groups as much as anything
+BORROWS = ("memory",)
 SHARP = 2.5  # a band at most this many times its regime's median |error| (issue 79, "It must show")
 MIN_RUNS = 20
 MIN_MEMORY_RUNS = 8
@@ -79,7 +86,14 @@ TRAINING_LEVELS = (TRAINING_AXES, ("gpu", "stack", "family", "kind", "size", "wo
                    ("gpu", "stack", "family", "kind", "work"), ("gpu", "family", "kind", "work"),
                    ("gpu", "kind", "work"), ("family", "kind", "work"), ("kind", "work"), ("work",), ())
 MEMORY_LEVELS = (("gpu", "stack", "family", "kind"), ("gpu", "family", "kind"), ("family", "kind"), ("family",), ())
-MEMORY_TRUST = ("gpu", "family", "kind")
+# the stack is trusted in peak memory, not only refining its family: each source's stack reads its own counter
+# (module docstring) and holds its own loss, gathered ends and gradient accumulation, so a stack no source measured
+# is unlike every measured run. With it untrusted, torchtitan's reserved readings, left out, took the band
+# KempnerForge's allocated ones alone set, 2.5 x their median |error| (1.05 %): 6 of its 18 runs fell inside. A
+# source is one GPU, stack and family here, so a plan unlike every measured run takes the widest band of the measured
+# stacks (``table``'s split_all), not one pooled over them: BLOOM's runs, left out, took the pooled Hopper band, which
+# every sharper torchtitan prediction narrowed (issue 79: 63 -> 37 % of them inside once torchtitan's were priced).
+MEMORY_TRUST = ("gpu", "stack", "family", "kind")
 SERVING_LEVELS = (SERVING_AXES, ("gpu", "engine", "kind", "size", "gpus", "work", "batch"),
                   ("gpu", "engine", "kind", "gpus", "work", "batch"), ("gpu", "engine", "kind", "work", "batch"),
                   ("gpu", "engine", "work", "batch"), ("engine", "work", "batch"), ("gpu", "work", "batch"),
@@ -104,9 +118,10 @@ def _up(x: float) -> float:
 
 
 def table(rows: list[dict[str, Any]], trust: tuple[str, ...], levels: tuple[tuple[str, ...], ...], what: str,
-          error: str = "oos_error", least: int = MIN_RUNS) -> dict[str, Any]:
+          error: str = "oos_error", least: int = MIN_RUNS, split_all: bool = False) -> dict[str, Any]:
     """One table of bands (module docstring) from ``rows`` (each with its regime and ``error``), each band its
-    regime's ``conformal`` one until ``finish`` widens it for a new source."""
+    regime's ``conformal`` one until ``finish`` widens it for a new source; ``split_all``: a plan unlike every
+    measured run takes the widest band of the regimes that split all its unseen axes (specs/bands.py _widest)."""
     entries: dict[str, Any] = {}
     for level in levels:
         by: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -121,7 +136,7 @@ def table(rows: list[dict[str, Any]], trust: tuple[str, ...], levels: tuple[tupl
     seen = {a: dict(sorted(_count(rows, a).items())) for a in trust}
     return {"what": what, "coverage": COVERAGE, "min_runs": least, "axes": list(levels[0]), "trust": list(trust),
             "levels": [list(lv) for lv in levels], "seen": seen, "entries": dict(sorted(entries.items())),
-            "new_source": {"seen": 1.0, "unseen": 1.0}}
+            "new_source": {"seen": 1.0, "unseen": 1.0}} | ({"split_all": True} if split_all else {})
 
 
 def _count(rows: list[dict[str, Any]], axis: str) -> dict[str, int]:
@@ -145,7 +160,7 @@ def spec_of(name: str) -> tuple[Any, ...]:
     if name == "training":
         return TRAINING_TRUST, TRAINING_LEVELS, "step time"
     if name == "memory":
-        return MEMORY_TRUST, MEMORY_LEVELS, "peak memory", "memory_error", MIN_MEMORY_RUNS
+        return MEMORY_TRUST, MEMORY_LEVELS, "peak memory", "memory_error", MIN_MEMORY_RUNS, True
     return SERVING_TRUST, SERVING_LEVELS, name.split("/")[1]
 
 
@@ -205,7 +220,7 @@ def new_source(scores: list[tuple[str, str, str, bool, float]], left_out: str | 
     for case, unseen in (("seen", False), ("unseen", True)):
         groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         for name, source, fam, u, score in scores:
-            if u == unseen and source != left_out:
+            if u == unseen and source != left_out and name not in BORROWS:
                 groups[name, source, fam].append(score)
         stats = [conformal(g) for g in groups.values()]
         out[case] = round(max(1.0, conformal(stats, SOURCE_COVERAGE)), 4) if stats else 1.0
@@ -265,7 +280,7 @@ def exact_inside(data: dict[str, Any]) -> dict[tuple[str, int], bool]:
 
 
 # the fields of a table, and of an entry, that specs/bands.py reads (the rest: the docs' and tests' own, in OUT)
-CORE_TABLE = ("coverage", "levels", "min_runs", "new_source", "seen", "trust")
+CORE_TABLE = ("coverage", "levels", "min_runs", "new_source", "seen", "split_all", "trust")
 CORE_ENTRY = ("band", "conformal", "held", "median", "p90", "runs", "sources")
 
 
@@ -273,7 +288,7 @@ def core(tables: dict[str, Any]) -> dict[str, Any]:
     """The tables as specs/bands.py reads them: ``CORE_TABLE`` and the entries that hold ``min_runs`` runs (no
     other can be a band's basis nor a serving cap's) with their ``CORE_ENTRY`` fields. Every band is the same from
     either file (tests/test_startup.py)."""
-    return {name: {**{f: t[f] for f in CORE_TABLE},
+    return {name: {**{f: t[f] for f in CORE_TABLE if f in t},
                    "entries": {k: {f: e[f] for f in CORE_ENTRY if f in e} for k, e in t["entries"].items()
                                if e["runs"] >= t["min_runs"]}}
             for name, t in tables.items()}

@@ -119,8 +119,14 @@ def table_band(t: dict[str, Any], regime: dict[str, str]) -> Band:
 def _widest(t: dict[str, Any], regime: dict[str, str], level: list[str], unseen: list[str],
             found: dict[str, Any]) -> dict[str, Any]:
     """The widest band among the regimes that share the plan's values on ``level`` and hold ``min_runs`` runs, at
-    the level that adds the unseen axes to it (or ``found`` where no level does)."""
-    wider = next((lv for lv in reversed(t["levels"]) if set(level) <= set(lv) and set(unseen) & set(lv)), None)
+    the level that adds the unseen axes to it: the coarsest that adds any (or ``found`` where no level does), or in
+    a table that says ``split_all`` the coarsest that adds them all. The peak-memory table says so: each of its
+    sources is one GPU, stack and family, reading its own counter (benchmarks/docs/error_bands.py MEMORY_TRUST), so a
+    level that adds one of them pools the others' sources, and a plan unlike all of them took the band of the
+    measured stacks of one family pooled, one counter's errors beside another's, not the widest stack's."""
+    above = [lv for lv in reversed(t["levels"]) if set(level) <= set(lv)]
+    every = [lv for lv in above if set(unseen) <= set(lv)] if t.get("split_all") else []
+    wider = next(iter(every), None) or next((lv for lv in above if set(unseen) & set(lv)), None)
     if wider is None:
         return found
     shared = {a: regime[a] for a in level}

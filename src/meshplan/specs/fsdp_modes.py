@@ -27,6 +27,14 @@ class FsdpMode:
     # the ZeRO stages it lacks: FSDP's NO_SHARD is 0, SHARD_GRAD_OP 2, FULL_SHARD 3, and none shards only the
     # optimizer state (1) (torch/distributed/fsdp/api.py ShardingStrategy); without FSDP none
     lacks_zero: tuple[int, ...] = ()
+    # the sharded parameter is the model's own tensor in its own dtype: over an fp32 model it is the fp32 master the
+    # optimizer updates, and the 16-bit weights exist only gathered, cast by the MixedPrecisionPolicy's param_dtype
+    # for the all-gather and freed with the unsharded unit at its reshard (torch/distributed/fsdp/_fully_shard/
+    # _fsdp_param.py: _sharded_param_data keeps the original dtype, the all-gather input is cast to param_dtype;
+    # torchtitan builds its model in fp32 and shards it with param_dtype bf16, reduce_dtype fp32:
+    # pytorch/torchtitan train.py:110-171 and torchtitan/parallelisms/parallelize_llama.py:90-91, 320 @9dec370).
+    # Under ZeRO-3 no 16-bit copy persists (memory.model_states): 4 + 12 + 4 = 16 bytes a parameter, not 18.
+    sharded_master: bool = False
 
     def has_zero(self, zero: Any, piped: Any = False) -> Any:
         """Whether it runs ZeRO stage ``zero`` (a number, or an array of them, as the search's grids): a stage it does
@@ -42,7 +50,7 @@ class FsdpMode:
 FSDP_MODES: dict[str, FsdpMode] = {m.name: m for m in (
     FsdpMode(name="none", shards=False, flat=False),
     FsdpMode(name="fsdp1", shards=True, flat=True, lacks_zero=(1,)),
-    FsdpMode(name="fsdp2", shards=True, flat=False, lacks_zero=(1,)),
+    FsdpMode(name="fsdp2", shards=True, flat=False, lacks_zero=(1,), sharded_master=True),
 )}
 FSDP_NAMES = tuple(FSDP_MODES)
 

@@ -65,6 +65,9 @@ class Loss:
     # the head's logits all-gathered to every TP rank (the whole vocabulary on each), the loss run over all of them
     # there, no vocabulary-parallel reduction (cost/embed_head.py); false: over the rank's V/t shard
     gathered: bool = False
+    # bytes per logit the loss leaves reserved and unusable at its peak: the 16-bit logits' block, freed with the
+    # upcast beside it and then too small for the backward's fp32 requests (step/memory.logits_hole)
+    hole: float = 0.0
 
     def rank_vocab(self, vocab: Any, tp: Any) -> Any:
         """The vocabulary of the logits the loss runs over on one rank, of the whole (padded) ``vocab`` over ``tp``
@@ -83,7 +86,8 @@ class Loss:
 # gathered target logit, log, the in-place target update) are neglected.
 LOSSES: dict[str, Loss] = {loss.name: loss for loss in (
     Loss(name="fused", eager=False, fwd_flops=6.0, fwd_bytes=2 + 2 * 4, saved=4, bwd_bytes=4 + 2, grad_bytes=2),
-    Loss(name="pytorch", eager=True, fwd_flops=6.0, fwd_bytes=2 + 2 * 4, saved=4, bwd_bytes=4 + 2, grad_bytes=2 * 4),
+    Loss(name="pytorch", eager=True, fwd_flops=6.0, fwd_bytes=2 + 2 * 4, saved=4, bwd_bytes=4 + 2, grad_bytes=2 * 4,
+         hole=2),
     Loss(name="flash", eager=False, fwd_flops=6.0, fwd_bytes=2 * 2, saved=2, saved_per_token=4, bwd_bytes=2 * 2,
          grad_bytes=2),
     Loss(name="fused_grad", eager=False, fwd_flops=8.0, fwd_bytes=3 * 2, saved=2, bwd_flops=0.0, bwd_bytes=0,

@@ -19,6 +19,7 @@ from meshplan.cost.params import (
     layers_on_rank,
     middle_or_first,
 )
+from meshplan.cost.records import token_rows
 from meshplan.memory import (
     WEIGHT_BYTES,
     Memory,
@@ -31,6 +32,7 @@ from meshplan.memory import (
 )
 from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.model_extras import head_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan.step.units import Saved, Units
@@ -62,6 +64,7 @@ class Phases(NamedTuple):
     kept: Num
     loss: Num
     working: Num
+    hole: Num = 0.0  # reserved beyond the loss phase's live blocks on the rank that computes it (``logits_hole``)
 
     def peak(self, buffers: Num, ends: Ends = NO_ENDS) -> Num:
         """Bytes at the rank's activation peak with ``buffers``: ``kept`` and the gathered root (``ends.root``, held
@@ -95,8 +98,11 @@ class Phases(NamedTuple):
         torchtitan/metrics.py get_peak_stats reserved_bytes.all.peak @021137a) is therefore ``peak`` + this. The
         last block's gather (``ends.block``) is one of the forward's two layer buffers in use (memory.buffer_memory),
         allocated in the layer phase's segments and never freed before its backward: the loss phase's new segment
-        holds the loss's transients alone, so the block is reserved once, not in both phases."""
-        return minimum(self.loss_phase(ends), self.working + buffers) - self.on_loss_rank(ends.block)
+        holds the loss's transients alone, so the block is reserved once, not in both phases. Where the loss phase
+        binds, its segment also holds ``hole``, which none of its requests can reuse."""
+        loss = self.loss_phase(ends)
+        hole = where(loss > self.working + buffers, self.hole, 0.0)
+        return minimum(loss, self.working + buffers) - self.on_loss_rank(ends.block) + hole
 
 
 def memory_at_peak(states: tuple[Num, Num, Num], phases: Phases, buffers: Num, ends: Ends = NO_ENDS) -> Memory:
@@ -134,6 +140,30 @@ def gathered_ends(model: ModelSpec, plan: Plan, stack: Stack) -> Ends:
     return Ends(root, last * gathers)
 
 
+def logits_hole(model: ModelSpec, plan: Plan, stack: Stack, layer_saved: Num) -> Num:
+    """Bytes the eager PyTorch loss on upcast logits leaves reserved and unusable at its peak, on the rank that
+    computes it: 2 a logit (N = T·V logits), less the layer phase's free tail the new pages merge with.
+
+    torchtitan's loop (pytorch/torchtitan train.py:131-138, 301-308 @9dec370): ``pred`` (16-bit, 2N), then in the
+    loss ``pred.float()`` (4N) and log_softmax's output (4N, the one tensor its backward keeps); the upcast is freed
+    when the loss returns and ``pred`` at ``del pred``: one free 6N block below the saved output. The backward's
+    nll_loss gradient (4N) best-fits into it, leaving 2N; _log_softmax_backward_data's output (4N) fits no cached
+    block, so new pages are mapped for it: 14N reserved where 12N are live (memory.loss_workspace's 8N and the saved
+    4N), the 2N block serving the 16-bit input gradient later. A cached block serves a request only when at least as
+    large (c10/cuda/CUDACachingAllocator.cpp get_free_block), else new memory; under torchtitan's expandable segments
+    (run_llama_train.sh:22, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) the new pages extend the segment after
+    its last block and merge a free last block into it (find_expandable_block, try_allocate_expandable_block), so a
+    free tail of the layer phase below ``pred`` is absorbed: none under a per-op policy, whose block's last
+    allocation is a kept output; one layer's recomputed activations under full recompute, whose checkpointed block
+    saves only its input and frees its transients last (at most 2N). Not measured on a GPU: the allocator's rules
+    read, the torchtitan rows' reserved peaks fit (eager 8B at FSDP 8: 82.4 GiB read, 12N alone 5.7 GiB short).
+    Over the vocabulary-sharded logits of loss_parallel (tp > 1) the sequence differs and is not priced."""
+    loss = stack.loss  # the upcast F.cross_entropy: its Loss.hole, 2 (memory.loss_workspace's 4 + 4 beside it)
+    two_n = token_rows(model, plan)[0] * loss.rank_vocab(head_vocab(model), plan.tp) * loss.hole
+    tail = minimum(two_n, layer_saved) if plan.recompute == "full" else 0.0
+    return where(plan.tp > 1, 0.0, two_n - tail)
+
+
 def recompute_working(plan: Plan, layer_saved: Num, working: Num) -> Num:
     """What memory.activation_bytes adds for the layer the backward pass reruns: one layer's saved activations
     under full recompute (Korthikanti et al. 2022 Table 2), ``working`` under a per-op policy over the layer."""
@@ -159,7 +189,9 @@ def activation_memory(model: ModelSpec, plan: Plan, stack: Stack, u: Units | Sav
     first = activation_bytes(model, plan, u.layer_saved, layer_input, working=work) - redo + embed + kept_first
     last = activation_bytes(model, plan, u.layer_saved, layer_input, last=True, working=work) - redo + (
         embed * embed_last + kept_last)
-    ends = (Phases(first, loss * head_first, redo), Phases(last, loss * head_last, redo))
+    hole = logits_hole(model, plan, stack, u.layer_saved)
+    ends = (Phases(first, loss * head_first, redo, hole * head_first),
+            Phases(last, loss * head_last, redo, hole * head_last))
     if not middle:
         return ends
     rank1 = activation_bytes(model, plan, u.layer_saved, layer_input, rank=1, working=work) - redo + (

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.cost.params import kind_fractions
-from meshplan.cost.recompute import freed_by, per_op, per_op_kept
+from meshplan.cost.recompute import compiled, freed_by, per_op, per_op_kept
 from meshplan.cost.records import OpCost
 from meshplan.memory import layer_input_bytes
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -33,11 +33,11 @@ __all__ = ["Parts", "Saved", "Units", "compute_times", "kernel_parts", "plan_ops
 
 
 def saved_bytes(ops: list[OpCost], recompute: str = "none", modules: tuple[str, ...] = ("core_attn",),
-                layer_input: Num = 0.0) -> Num:
+                layer_input: Num = 0.0, compiled: bool = False) -> Num:
     """Bytes the forward pass keeps for the backward pass (selective recompute of ``modules`` frees some,
-    ``ops.RECOMPUTE_MODULES``; a per-op policy keeps the layer's input and what ``per_op_kept`` counts)."""
+    ``ops.RECOMPUTE_MODULES``; a per-op policy keeps its input and what ``per_op_kept(ops, compiled)`` counts)."""
     if recompute == "selective" and per_op(modules):
-        return layer_input + per_op_kept(ops)
+        return layer_input + per_op_kept(ops, compiled)
     kept = [not freed for freed in freed_by(ops, modules)] if recompute == "selective" else [True] * len(ops)
     return sum((op.saved for op, keep in zip(ops, kept, strict=True) if op.phase == "fwd" and keep), 0.0)
 
@@ -186,10 +186,10 @@ def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompu
     for recompute in recomputes:
         redo = plain if recompute == "none" else _layer(model, plan, stack, parts, recompute, eff)
         head, head_saved = _head_and_mtp(model, plan, stack, parts, recompute, eff, ends)
-        saved = sum(saved_bytes(parts.ops[kind], recompute, plan.recompute_modules, layer_input_bytes(model, plan)) * f
-                    for kind, f in fractions.items())
+        saved, eager = (sum(saved_bytes(parts.ops[k], recompute, plan.recompute_modules, layer_input_bytes(model, plan),
+                                        c) * f for k, f in fractions.items()) for c in (compiled(stack), False))
         whole = recompute == "selective" and per_op(plan.recompute_modules)
-        working = sum(saved_bytes(parts.ops[kind]) * f for kind, f in fractions.items()) - saved if whole else 0.0
+        working = sum(saved_bytes(parts.ops[kind]) * f for kind, f in fractions.items()) - eager if whole else 0.0
         units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,
                                  embed_saved=embed_saved, head_saved=head_saved,
                                  p2p_paid=eff.overlap_slowdown if stack.overlap_pp else 1.0, layer_working=working)
