@@ -161,9 +161,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # - test_docs.py's inference_out (benchmarks/docs/accuracy_inference.py) prices every published serving run, and
 #   test_validate_serving.py's whole_file prices them again; with serving_eval's per-process memo of ``predict`` warm,
 #   the second costs 4.0 s of CPU instead of 13.9 (the suite5 note). test_fitted_sources.py, test_loso_alternate.py,
-#   test_serve_transient.py and test_serving_eval.py price some of the same runs at the shipped constants too: 5.9 of
-#   13.7 s, 12.1 of 43.6 s, 5.7 of 10.0 s and 1.8 of 4.7 s of theirs with the memo cold are predictions test_docs.py
-#   made (the suite7 note).
+#   test_serve_transient.py and test_serving_eval.py price some of the same runs at the shipped constants too: after
+#   test_docs.py they cost 9.1, 28.3, 1.2 and 1.6 s of CPU instead of 13.7, 43.6, 10.0 and 4.7 (the suite7 note).
 # - test_published.py, test_ranges.py and test_validate_records.py validate the published and the independent runs
 #   whole (published_helpers.validated: once per process; 3.5 s of CPU for the published file, 1.3 s for the
 #   independent one), as do test_docs.py's accuracy.py, accuracy_doc.py and independent.py (validation_of): one group.
