@@ -34,6 +34,24 @@ QWEN3_235B = QWEN3_30B | {"name": "Qwen3-235B-A22B", "num_layers": 94, "hidden_s
                           "ffn_hidden_size": 12288, "moe_ffn_hidden_size": 1536}
 
 
+_BY_RECORDS: dict[str, tuple] = {}
+
+
+def validation_of(records, **options) -> tuple:
+    """``run_validation(records, **options)``, computed once per test process for the same records and options (keyed
+    by their JSON text): a pure function of them. test_docs.py's scripts validate the published runs (accuracy.py) and
+    the independent ones (accuracy_doc.py, independent.py) that test_published.py and test_ranges.py validate whole, and
+    conftest.py runs these files on one worker. A tuple: its readers copy what they may change."""
+    import json  # noqa: PLC0415
+
+    from meshplan_validation.validate import run_validation  # noqa: PLC0415
+
+    key = json.dumps([list(records), sorted(options.items())], sort_keys=True, default=repr)
+    if key not in _BY_RECORDS:
+        _BY_RECORDS[key] = tuple(run_validation(records, **options))
+    return _BY_RECORDS[key]
+
+
 _VALIDATED: dict[tuple[str, int], tuple] = {}
 
 
@@ -41,14 +59,14 @@ def validated(path) -> tuple:
     """``run_validation(read_runs(path))`` with its defaults, computed once per test process for the file as it is now
     (keyed by its path and modification time): test_published.py, test_ranges.py and test_validate_records.py each
     validate the published and the independent runs whole, the same pure function of the same file, and conftest.py
-    runs the three files on one worker. A tuple: the tests read the results, none changes them."""
+    runs the three files on one worker (with test_docs.py, whose scripts validate them too: ``validation_of``). A
+    tuple: the tests read the results, none changes them."""
     from pathlib import Path  # noqa: PLC0415
 
     from meshplan_validation.records import read_runs  # noqa: PLC0415
-    from meshplan_validation.validate import run_validation  # noqa: PLC0415
 
     path = Path(path).resolve()
     key = (str(path), path.stat().st_mtime_ns)
     if key not in _VALIDATED:
-        _VALIDATED[key] = tuple(run_validation(read_runs(path)))
+        _VALIDATED[key] = validation_of(read_runs(path))
     return _VALIDATED[key]

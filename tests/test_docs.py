@@ -21,14 +21,18 @@ tests/test_readme.py). Every file under docs/ is either checked here or listed a
 
 from __future__ import annotations
 
+import copy
 import csv
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from published_helpers import validation_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -92,15 +96,22 @@ def _same_picture(recorded: str | None, name: str, command: str, drawn_from: str
 
 
 # ---- the documents of benchmarks/docs/accuracy.py, independent.py and strategies.py ---------------------------------
+def _validation_of(records, **options) -> list:
+    """The scripts' ``run_validation``, once per process (published_helpers.validation_of; test_published.py and
+    test_ranges.py validate the same runs, on this worker): a copy of the results, which a script may change."""
+    return copy.deepcopy(list(validation_of(records, **options)))
+
+
 @pytest.fixture(scope="module")
 def accuracy_out(tmp_path_factory):
     pytest.importorskip("matplotlib")
-    out, argv = tmp_path_factory.mktemp("accuracy"), sys.argv
+    out, argv, doc = tmp_path_factory.mktemp("accuracy"), sys.argv, sys.modules["accuracy_doc"]
     sys.argv = ["accuracy.py", "--out", str(out)]  # the script reads its command line (records.runs_from_command_line)
+    saved, accuracy.run_validation, doc.run_validation = accuracy.run_validation, _validation_of, _validation_of
     try:
         accuracy.main()
     finally:
-        sys.argv = argv
+        sys.argv, accuracy.run_validation, doc.run_validation = argv, saved, saved
     return out
 
 
@@ -138,8 +149,9 @@ def test_accuracy_picture_plots_the_current_points(accuracy_out):
 @pytest.fixture(scope="module")
 def independent_out(tmp_path_factory):
     """benchmarks/docs/independent.py's documents written once to a folder (both tests below compare one each)."""
-    out = tmp_path_factory.mktemp("independent")
-    _script("independent").main(["--out", str(out)])
+    out, script = tmp_path_factory.mktemp("independent"), _script("independent")
+    script.run_validation = _validation_of  # a module of this fixture's own
+    script.main(["--out", str(out)])
     return out
 
 
@@ -188,8 +200,6 @@ def test_serving_quotes_the_inference_accuracy():
 
 
 def re_rows(text: str, label: str) -> list[tuple[str, str, str]]:
-    import re
-
     return re.findall(rf"^\| {re.escape(label)} \| (\d+) \| ([\d.]+ %) \| ([\d.]+ %) \|$", text, re.M)[:1]
 
 

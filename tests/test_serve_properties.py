@@ -94,30 +94,37 @@ def scaled(cluster: Cluster, what: str, factor: float) -> Cluster:
     return replace(cluster, tiers=tuple(tiers))
 
 
+@cache
+def drawn_steps(i: int) -> tuple[float, float]:
+    """``steps`` of draw ``i`` as drawn: the rate and link properties compare each variant with it at every factor,
+    so it is computed once per process (the serving model is a pure function of its frozen arguments)."""
+    return steps(*draws()[i])
+
+
 @pytest.mark.parametrize("factor", FACTORS)
 def test_more_hbm_bandwidth_never_slows_decode(factor):
     for i, (model, cluster, plan, workload, engine) in enumerate(draws()):
-        base = steps(model, cluster, plan, workload, engine)[0]
+        base = drawn_steps(i)[0]
         faster = steps(model, scaled(cluster, "hbm", factor), plan, workload, engine)[0]
         assert faster <= base * (1 + RTOL), (model.name, cluster.name, plan.describe())
         if i >= 40:  # the whole estimate (TPOT with its prefill share) on the first 40
             continue
-        tpot = serve_estimate(model, cluster, plan, workload, engine).metrics.tpot
+        tpot = drawn_metrics(i, draws)[2]
         assert serve_estimate(model, scaled(cluster, "hbm", factor), plan, workload,
                               engine).metrics.tpot <= tpot * (1 + RTOL)
 
 
 @pytest.mark.parametrize("factor", FACTORS)
 def test_more_flops_never_slows_prefill(factor):
-    for model, cluster, plan, workload, engine in draws():
-        base = steps(model, cluster, plan, workload, engine)[1]
+    for i, (model, cluster, plan, workload, engine) in enumerate(draws()):
+        base = drawn_steps(i)[1]
         assert steps(model, scaled(cluster, "flops", factor), plan, workload, engine)[1] <= base * (1 + RTOL)
 
 
 @pytest.mark.parametrize("what", ["tier0", "tier1"])
 def test_more_link_bandwidth_never_slows_and_more_latency_never_speeds(what):
-    for model, cluster, plan, workload, engine in draws()[:60]:
-        base = steps(model, cluster, plan, workload, engine)
+    for i, (model, cluster, plan, workload, engine) in enumerate(draws()[:60]):
+        base = drawn_steps(i)
         wider = steps(model, scaled(cluster, what, 2.0), plan, workload, engine)
         slower = steps(model, scaled(cluster, what.replace("tier", "lat"), 10.0), plan, workload, engine)
         assert all(w <= b * (1 + RTOL) for w, b in zip(wider, base, strict=True))
@@ -143,6 +150,13 @@ LATENCIES = ("lat0", "lat1", "lat2", "kernel_lat", "interpreter", *HOST)
 def estimate_metrics(model, cluster, plan, workload, engine) -> tuple[float, float, float]:
     m = serve_estimate(model, cluster, plan, workload, engine).metrics
     return float(m.tokens_per_s), float(m.ttft), float(m.tpot)
+
+
+@cache
+def drawn_metrics(i: int, of) -> tuple[float, float, float]:
+    """``estimate_metrics`` of draw ``i`` of ``of()`` (draws or fitting_draws) as drawn: each property compares its
+    variants with it, at every factor and for every rate or latency, so it is estimated once per process."""
+    return estimate_metrics(*of()[i])
 
 
 def varied(d, what: str, factor: float):
@@ -193,11 +207,11 @@ def fitting_draws(count: int = 30) -> list:
 @pytest.mark.parametrize("what", (*RATES, "skinny_gemm_rate"))
 @pytest.mark.parametrize("factor", FACTORS)
 def test_more_of_any_rate_never_lowers_throughput_nor_raises_ttft_or_tpot(what, factor):
-    for d in fitting_draws():
+    for i, d in enumerate(fitting_draws()):
         other = varied(d, what, factor)
         if other is None:
             continue
-        (rate, ttft, tpot), (rate2, ttft2, tpot2) = estimate_metrics(*d), estimate_metrics(*other)
+        (rate, ttft, tpot), (rate2, ttft2, tpot2) = drawn_metrics(i, fitting_draws), estimate_metrics(*other)
         where = (what, factor, d[0].name, d[1].name, d[2].describe(), d[4].name)
         assert rate2 >= rate * (1 - RTOL), where
         assert ttft2 <= ttft * (1 + RTOL) and tpot2 <= tpot * (1 + RTOL), where
@@ -206,11 +220,11 @@ def test_more_of_any_rate_never_lowers_throughput_nor_raises_ttft_or_tpot(what, 
 @pytest.mark.parametrize("what", LATENCIES)
 @pytest.mark.parametrize("factor", FACTORS)
 def test_more_of_any_latency_never_helps(what, factor):
-    for d in fitting_draws():
+    for i, d in enumerate(fitting_draws()):
         other = varied(d, what, factor)
         if other is None:
             continue
-        (rate, ttft, tpot), (rate2, ttft2, tpot2) = estimate_metrics(*d), estimate_metrics(*other)
+        (rate, ttft, tpot), (rate2, ttft2, tpot2) = drawn_metrics(i, fitting_draws), estimate_metrics(*other)
         where = (what, factor, d[0].name, d[1].name, d[2].describe(), d[4].name)
         assert rate2 <= rate * (1 + RTOL), where
         assert ttft2 >= ttft * (1 - RTOL) and tpot2 >= tpot * (1 - RTOL), where
