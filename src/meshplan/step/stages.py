@@ -142,3 +142,15 @@ def ep_overlapped(rank: PassTimes, slowdown: Num) -> PassTimes:
     ep = hide(rank.ep, rank.fwd + rank.bwd, slowdown)
     saved = rank.ep - ep
     return rank.with_(ep=ep, fwd_comm=rank.fwd_comm - saved / 2)
+
+
+def unpaired_passes(pp: Num, m: Num) -> Num:
+    """Micro-batches whose passes a rank runs without a partner under the combined 1F1B schedule (``PassTimes.
+    unpaired``), counted in whole passes of its layers: pp, at most m. Megatron-Core core_v0.14.0 (23e00ed)
+    pipeline_parallel/combined_1f1b.py runs the first micro-batch's forward and the last one's backward alone
+    (pp = 1: one); schedules.py get_pp_rank_microbatches gives rank r of an interleaved pipeline
+    (pp − r − 1)·2 + (v − 1)·pp + 1 forward chunks of warm-up (the + 1 under overlap_moe_expert_parallel_comm)
+    and as many backward chunks of cool-down, all unpaired; with the pp − 1 chunks of fill and drain the others
+    run that way (priced as the bubble, with paired passes), that is (pp − 1) + (v − 1)·pp + 1 = v·pp chunks
+    averaged over the ranks: pp micro-batches' passes of the rank's layers."""
+    return minimum(pp, m)
