@@ -54,8 +54,15 @@ from meshplan.step.memory import Ends, Phases, memory_at_peak
 from meshplan.step.memory_grid import compose_memory
 from meshplan.step.passes import ZERO, PassTimes
 from meshplan.step.shared_links import shared_collectives
-from meshplan.step.stages import (cadence, ep_overlapped, real, stage_bubble, stage_times, two_chunk_times,
-                                  unpaired_passes)
+from meshplan.step.stages import (
+    cadence,
+    ep_overlapped,
+    real,
+    stage_bubble,
+    stage_times,
+    two_chunk_times,
+    unpaired_passes,
+)
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Kept, Num
 
@@ -127,7 +134,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                               for f in Passes.__slots__))
             pipelined = m * _rows(plan, [total for _, total in ends[:n]], shape, dtype)
             if any(t.unpaired is not ZERO for t in (first, last, middle)[:n]):  # the combined 1F1B's lone passes
-                pipelined = pipelined + unpaired_passes(plan.pp, m) * _rows(
+                pipelined = pipelined + unpaired_passes(plan.pp, plan.vpp, m) * _rows(
                     plan, [t.unpaired for t in (first, last, middle)[:n]], shape, dtype)
             zeros = tuple(dict.fromkeys(parted[zero, oo] for _, zero, _, oo in settings))
             for a, oa in enumerate(grid.offload_activations):
@@ -348,7 +355,7 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
     stage = PassTimes(*(_choose(busiest, tuple(getattr(t, f) for t in each)) for f in PassTimes.__slots__))
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
-                 "cp": m * stage.cp, "ep": m * stage.ep + unpaired_passes(plan.pp, m) * stage.unpaired,
+                 "cp": m * stage.cp, "ep": m * stage.ep + unpaired_passes(plan.pp, plan.vpp, m) * stage.unpaired,
                  "pp": m * stage.pp, "host": m * stage.host, "bubble": step.bubble} | pick
     mem = compose_memory(model, plan, {plan.recompute: u}, settings, stack)
     mems = tuple(memory_at_peak((mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e]),

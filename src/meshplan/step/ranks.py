@@ -179,7 +179,7 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
         kept = activation_bytes(model, revised(view, {"offload_activations": False}), u.layer_saved,
                                 layer_input_bytes(model, view), last, rank)
         host = host + kept * offloaded_layers(model, view, last, rank) / layers_on_rank(model, plan, rank)
-    lone = unpaired_passes(plan.pp, plan.grad_accum) * times.unpaired  # the combined 1F1B's passes alone
+    lone = unpaired_passes(plan.pp, plan.vpp, plan.grad_accum) * times.unpaired  # the combined 1F1B's passes alone
     return RankCost(times, float(plan.grad_accum * times.total + lone + dp + moved + opt), dp, moved, opt, memory,
                     float(host))
 
@@ -232,9 +232,9 @@ def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack,
     heaviest = max(range(plan.pp), key=lambda r: ranks[r].memory.total)
     stage, m = ranks[busiest].times, plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
-                 "cp": m * stage.cp, "ep": m * stage.ep + unpaired_passes(plan.pp, m) * stage.unpaired,
-                 "pp": m * stage.pp, "host": m * stage.host, "bubble": bubble, "dp": ranks[busiest].dp, "optimizer": ranks[busiest].optimizer,
-                 "offload": ranks[busiest].offload}
+                 "cp": m * stage.cp, "ep": m * stage.ep + unpaired_passes(plan.pp, plan.vpp, m) * stage.unpaired,
+                 "pp": m * stage.pp, "host": m * stage.host, "bubble": bubble, "dp": ranks[busiest].dp,
+                 "optimizer": ranks[busiest].optimizer, "offload": ranks[busiest].offload}
     middle = max(ranks[1:-1], key=lambda c: c.step, default=ranks[0])
     return StepCosts(breakdown=breakdown, step_time=ranks[busiest].step + bubble,
                      memory=ranks[heaviest].memory.as_dict(), peak_memory=ranks[heaviest].memory.total,
