@@ -13,7 +13,7 @@ from meshplan.pipeline.schedule import build, simulate
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack
+from meshplan.specs.stack import Stack, load_stack
 from meshplan.step.assemble import step_costs
 
 
@@ -246,3 +246,27 @@ def test_the_combined_1f1b_schedule_hides_the_all_to_alls_behind_the_nodes_besid
     assert paired.ep == pytest.approx(2 + 0.189 * 34)
     exposed = pass_times(ops, times, Plan(ep=8, dp=8), Stack(), "none")
     assert exposed.ep == 36.0  # no overlap: every all-to-all on the critical path
+    assert paired.unpaired == pytest.approx(36 - (2 + 0.189 * 34))  # a pass without a partner exposes all 36
+    assert exposed.unpaired == 0.0
+
+
+def test_the_combined_1f1b_schedule_runs_its_warm_up_and_cool_down_alone():
+    """Megatron-Core core_v0.14.0 schedules.py get_pp_rank_microbatches: rank r of an interleaved pipeline runs
+    (pp − r − 1)·2 + (v − 1)·pp + 1 forward chunks of warm-up alone under overlap_moe_expert_parallel_comm, and as many
+    backward chunks of cool-down; combined_1f1b.py without a pipeline: the first forward and the last backward.
+    Along the last rank, with the pp − 1 chunks of fill and drain: min(m, ((v − 1)·pp + 1)/v) + (pp − 1)/v passes of
+    its layers: pp = 8, v = 4, m = 128 (the H100 DeepSeek-V3 record): min(128, 25/4) + 7/4 = 8 = pp; pp = 1: 1;
+    pp = 2, v = 2, m = 2: min(2, 3/2) + 1/2 = 2 = m, every pass's all-to-alls exposed as without the overlap."""
+    from meshplan.step.stages import unpaired_passes
+
+    assert unpaired_passes(8, 4, 128) == 8.0
+    assert unpaired_passes(1, 1, 16) == 1.0
+    assert unpaired_passes(2, 2, 2) == 2.0
+    model, cluster = load_model("qwen3-30b-a3b"), load_system("h100").cluster(32)
+    stack = load_stack("megatron-core").with_(overlap_ep=True)
+    ep = {}
+    for gb in (32, 1024):  # m = 2 and m = 64
+        plan = Plan(dp=16, pp=2, vpp=2, ep=16, global_batch=gb, micro_batch=1, zero=1)
+        ep[gb] = [estimate(model, cluster, plan, s).breakdown["ep"] for s in (stack, stack.with_(overlap_ep=False))]
+    assert ep[32][0] == pytest.approx(ep[32][1])  # m = 2: every pass alone, as without the overlap
+    assert ep[1024][0] < 0.5 * ep[1024][1]  # m = 64: two of the 64 passes alone, the rest paired

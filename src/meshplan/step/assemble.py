@@ -52,9 +52,17 @@ from meshplan.step.grid import Settings, middle_may_bind, own_settings, rank_par
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
 from meshplan.step.memory import Ends, Phases, memory_at_peak
 from meshplan.step.memory_grid import compose_memory
-from meshplan.step.passes import PassTimes
+from meshplan.step.passes import ZERO, PassTimes
 from meshplan.step.shared_links import shared_collectives
-from meshplan.step.stages import cadence, ep_overlapped, real, stage_bubble, stage_times, two_chunk_times
+from meshplan.step.stages import (
+    cadence,
+    ep_overlapped,
+    real,
+    stage_bubble,
+    stage_times,
+    two_chunk_times,
+    unpaired_passes,
+)
 from meshplan.step.units import Parts, Units, unit_costs
 from meshplan.xp import Kept, Num
 
@@ -125,6 +133,9 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
             passes = Passes(*(_rows(plan, [getattr(t, f) for t, _ in ends[:n]], shape, dtype)
                               for f in Passes.__slots__))
             pipelined = m * _rows(plan, [total for _, total in ends[:n]], shape, dtype)
+            if any(t.unpaired is not ZERO for t in (first, last, middle)[:n]):  # the combined 1F1B's lone passes
+                pipelined = pipelined + unpaired_passes(plan.pp, plan.vpp, m) * _rows(
+                    plan, [t.unpaired for t in (first, last, middle)[:n]], shape, dtype)
             zeros = tuple(dict.fromkeys(parted[zero, oo] for _, zero, _, oo in settings))
             for a, oa in enumerate(grid.offload_activations):
                 copies = _copies(model, cluster, with_settings(ranked, offload_activations=oa), u, shape, dtype, n)
@@ -344,8 +355,8 @@ def assemble(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, u: Un
     stage = PassTimes(*(_choose(busiest, tuple(getattr(t, f) for t in each)) for f in PassTimes.__slots__))
     m = plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
-                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "host": m * stage.host,
-                 "bubble": step.bubble} | pick
+                 "cp": m * stage.cp, "ep": m * stage.ep + unpaired_passes(plan.pp, plan.vpp, m) * stage.unpaired,
+                 "pp": m * stage.pp, "host": m * stage.host, "bubble": step.bubble} | pick
     mem = compose_memory(model, plan, {plan.recompute: u}, settings, stack)
     mems = tuple(memory_at_peak((mem.weights[0, 0, e], mem.grads[0, 0, e], mem.optimizer[0, 0, e]),
                                 Phases(*mem.activations[0, 0, e]), mem.buffers[0], Ends(*mem.ends[:, 0]))

@@ -113,6 +113,9 @@ class PassTimes:
     # traffic that shares a tier with the data-parallel collectives (contention.py)
     traffic_f: Num = ZERO
     traffic_b: Num = ZERO
+    # what the MoE layers' all-to-alls add to a micro-batch's passes run without a partner, beyond ``ep`` (the
+    # combined 1F1B schedule's warm-up and cool-down, ``unpaired_passes``); not in ``total``
+    unpaired: Num = ZERO
 
     @property
     def total(self) -> Num:
@@ -127,7 +130,7 @@ class PassTimes:
         passes, not their breakdown: the search's ranking)."""
         comm = self.total - self.fwd - self.bwd - self.recompute
         return PassTimes(self.fwd, self.bwd, self.recompute, comm, ZERO, ZERO, ZERO, self.fwd_comm, self.hidden_f,
-                         self.hidden_b, ZERO, self.traffic_f, self.traffic_b)
+                         self.hidden_b, ZERO, self.traffic_f, self.traffic_b, self.unpaired)
 
     def scaled(self, k: Num) -> PassTimes:
         return PassTimes(*[v if v is ZERO else v * k for v in _fields_of(self)])
@@ -167,9 +170,12 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
     kernels = {ph: g((ph, "gemm"), 0.0) + g((ph, "attention"), 0.0) + g((ph, "memory"), 0.0) for ph in "fb"}
     sd = eff.overlap_slowdown
     tp, cp, ep, hidden = _overlap(s, stack, sd)
+    unpaired: Num = ZERO
     if paired:  # forward all-to-all behind the other micro-batch's backward kernels, and vice versa
+        alone = ep["f"] + ep["b"]  # the all-to-alls exposed, as a pass without a partner runs them
         ep, hidden_ep = combined_1f1b(s, kernels, ep, sd)
         hidden = {ph: hidden[ph] + hidden_ep[ph] for ph in "fb"}
+        unpaired = maximum(0.0, alone - ep["f"] - ep["b"])
     hidden_b = hidden["b"]
     if recompute == "full":
         redo = kernels["f"] + tp["f"] + cp["f"] + ep["f"]
@@ -197,7 +203,8 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
     return PassTimes(fwd=kernels["f"], bwd=kernels["b"], recompute=redo, tp=tp["f"] + tp["b"],
                      cp=cp["f"] + cp["b"], ep=ep["f"] + ep["b"], pp=pp["f"] + pp["b"],
                      fwd_comm=fwd_comm, hidden_f=hidden["f"], hidden_b=hidden_b, host=idle,
-                     traffic_f=traffic["f"], traffic_b=traffic["b"] + (traffic["f"] if recompute == "full" else ZERO))
+                     traffic_f=traffic["f"], traffic_b=traffic["b"] + (traffic["f"] if recompute == "full" else ZERO),
+                     unpaired=unpaired)
 
 
 # ``_sums`` of the last lists of ops and times met, by the lists' identity (held here, so that their ids are not reused

@@ -51,7 +51,7 @@ from meshplan.step.host import iteration_host, loop_host, optimizer_loops
 from meshplan.step.memory import Phases, activation_memory, gathered_ends, memory_at_peak, recompute_working
 from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
-from meshplan.step.stages import cadence, loop_times, rank_body, with_sends
+from meshplan.step.stages import cadence, loop_times, rank_body, unpaired_passes, with_sends
 from meshplan.step.units import Units
 from meshplan.xp import Kept, Num
 
@@ -179,7 +179,8 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
         kept = activation_bytes(model, revised(view, {"offload_activations": False}), u.layer_saved,
                                 layer_input_bytes(model, view), last, rank)
         host = host + kept * offloaded_layers(model, view, last, rank) / layers_on_rank(model, plan, rank)
-    return RankCost(times, float(plan.grad_accum * times.total + dp + moved + opt), dp, moved, opt, memory,
+    lone = unpaired_passes(plan.pp, plan.vpp, plan.grad_accum) * times.unpaired  # the combined 1F1B's passes alone
+    return RankCost(times, float(plan.grad_accum * times.total + lone + dp + moved + opt), dp, moved, opt, memory,
                     float(host))
 
 
@@ -231,9 +232,9 @@ def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack,
     heaviest = max(range(plan.pp), key=lambda r: ranks[r].memory.total)
     stage, m = ranks[busiest].times, plan.grad_accum
     breakdown = {"compute": m * (stage.fwd + stage.bwd), "recompute": m * stage.recompute, "tp": m * stage.tp,
-                 "cp": m * stage.cp, "ep": m * stage.ep, "pp": m * stage.pp, "host": m * stage.host,
-                 "bubble": bubble, "dp": ranks[busiest].dp, "optimizer": ranks[busiest].optimizer,
-                 "offload": ranks[busiest].offload}
+                 "cp": m * stage.cp, "ep": m * stage.ep + unpaired_passes(plan.pp, plan.vpp, m) * stage.unpaired,
+                 "pp": m * stage.pp, "host": m * stage.host, "bubble": bubble, "dp": ranks[busiest].dp,
+                 "optimizer": ranks[busiest].optimizer, "offload": ranks[busiest].offload}
     middle = max(ranks[1:-1], key=lambda c: c.step, default=ranks[0])
     return StepCosts(breakdown=breakdown, step_time=ranks[busiest].step + bubble,
                      memory=ranks[heaviest].memory.as_dict(), peak_memory=ranks[heaviest].memory.total,

@@ -142,3 +142,15 @@ def ep_overlapped(rank: PassTimes, slowdown: Num) -> PassTimes:
     ep = hide(rank.ep, rank.fwd + rank.bwd, slowdown)
     saved = rank.ep - ep
     return rank.with_(ep=ep, fwd_comm=rank.fwd_comm - saved / 2)
+
+
+def unpaired_passes(pp: Num, v: Num, m: Num) -> Num:
+    """Passes of a rank's layers (v chunks each) that run without a partner under the combined 1F1B schedule, beyond
+    the m that ``PassTimes.unpaired`` is not charged for. Megatron-Core core_v0.14.0 (23e00ed): combined_1f1b.py
+    runs the first micro-batch's forward and the last one's backward alone (pp = 1: one pass); schedules.py
+    get_pp_rank_microbatches gives rank r of an interleaved pipeline w_r = (pp − r − 1)·2 + (v − 1)·pp + 1 forward
+    chunks of warm-up (the + 1 under overlap_moe_expert_parallel_comm), at most m·v, and as many backward chunks of
+    cool-down, all alone. Priced along the last rank, the step's critical path: its own w = (v − 1)·pp + 1 and the
+    pp − 1 chunks of fill and drain the bubble holds (priced there with paired passes): min(m, w / v) + (pp − 1) / v,
+    that is pp once m·v >= w."""
+    return minimum(m, ((v - 1) * pp + 1) / v) + (pp - 1) / v
