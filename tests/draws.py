@@ -159,15 +159,23 @@ def draw_stack(rng: random.Random, model: ModelSpec, precision: str) -> Stack:
         "train_metrics": lambda: rng.choice((0, 2)), "varlen_attention": lambda: rng.random() < 0.1,
         "qkv_concat": lambda: rng.random() < 0.1, "cp_comm": lambda: rng.choice(("ring", "allgather")),
         "projections": lambda: rng.choice(PROJECTIONS), "moe_permute": lambda: rng.choice(MOE_PERMUTE),
-        "moe_dispatcher": lambda: rng.choice(MOE_DISPATCHER),
+        "moe_dispatcher": lambda: rng.choice(DRAWN_DISPATCHERS),
     }
-    drawn = stack.with_(**{k: f() for k, f in draws.items() if rng.random() < 0.3})
+    chosen = {k: f() for k, f in draws.items() if rng.random() < 0.3}
+    if chosen.get("moe_dispatcher") == "alltoall" and stack.name == "megatron-core":  # flex where Megatron-Bridge's
+        chosen["moe_dispatcher"] = "flex"  # DeepEP recipes run it, chosen without the generator (as below)
+    drawn = stack.with_(**chosen)
     if stack.name in LOOP_HOST_PRESETS:  # chosen without the generator, so that the other draws stay as they were
         drawn = drawn.with_(microbatch_host=1.5e-3, iteration_host=1e-3)
     if stack.name == "megatron-deepspeed" and not any(getattr(drawn, f) for f in OVERLAP_FLAGS):  # alike: BigScience's
         drawn = drawn.with_(blocking_launches=True)  # CUDA_LAUNCH_BLOCKING=1, which needs every overlap off
     return drawn
 
+
+# the dispatchers drawn by the generator: those before "flex" (b200), so that the seeded sequence of draws is the one it
+# was; draw_stack sets flex itself
+DRAWN_DISPATCHERS = tuple(d for d in MOE_DISPATCHER if d != "flex")
+assert len(DRAWN_DISPATCHERS) == 2, MOE_DISPATCHER
 
 # stacks drawn with the training loop's host work (step/stages.loop_times, step/host.iteration_host): 1.5 ms a
 # micro-batch and 1 ms a step, about the Megatron-LM CI profile's

@@ -41,8 +41,9 @@ def test_the_bytes_a_pipelined_stage_holds_by_hand():
     parameters. FSDP2 under the pipeline keeps their bf16 weights
     gathered (2·P = 1.92 GB) and their fp32 gradients whole (4·P = 3.85 GB) all step, the fp32 master and Adam's
     moments sharded over dp (12·P / 2 = 5.77 GB), and gathers nothing per layer (no ZeRO-3 buffers). ZeRO-3 as
-    meshplan prices it (sharded weights and gradients, two layers gathered at a time) would hold 3·P = 2.88 GB of
-    model states less and 1.49 GB of buffers more: 1.40 GB under what torchtitan holds."""
+    meshplan prices it (the fp32 shard its own master, no 16-bit shard: cost/model_states; gradients sharded, two
+    layers gathered at a time) would hold 4·P = 3.85 GB of model states less and 1.49 GB of buffers more: 2.36 GB
+    under what torchtitan holds."""
     p = 2 * 218_112_000 + 4096 + 128_256 * 4096
     assert p == 961_564_672
     est = estimate(TINY, H100.cluster(4), PIPED, TITAN)
@@ -53,9 +54,9 @@ def test_the_bytes_a_pipelined_stage_holds_by_hand():
     zero3 = estimate(TINY, H100.cluster(4), replace(PIPED, zero=3), TITAN)
     held = sum(est.memory[k] for k in ("weights", "grads", "optimizer"))
     priced = sum(zero3.memory[k] for k in ("weights", "grads", "optimizer"))
-    assert held - priced == pytest.approx(3 * p, rel=1e-5)
-    assert est.peak_memory - zero3.peak_memory == pytest.approx(3 * p - zero3.memory["buffers"], rel=1e-5)
-    assert est.peak_memory - zero3.peak_memory == pytest.approx(1.40e9, rel=0.01)
+    assert held - priced == pytest.approx(4 * p, rel=1e-5)
+    assert est.peak_memory - zero3.peak_memory == pytest.approx(4 * p - zero3.memory["buffers"], rel=1e-5)
+    assert est.peak_memory - zero3.peak_memory == pytest.approx(2.36e9, rel=0.01)
     # traffic per step of m = 4 micro-batches: one all-gather and one reduce-scatter, not 2·m and m
     assert zero_counts(1, 4) == {"scatter": 1, "gather": 1}
     assert zero_counts(3, 4) == {"gather": 8, "scatter": 4}
