@@ -25,7 +25,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.refusals import REFUSALS, fsdp_zero_reason, stack_refusals
-from meshplan.specs.stack import load_stack
+from meshplan.specs.stack import frameworks_running, load_stack
 from meshplan.step.channels import zero_counts
 from test_search import every_plan
 
@@ -66,10 +66,13 @@ def test_the_stack_runs_zero1_exactly_under_the_pipeline():
     assert TITAN.supports.runs(PIPED, TINY, TITAN) and not check(TINY, H100.cluster(4), PIPED, TITAN)
     for zero in (2, 3):
         assert "ZeRO-2 or ZeRO-3 with pp > 1" in TITAN.supports.problems(replace(PIPED, zero=zero), TINY, TITAN)[0]
-    # ZeRO-1 at pp = 1 is FSDP's own rule, not torchtitan's refusal: check's reason is the one reason given
+    # ZeRO-1 at pp = 1 is FSDP's own rule, not torchtitan's refusal: check's reason is the one reason given, by check
+    # and by the stack (which framework presets run a plan: stack.frameworks_running)
     alone = Plan(dp=4, micro_batch=1, global_batch=8, zero=1, recompute="none")
-    assert TITAN.supports.runs(alone, TINY, TITAN)
-    assert check(TINY, H100.cluster(4), alone, TITAN) == [fsdp_zero_reason("fsdp2", 1)]
+    reason = [fsdp_zero_reason("fsdp2", 1)]
+    assert check(TINY, H100.cluster(4), alone, TITAN) == TITAN.supports.problems(alone, TINY, TITAN) == reason
+    assert "torchtitan" not in frameworks_running(alone, TINY)
+    assert "torchtitan" in frameworks_running(replace(PIPED, zero=1), TINY)
     with pytest.raises(PlanError, match="has no ZeRO-1"):
         estimate(TINY, H100.cluster(4), alone, TITAN)
 

@@ -187,12 +187,16 @@ def fsdp_stages(mode: Any) -> Refusal:
                    by_framework=False)
 
 
+def own_rules(stack: Any) -> tuple[Refusal, ...]:
+    """The rules of meshplan's own check that ``stack``'s plans are tested with beside its framework's refusals:
+    FSDP's ZeRO stages (fsdp_stages: check's reason) where its FSDP lacks one."""
+    return (fsdp_stages(stack.fsdp_mode),) if stack.fsdp_mode.lacks_zero else ()
+
+
 def stack_refusals(stack: Any) -> tuple[Refusal, ...]:
     """The rules a grid of ``stack``'s plans is tested with (search/refused.py, report/space.py), a plan counted
-    under the first that refuses it: its framework's refusals (Supports.refuses), then FSDP's own ZeRO stages
-    (fsdp_stages: check's reason) where its FSDP lacks one."""
-    rules = tuple(REFUSALS[name] for name in stack.supports.refuses)
-    return rules + (fsdp_stages(stack.fsdp_mode),) if stack.fsdp_mode.lacks_zero else rules
+    under the first that refuses it: its framework's refusals (Supports.refuses), then its own_rules."""
+    return tuple(REFUSALS[name] for name in stack.supports.refuses) + own_rules(stack)
 
 
 def refused(names: tuple[str, ...], plan: Any, model: ModelSpec, stack: Any) -> list[Refusal]:
