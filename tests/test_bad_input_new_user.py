@@ -59,7 +59,7 @@ def test_fsdp_frameworks_default_to_full_shard(capsys):
         assert main(estimate("llama3-8b", "h100", "--framework", framework, "--json")) == 0
         assert json.loads(capsys.readouterr().out)["plan"]["zero"] == 3
     refused = fails(estimate("llama3-8b", "h100", "--framework", "torchtitan", "--zero", "1"), capsys)
-    # torchtitan's ZeRO-1 is its FSDP2 under pipeline parallelism only (specs/refusals.py fsdp_stage_under_pp)
+    # torchtitan's ZeRO-1 is its FSDP2 under pipeline parallelism only (FsdpMode.has_zero: check's reason)
     assert "fsdp=fsdp2 has no ZeRO-1 strategy" in refused
 
 

@@ -17,10 +17,11 @@ import pytest
 import torch
 
 from meshplan.search import Space, search
+from meshplan.specs.fsdp_modes import fsdp_of
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
-from meshplan.specs.refusals import REFUSALS
+from meshplan.specs.refusals import REFUSALS, fsdp_stages
 from meshplan.specs.stack import load_stack
 
 MCORE = load_stack("megatron-core")
@@ -51,6 +52,16 @@ def test_each_refusal_quotes_the_installed_framework_at_the_cited_lines(name):
     lines = _source_lines(rule.package, rule.path)
     first, last = rule.lines
     assert rule.quote in "\n".join(lines[first - 1:last]), f"{rule.source} no longer says {rule.quote!r}"
+
+
+def test_fsdps_own_rule_quotes_the_installed_torch():
+    # the search's statement of FSDP's ZeRO stages (refusals.fsdp_stages, check's reason) cites torch's strategies
+    rule = fsdp_stages(fsdp_of("fsdp2"))
+    assert importlib.metadata.version("torch").split("+")[0] == rule.package[1]
+    lines = _site_file("torch", rule.path).read_text().splitlines()
+    assert rule.quote in "\n".join(lines[rule.lines[0] - 1:rule.lines[1]])
+    assert all(f"{name} = auto()" in "\n".join(lines[rule.lines[0] - 1:rule.lines[1]])
+               for name in ("NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD"))
 
 
 def _transformer_config(**kw):

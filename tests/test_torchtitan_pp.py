@@ -20,12 +20,12 @@ from meshplan.errors import PlanError, SpecError
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.specs import stack_variants
-from meshplan.specs.check import check, fsdp_has_zero
+from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
-from meshplan.specs.refusals import REFUSALS
-from meshplan.specs.stack import load_stack
+from meshplan.specs.refusals import REFUSALS, fsdp_zero_reason, stack_refusals
+from meshplan.specs.stack import frameworks_running, load_stack
 from meshplan.step.channels import zero_counts
 from test_search import every_plan
 
@@ -67,21 +67,33 @@ def test_the_stack_runs_zero1_exactly_under_the_pipeline():
     assert TITAN.supports.runs(PIPED, TINY, TITAN) and not check(TINY, H100.cluster(4), PIPED, TITAN)
     for zero in (2, 3):
         assert "ZeRO-2 or ZeRO-3 with pp > 1" in TITAN.supports.problems(replace(PIPED, zero=zero), TINY, TITAN)[0]
+    # ZeRO-1 at pp = 1 is FSDP's own rule, not torchtitan's refusal: check's reason is the one reason given, by check
+    # and by the stack (which framework presets run a plan: stack.frameworks_running)
     alone = Plan(dp=4, micro_batch=1, global_batch=8, zero=1, recompute="none")
-    assert not TITAN.supports.runs(alone, TINY, TITAN)
+    reason = [fsdp_zero_reason("fsdp2", 1)]
+    assert check(TINY, H100.cluster(4), alone, TITAN) == TITAN.supports.problems(alone, TINY, TITAN) == reason
+    assert "torchtitan" not in frameworks_running(alone, TINY)
+    assert "torchtitan" in frameworks_running(replace(PIPED, zero=1), TINY)
     with pytest.raises(PlanError, match="has no ZeRO-1"):
         estimate(TINY, H100.cluster(4), alone, TITAN)
 
 
-def test_the_refusal_reads_fsdps_zero1_rule_as_check_does():
-    # one rule (FsdpMode.has_zero): at pp = 1 the refusal refuses ZeRO-1 exactly where check says FSDP has none, on a
-    # grid of plans (the search's arrays) as on one plan; at pp > 1 only ZeRO-2 / 3
-    rule = REFUSALS["fsdp_stage_under_pp"]
+def test_the_search_reads_fsdps_zero1_rule_as_check_does():
+    # one rule (FsdpMode.has_zero): on a grid of plans (the search's arrays) as on one plan, the search's FSDP rule
+    # (refusals.fsdp_stages) refuses ZeRO-1 exactly where check says FSDP has none (pp = 1), with check's reason;
+    # torchtitan's refusal refuses ZeRO-2 / 3 at pp > 1 alone, and comes first (the search counts a plan once)
     grid = SimpleNamespace(pp=np.array([1, 1, 1, 1, 2, 2, 2, 2]), zero=np.array([0, 1, 2, 3, 0, 1, 2, 3]))
-    assert rule.test(grid, TINY, TITAN).tolist() == [False, True, False, False, False, False, True, True]
+    assert REFUSALS["fsdp_stage_under_pp"].test(grid, TINY, TITAN).tolist() == [False] * 6 + [True, True]
+    rules = stack_refusals(TITAN)
+    assert [r.name for r in rules] == [*TITAN.supports.refuses, "fsdp_lacks_zero"]
+    own = rules[-1]
+    assert own.reason("torchtitan") == fsdp_zero_reason("fsdp2", 1)
+    assert own.test(grid, TINY, TITAN).tolist() == [False, True] + [False] * 6
     for pp, zero in zip(grid.pp.tolist(), grid.zero.tolist(), strict=True):
-        lacked = not fsdp_has_zero(TITAN.fsdp, zero, pp > 1 and TITAN.pipeline_runtime_mode.fsdp_nosync)
-        assert lacked == (zero == 1 and pp == 1)
+        plan = replace(PIPED, dp=8 // pp, pp=pp, zero=zero)
+        assert (own.reason("torchtitan") in check(TINY, H100.cluster(8), plan, TITAN)) == (zero == 1 and pp == 1)
+    assert [r.name for r in stack_refusals(load_stack("megatron-core"))] == list(
+        load_stack("megatron-core").supports.refuses)  # no FSDP: no rule of its own
 
 
 def test_check_reads_the_runtimes_own_nosync_behaviour(monkeypatch):
@@ -141,17 +153,18 @@ def test_a_pipelined_fsdp_gathers_once_a_step_whatever_the_micro_batches(draw):
 
 def test_search_equals_estimate_for_torchtitans_pipelined_fsdp():
     """The search over the torchtitan stack with pp > 1 ranks ZeRO-1, leaves ZeRO-2 / 3 out under the refusal's
-    reason, and prices every plan it keeps as estimate() does."""
+    reason and pp = 1 ZeRO-1 under check's, and prices every plan it keeps as estimate() does."""
     model, cluster = TINY, H100.cluster(8)
     space = Space(stack=TITAN, headroom=0.0, prefer_simple=False, global_batch=16, zero=(1, 2, 3),
                   recompute=("none",), offload_activations=(False,), max_micro_batch=2)
     assert space.zero == (1, 2, 3)
     result = search(model, cluster, space, top_k=500)
     runs = [[estimate(model, cluster, p, TITAN) for p in options] for options in every_plan(model, cluster, space)
-            if TITAN.supports.runs(options[0], model, TITAN)]
+            if TITAN.supports.runs(options[0], model, TITAN) and not check(model, cluster, options[0], TITAN)]
     feasible = sorted(min(e.step_time for e in v) for v in runs if v[0].fits)
     assert result.feasible == len(feasible)
     assert [e.step_time for e in result.plans] == pytest.approx(feasible[: len(result.plans)], rel=1e-9)
     assert any(e.plan.pp > 1 and e.plan.zero == 1 for e in result.plans)
     assert all((e.plan.pp > 1) == (e.plan.zero == 1) for e in result.plans)
     assert any("ZeRO-2 or ZeRO-3 with pp > 1" in reason for reason in result.rejected)
+    assert fsdp_zero_reason("fsdp2", 1) in result.rejected  # ZeRO-1 at pp = 1: rejected with check's reason

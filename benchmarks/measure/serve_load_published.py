@@ -49,11 +49,17 @@ def records(check_only: bool = False) -> list[dict]:
 
 def simulated(record: dict) -> dict[str, float] | None:
     """The run's metrics from the simulation (serve/load/run.repeated: the validation's own recipe), or None when
-    serving_map skips it."""
+    serving_map skips it. A run offered a rate is the validation's prediction itself: serving_eval.predict prices it
+    by this recipe (its _transient: the same instance, rate, requests, lengths and seeds) and keeps it (memoised), so
+    it is not simulated twice; a run offered all at once (QPS = INF), which predict prices as a burst's queue, is
+    simulated here."""
     case = case_of(record)
     if isinstance(case, str):
         return None
     w = record["workload"]
+    if case.mode == "rate" and w.get("request_rate") and w.get("num_requests"):
+        metrics = predict(case)[0]
+        return {m: metrics[m] for m in METRICS}
     inp, out = case.workload.input_len, case.workload.output_len
     plan = case.plan.with_(batch=int(largest_batch(case)))
     built = load_instance(case.model, case.cluster, plan, case.engine, inp + out)

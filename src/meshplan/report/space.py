@@ -17,7 +17,7 @@ import numpy as np
 from meshplan.report.sections import Section
 from meshplan.report.vega import spec
 from meshplan.search.explore import LAYOUTS, SCHEDULES, STATUS
-from meshplan.specs.refusals import REFUSALS
+from meshplan.specs.refusals import stack_refusals
 from meshplan.specs.stack import load_stack, stack_names
 from meshplan.units import GiB, fmt_bytes
 
@@ -101,7 +101,7 @@ def frameworks(c: dict[str, np.ndarray], settings: tuple[np.ndarray, ...], model
             ok &= recompute != "selective"
         if model is not None and space is not None:
             view = _Sampled(c, recompute, zero.astype(int), opt, act, space)
-            for rule in (REFUSALS[r] for r in s.refuses):
+            for rule in stack_refusals(stack):
                 ok &= ~np.broadcast_to(np.asarray(rule.test(view, model, stack), dtype=bool), ok.shape)
         runs.append(ok)
     table = np.array(runs).T if runs else np.zeros((len(zero), 0), dtype=bool)

@@ -27,7 +27,7 @@ from meshplan.search.refused import grid_refusals
 from meshplan.search.scoring import grid_memory
 from meshplan.search.space import Space
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.refusals import REFUSALS, Refusal
+from meshplan.specs.refusals import Refusal, stack_refusals
 from meshplan.step.grid import OwnSettings
 from meshplan.step.units import Saved
 
@@ -89,7 +89,7 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
     shape = (len(pool), *(len(g) for g in space.grid))
     peak, host = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
     status = np.empty(shape, dtype=np.uint8)
-    rules = tuple(REFUSALS[name] for name in space.stack.supports.refuses)
+    rules = stack_refusals(space.stack)
     counts = np.empty((len(pool), REFUSED_FIRST + len(rules)), dtype=np.min_scalar_type(math.prod(shape[1:])))
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
     for rows in _chunks(len(pool), chunk):

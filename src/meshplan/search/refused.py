@@ -1,4 +1,5 @@
-"""The plans of a settings grid that the stack's framework refuses (``Supports.refuses``, specs/refusals.py).
+"""The plans of a settings grid that the stack's framework refuses (``Supports.refuses``, specs/refusals.py), and
+those at a ZeRO stage its FSDP lacks (refusals.stack_refusals: check's reason).
 
 Each refusal's test runs once on a grid view of some size combinations: the settings the grid varies (recompute,
 ZeRO, optimizer offload, activation offload) as arrays along their own axis, each size column along the last, so
@@ -15,7 +16,7 @@ import numpy as np
 from meshplan.search.batch import PlanBatch
 from meshplan.search.space import Space
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.refusals import REFUSALS, Refusal
+from meshplan.specs.refusals import Refusal, stack_refusals
 
 
 class _GridView:
@@ -36,15 +37,14 @@ class _GridView:
 def grid_refusals(model: ModelSpec, batch: PlanBatch, space: Space) -> list[tuple[Refusal, np.ndarray]]:
     """Each refusal of the stack that refuses some plan of the grid, with the plans it refuses first (bool arrays
     of the grid's shape, disjoint); [] when the stack refuses none."""
-    names = space.stack.supports.refuses
-    if not names:
+    rules = stack_refusals(space.stack)
+    if not rules:
         return []
     view = _GridView(batch, space)
     shape = (*(len(g) for g in space.grid), len(batch))
     taken = np.zeros(shape, dtype=bool)
     out = []
-    for name in names:
-        rule = REFUSALS[name]
+    for rule in rules:
         test = np.asarray(rule.test(view, model, space.stack), dtype=bool)
         if not test.any():  # most refuse nothing of most chunks: seen on the test's own (broadcastable) shape
             continue

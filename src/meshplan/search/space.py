@@ -23,7 +23,7 @@ from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
 from meshplan.pipeline.registry import gpipe, interleaving, searched
 from meshplan.ranges import check_options
-from meshplan.specs.check import fsdp_has_zero, recompute_modules_problem
+from meshplan.specs.check import recompute_modules_problem
 from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE, SPLIT_SCHEDULES
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack, stack_modules
 
@@ -138,8 +138,11 @@ class Space:
         """Keep of each choice what the stack's framework runs (``Stack.supports``, and the ZeRO stages its FSDP has);
         refuse a space it leaves empty, an optimizer it does not run, asynchronous pipelines it has none of."""
         can, name = self.stack.supports, self.stack.name
-        # FSDP's ZeRO-1 is its pipelined use (check.fsdp_has_zero), kept where a refusal leaves out its pp = 1 plans
-        zeros = tuple(z for z in can.zero if fsdp_has_zero(self.stack.fsdp, z, "fsdp_stage_under_pp" in can.refuses))
+        # FSDP's ZeRO-1 is its pipelined use (FsdpMode.has_zero), kept where the stack pipelines on a runtime that
+        # holds FSDP's gradient sync to the last micro-batch; its pp = 1 plans are rejected with check's reason
+        # (refusals.stack_refusals)
+        piped = "pp" in can.axes and self.stack.pipeline_runtime_mode.fsdp_nosync
+        zeros = tuple(z for z in can.zero if self.stack.fsdp_mode.has_zero(z, piped))
         narrowed = {"zero": tuple(z for z in self.zero if z in zeros),
                     "recompute": tuple(r for r in self.recompute if r in can.recompute),
                     "layouts": tuple(t for t in self.layouts if t in can.layouts),

@@ -24,6 +24,7 @@ from meshplan.specs.plan import (
     SCHEDULES,
     Plan,
 )
+from meshplan.specs.refusals import fsdp_zero_reason
 from meshplan.specs.stack import FRAMEWORK_STACK as DEFAULT_STACK  # estimate's default: the command line's
 from meshplan.specs.stack import Stack
 
@@ -361,8 +362,7 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack:
     if not isinstance(plan.lora_rank, int) or plan.lora_rank < 1:
         reasons.append(f"lora_rank={plan.lora_rank!r} must be a positive integer")
     if not fsdp_has_zero(stack.fsdp, plan.zero, plan.pp > 1 and stack.pipeline_runtime_mode.fsdp_nosync):
-        reasons.append(f"fsdp={stack.fsdp} has no ZeRO-1 strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, "
-                       "FULL_SHARD 3)")
+        reasons.append(fsdp_zero_reason(stack.fsdp, plan.zero))  # the search's too (refusals.fsdp_stages)
     if not isinstance(plan.servers, int) or isinstance(plan.servers, bool) or plan.servers < 0:
         reasons.append(f"servers={plan.servers!r} must be a count of parameter-server shards, 0 (one per GPU) or more")
     if plan.grad_bytes not in (2, 4):

@@ -40,7 +40,7 @@ class FsdpMode:
         """Whether it runs ZeRO stage ``zero`` (a number, or an array of them, as the search's grids): a stage it does
         not lack, or ZeRO-1 where ``piped`` (its units on a pipeline stage of a runtime that holds FSDP's gradient
         sync to the last micro-batch: specs/check.fsdp_has_zero). The one statement of the rule: check's reason and
-        torchtitan's refusal (specs/refusals.py fsdp_stage_under_pp) read it."""
+        the search's rule on arrays (specs/refusals.py fsdp_stages) read it."""
         lacked = np.zeros(np.shape(zero), dtype=bool)
         for stage in self.lacks_zero:
             lacked = lacked | (np.asarray(zero) == stage)

@@ -48,13 +48,16 @@ class Refusal:
     lines: tuple[int, int]
     quote: str
     test: Callable[[Any, ModelSpec, Any], Any]
+    # False: not the framework's refusal but a rule of meshplan's own check (specs/check.py) stated on plan-likes for
+    # the search (stack_refusals); its reason is check's, ``what`` alone
+    by_framework: bool = True
 
     @property
     def source(self) -> str:
         return f"{self.package[0]} {self.package[1]} {self.path}:{self.lines[0]}-{self.lines[1]}"
 
     def reason(self, framework: str) -> str:
-        return f"{framework} refuses {self.what}"
+        return f"{framework} refuses {self.what}" if self.by_framework else self.what
 
 
 def _offloaded_every_layer(p: Any, m: ModelSpec, s: Any) -> Any:
@@ -140,13 +143,11 @@ REFUSALS: dict[str, Refusal] = {r.name: r for r in (
     # reduce-scatter and the reshard, after the last): meshplan's ZeRO-1 under the torch runtime
     # (memory.chunk_gradient_share). Its "always" under PP regathers every forward yet leaves each unit gathered
     # after every backward: neither ZeRO-3's memory nor its traffic, not priced (configs/torchtitan.py refuses it).
-    # ZeRO-1 at pp = 1 is FSDP's own rule, stated once (FsdpMode.has_zero, check's reason for every FSDP stack): read
-    # here only so that the search, which keeps ZeRO-1 for this stack, leaves out its pp = 1 plans
+    # ZeRO-1 at pp = 1 is FSDP's own rule, not torchtitan's: check's reason (FsdpMode.has_zero; fsdp_stages below)
     Refusal("fsdp_stage_under_pp", "ZeRO-2 or ZeRO-3 with pp > 1 (its FSDP2 keeps a pipeline stage's weights gathered "
-            "and gradients whole over the micro-batches: ZeRO-1), or a stage its FSDP lacks (FsdpMode.has_zero)",
+            "and gradients whole over the micro-batches: ZeRO-1)",
             _TITAN, _PARALLELIZE, (325, 327), "reshard_after_forward = not pp_enabled",
-            lambda p, m, s: ((p.pp > 1) & (p.zero >= 2))
-            | _no(s.fsdp_mode.has_zero(p.zero, (p.pp > 1) & s.pipeline_runtime_mode.fsdp_nosync))),
+            lambda p, m, s: (p.pp > 1) & (p.zero >= 2)),
     Refusal("experts_not_over_tp", "MoE experts sharded other than over tp (ep = 1) or over tp or nothing (ep > 1)",
             _TITAN, "torchtitan/models/llama4/infra/parallelize.py", (559, 563),
             "experts_mesh = tp_mesh",
@@ -167,6 +168,35 @@ REFUSALS: dict[str, Refusal] = {r.name: r for r in (
 
 def refusal_names() -> tuple[str, ...]:
     return tuple(REFUSALS)
+
+
+def fsdp_zero_reason(fsdp: str, zero: object) -> str:
+    """check's reason for a plan at a ZeRO stage its FSDP mode lacks (FsdpMode.has_zero), one plan's or the search's."""
+    return f"fsdp={fsdp} has no ZeRO-{zero} strategy (NO_SHARD is zero=0, SHARD_GRAD_OP 2, FULL_SHARD 3)"
+
+
+def fsdp_stages(mode: Any) -> Refusal:
+    """FSDP's own ZeRO stages as a rule on plan-likes (FsdpMode ``mode``'s has_zero over the grid's arrays: a stage it
+    lacks, unless pipelined on a runtime that holds FSDP's gradient sync to the last micro-batch), with check's reason:
+    the search tests a grid's plans only through refusals, and keeps ZeRO-1 for an FSDP stack whose runtime has
+    PipelineRuntime.fsdp_nosync (search/space.py). Its source: the sharding strategies FSDP has (none shards only the
+    optimizer state)."""
+    return Refusal("fsdp_lacks_zero", fsdp_zero_reason(mode.name, "/".join(map(str, mode.lacks_zero))),
+                   ("torch", "2.13.0"), "torch/distributed/fsdp/api.py", (32, 69), "class ShardingStrategy(Enum):",
+                   lambda p, m, s: _no(s.fsdp_mode.has_zero(p.zero, (p.pp > 1) & s.pipeline_runtime_mode.fsdp_nosync)),
+                   by_framework=False)
+
+
+def own_rules(stack: Any) -> tuple[Refusal, ...]:
+    """The rules of meshplan's own check that ``stack``'s plans are tested with beside its framework's refusals:
+    FSDP's ZeRO stages (fsdp_stages: check's reason) where its FSDP lacks one."""
+    return (fsdp_stages(stack.fsdp_mode),) if stack.fsdp_mode.lacks_zero else ()
+
+
+def stack_refusals(stack: Any) -> tuple[Refusal, ...]:
+    """The rules a grid of ``stack``'s plans is tested with (search/refused.py, report/space.py), a plan counted
+    under the first that refuses it: its framework's refusals (Supports.refuses), then its own_rules."""
+    return tuple(REFUSALS[name] for name in stack.supports.refuses) + own_rules(stack)
 
 
 def refused(names: tuple[str, ...], plan: Any, model: ModelSpec, stack: Any) -> list[Refusal]:

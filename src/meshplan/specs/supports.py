@@ -15,7 +15,7 @@ from typing import Any
 from meshplan.errors import SpecError
 from meshplan.fields import unknown_field
 from meshplan.specs.plan import LAYOUTS, OPTIMIZERS, RECOMPUTE_MODULES, SCHEDULES
-from meshplan.specs.refusals import REFUSALS, refused
+from meshplan.specs.refusals import REFUSALS, own_rules, refused
 from meshplan.specs.stack_variants import EXPERT_GEMM_NAMES as EXPERT_GEMM  # Stack.expert_gemm's choices
 
 AXES = ("tp", "pp", "cp", "ep")  # the axes a framework may lack (dp it always has)
@@ -107,7 +107,8 @@ class Supports:
         if plan.last_stage_layers and not self.uneven_stages:
             out.append(f"last_stage_layers={plan.last_stage_layers}")
         if model is not None and stack is not None:
-            out += [r.what for r in refused(self.refuses, plan, model, stack)]
+            out += [r.what for r in refused(self.refuses, plan, model, stack)]  # then FSDP's stages, check's reason
+            out += [r.what for r in own_rules(stack) if bool(r.test(plan, model, stack))]
         if getattr(plan, "first_stage_layers", 0) and not self.uneven_stages:
             out.append(f"first_stage_layers={plan.first_stage_layers}")
         if getattr(plan, "stage_layers", ()) and not self.stage_layers:
