@@ -63,13 +63,17 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
     n, gbs, layers = cluster.num_gpus, space.global_batch, model.num_layers
     cat = space.grid_size
     tally, out = Tally(), []
+    tensor: dict[int, tuple[str, str] | None] = {}  # _tensor_reason per tp, micro-batch sizes per dp: asked per combo
+    micros: dict[int, list[int]] = {}
     _tally_pins(n, space, tally)
     for tp, tp2, cp, pp, layout in _grids(n, space):
         dp = n // (tp * tp2 * cp * pp)
         if cp < space.cp_min or (space.cp_max and cp > space.cp_max) or dp not in space.keep("dp", [dp]):
             continue  # outside the space asked for, not a rejection
         mult = cat * (len(space.sequence_parallel) if tp > 1 and layout == "1d" else 1)
-        reason = (_tensor_reason(model, tp) or _layout_reason(model, layout, tp2, cp)) if layout != "tp2d" \
+        if tp not in tensor:
+            tensor[tp] = _tensor_reason(model, tp)
+        reason = (tensor[tp] or _layout_reason(model, layout, tp2, cp)) if layout != "tp2d" \
             else (_layout_reason(model, layout, tp2, cp) or _tp2d_reason(model, tp, tp2))
         if reason is None and cp > 1 and model.seq_length % (2 * cp):
             reason = ("2*cp does not divide seq_length", f"cp={cp}, seq_length={model.seq_length}")
@@ -90,7 +94,9 @@ def valid_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list
         if reason is not None:
             tally.add(*reason, mult)
             continue
-        micro = space.keep("micro_batch", [b for b in divisors(gbs // dp) if b <= space.max_micro_batch])
+        if dp not in micros:
+            micros[dp] = space.keep("micro_batch", [b for b in divisors(gbs // dp) if b <= space.max_micro_batch])
+        micro = list(micros[dp])
         vpps = [1] + [v for v in divisors(layers // pp) if v > 1] * (pp > 1 and layers % pp == 0 and space.interleaving)
         stages = stage_options(layers, pp, space.keep("vpp", vpps), space.uneven_stages)
         experts, bad = _expert_pairs(model, tp, tp * cp * dp)
