@@ -42,3 +42,11 @@ def test_the_16_bit_weights_stay_where_they_persist():
     assert model_states(params, ZERO3, replace(TITAN, master_weights=False))[0] == pytest.approx(2 * params.total / 8)
     for other in (replace(TITAN, fsdp="fsdp1"), load_stack("deepspeed")):
         assert model_states(params, ZERO3, other)[0] == pytest.approx(2 * params.total / 8)
+
+
+def test_under_lora_the_frozen_base_keeps_its_16_bit_shard():
+    """Under LoRA only the adapters have an fp32 master (trainable: the adapters' optimizer state); the frozen base
+    weights have none, so their shard stays priced at 2 bytes a parameter over dp, not 0 (review13)."""
+    lora = replace(ZERO3, finetune="lora")
+    params = stage_params(LLAMA, lora, True)
+    assert model_states(params, lora, TITAN)[0] == pytest.approx(2 * params.total / 8)

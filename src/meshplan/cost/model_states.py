@@ -132,7 +132,9 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
         return bytes_per_param * p.total
 
     train = trainable(params, plan)
-    gathered_only = z >= 3 and stack.fsdp_mode.sharded_master and stack.master_weights  # no 16-bit shard at all
+    # no 16-bit shard at all: the fp32 shard is the master of every trained weight (under LoRA the frozen base has no
+    # master, so its shard is priced as before)
+    gathered_only = z >= 3 and stack.fsdp_mode.sharded_master and stack.master_weights and plan.finetune != "lora"
     weights = 0.0 if gathered_only else sharded(3, WEIGHT_BYTES)
     if schedule_of(plan.schedule).weight_versions is not one_version:
         weights = weights + (weight_versions(plan, last) - 1) * sharded(3, WEIGHT_BYTES, train)
