@@ -73,7 +73,7 @@ def test_the_search_options_stand_for_spaces_defaults():
         assert params[name].default == space[name], name
     plain = Space(global_batch=8)
     assert plain.stack == load_stack(DEFAULT_FRAMEWORK) and plain.stack.name == "megatron-core"
-    assert plain.headroom == MEMORY_HEADROOM == 0.10 and plain.prefer_simple is True
+    assert plain.headroom == MEMORY_HEADROOM == 0.09 and plain.prefer_simple is True
 
 
 @pytest.mark.parametrize(("space", "args"), [

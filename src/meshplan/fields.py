@@ -30,7 +30,8 @@ MAX_GPUS = 2**20
 MAX_PLANS = 1_000_000_000
 # The share of HBM a plan leaves free by default on the command line: the model's largest |error| of peak memory
 # against the measured runs, 8.9 % (docs/ACCURACY.md, "Peak memory": torchtitan's Llama 3 8B run t4_0 under
-# tensor parallelism with AsyncTP, whose buffers no field prices, measured as the allocator's reserved peak), rounded up.
+# tensor parallelism with AsyncTP, whose buffers no field prices, measured as the allocator's reserved peak),
+# rounded up.
 # tests/test_supports.py checks that it covers docs/accuracy_summary.json's memory max_abs_error.
 MEMORY_HEADROOM = 0.09
 

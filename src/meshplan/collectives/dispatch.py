@@ -24,8 +24,8 @@ Over the network the forwarded traffic runs at DeepEP's measured rate where that
 (~50 GB/s), DeepSeek-V3's shapes (4096 tokens, hidden 7168, top-8 of 256 experts in 4 node groups, FP8 dispatch,
 BF16 combine): "bottleneck bandwidth" dispatch / combine 58 / 57 GB/s at EP 32 and 51 / 50 GB/s at EP 64
 (deepseek-ai/DeepEP README.md @ 3b1045d, 2025-04-22, "Fix the performance data"; docs/legacy.md at dd758ca). Those
-are logical rates: tests/test_internode.py @ 3b1045d (lines 39-43, 158-173) counts each node a token hits, its own
-included, so the NIC carries 3/4 of them at EP 32 (4 nodes, all hit) and 3.5/4 at EP 64 (4 of 8 nodes hit, its own
+are logical rates: DeepEP/tests/test_internode.py @ 3b1045d (lines 39-43, 158-173) counts each node a token hits, its
+own included, so the NIC carries 3/4 of them at EP 32 (4 nodes, all hit) and 3.5/4 at EP 64 (4 of 8 nodes hit, its own
 among them half the time): 43.5 / 42.8 and 44.6 / 43.8 GB/s, 0.873 of the NIC on average (NCCL's share: 0.90).
 
 Example: DeepSeek-V3 (E = 256, k = 8) over 32 H100s in 4 nodes: a token misses a given other node with probability

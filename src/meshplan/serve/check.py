@@ -28,7 +28,7 @@ MEMORY = "memory: the KV cache of the batch does not fit"
 # cpp/tensorrt_llm/batch_manager/trtGptModel.h @c8c6df08) and LlmRequest::validate throws "Prompt length (%d) exceeds
 # maximum input length (%d)" (cpp/tensorrt_llm/batch_manager/llmRequest.cpp @119c6e60); the PyTorch backend's LLM
 # API raises "The sum of prompt length ..., query length ... should not exceed max_num_tokens" (tensorrt_llm/llmapi/
-# llm.py _check_arguments; tests/unittest/llmapi/test_llm.py test_max_num_token_check)
+# llm.py _check_arguments; TensorRT-LLM/tests/unittest/llmapi/test_llm.py test_max_num_token_check)
 PROMPT = "prompt longer than the engine's max_batched_tokens with chunked prefill off: the engine refuses it"
 TTFT = "TTFT above its target"
 TPOT = "TPOT above its target"
