@@ -228,9 +228,9 @@ def shape_compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, s
     ``_OP_KEYS`` (checked bit for bit) priced on one row per distinct value of those and spread back: the same
     element-wise arithmetic on fewer elements (DeepSeek-V3's search: 93 of its 99 compute ops, 476 of 15,823 shapes;
     the expert GEMMs, whose inputs also read ep and etp, on every row). Within ``twin_times``, an op equal field for
-    field, bit for bit, to the op at its place in the previous call's, on rows of the same op keys, the same
-    accelerator, precision and efficiency, takes that call's times: roofline.op_time reads nothing else (DeepSeek-V3's
-    per-expert twin: 91 of its 99 compute ops)."""
+    field, bit for bit, to the op at its place in the previous call's, on rows the op keys group the same way (the
+    same first rows and inverse), the same accelerator, precision and efficiency, takes that call's times:
+    roofline.op_time reads nothing else (DeepSeek-V3's per-expert twin: 91 of its 99 compute ops)."""
     first, inverse = distinct(np.stack([np.asarray(getattr(shaped, k), dtype=np.int64) for k in _OP_KEYS]))
     context = (cluster.accelerator, shaped.precision, eff)
     known = _known(ops, context, first, inverse)
@@ -245,7 +245,7 @@ def shape_compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, s
 def _known(ops: dict[str, list[OpCost]], context: tuple[Any, ...], first: np.ndarray, inverse: np.ndarray
            ) -> dict[tuple[str, int], Num | None]:
     """The previous call's times (``_LAST``) of the ops equal to the op at their place in it (``_equal``), where its
-    context and rows' op keys are these."""
+    context and the rows' grouping by op keys are these."""
     if not _LAST:
         return {}
     (old_context, old_first, old_inverse, old_ops, old_times), = _LAST
