@@ -28,7 +28,7 @@ from meshplan.search.scoring import grid_memory
 from meshplan.search.space import Space
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.refusals import Refusal, stack_refusals
-from meshplan.step.grid import OwnSettings
+from meshplan.step.grid import some_settings
 from meshplan.step.units import Saved
 
 # What each setting of a size combination comes to (GroupMemory.status): it fits; its peak is within the HBM's
@@ -128,8 +128,7 @@ def _fill(peak: np.ndarray, host: np.ndarray, chunk: tuple[ModelSpec, Space, Pla
         host.fill(np.nan)
         if not len(rcs):
             return
-    grid = space if whole else OwnSettings(tuple(space.recompute[i] for i in rcs), space.zero,
-                                           space.offload_optimizer, tuple(space.offload_activations[i] for i in oas))
+    grid = space if whole else some_settings(space, rcs, oas)
     block = grid_memory(model, sized if isinstance(rows, slice) else sized.select(rows),
                         saved(start + np.arange(len(sized))[rows]), space, grid)
     for out, computed in zip((peak, host), block, strict=True):

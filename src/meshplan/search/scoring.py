@@ -18,7 +18,7 @@ from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.step.assemble import compose
-from meshplan.step.grid import OwnSettings, Settings
+from meshplan.step.grid import Settings, some_settings
 from meshplan.step.memory_grid import compose_memory
 from meshplan.step.units import Saved, Units
 
@@ -39,8 +39,7 @@ def grid_times(model: ModelSpec, cluster: Cluster, batch: PlanBatch, units: dict
         rcs, oas = np.flatnonzero(wanted.any(axis=(1, 2, 3))), np.flatnonzero(wanted.any(axis=(0, 1, 2)))
         if len(rcs) < len(space.recompute) or len(oas) < len(space.offload_activations):
             out.fill(np.nan)
-            grid = OwnSettings(tuple(space.recompute[i] for i in rcs), space.zero, space.offload_optimizer,
-                               tuple(space.offload_activations[i] for i in oas))
+            grid = some_settings(space, rcs, oas)
     for (r, z, o, a), step in compose(model, cluster, batch, units, grid, space.stack, eff, np.float32):
         step.total(out=out[rcs[r], z, o, oas[a]])
     return out

@@ -42,6 +42,13 @@ class OwnSettings:
     offload_activations: tuple[bool, ...]
 
 
+def some_settings(grid: Settings, recomputes: Any, activation_offloads: Any) -> OwnSettings:
+    """``grid`` with only the recompute modes and activation-offload settings at these indices (every ZeRO stage and
+    optimizer offload): the settings a search composes where the others are refused or cannot fit."""
+    return OwnSettings(tuple(grid.recompute[i] for i in recomputes), grid.zero, grid.offload_optimizer,
+                       tuple(grid.offload_activations[i] for i in activation_offloads))
+
+
 def own_settings(plan: Plan) -> OwnSettings:
     """The grid of ``plan``'s own recompute mode, ZeRO stage and offloads: what ``assemble`` composes it under."""
     return OwnSettings((plan.recompute,), (plan.zero,), (plan.offload_optimizer,), (plan.offload_activations,))
