@@ -99,7 +99,13 @@ class Phases(NamedTuple):
         last block's gather (``ends.block``) is one of the forward's two layer buffers in use (memory.buffer_memory),
         allocated in the layer phase's segments and never freed before its backward: the loss phase's new segment
         holds the loss's transients alone, so the block is reserved once, not in both phases. Where the loss phase
-        binds, its segment also holds ``hole``, which none of its requests can reuse."""
+        binds, its segment also holds ``hole``, which none of its requests can reuse (logits_hole). Where the layer
+        phase binds the hole is not added: a choice, not a rule read from the allocator. Its derivation assumes the
+        loss's requests find no cached block large enough, which holds where the loss's transients dwarf the layer
+        phase's (every measured row with a hole: torchtitan's 8B at tp 1, 23.7 or 47.4 GiB of loss transients
+        against 3.2 or 6.3 GiB); where the layer phase is the larger, the merged free blocks of expandable segments
+        may serve part of the loss, so the loss's transients, all counted stranded there, are already an upper
+        reading."""
         loss = self.loss_phase(ends)
         hole = where(loss > self.working + buffers, self.hole, 0.0)
         return minimum(loss, self.working + buffers) - self.on_loss_rank(ends.block) + hole
