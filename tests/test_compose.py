@@ -72,3 +72,26 @@ def test_the_search_reads_estimate_s_peak_where_the_loss_leaves_a_hole():
     hole = compose_memory(model, batch, units, space, stack).activations[0, 0, 0, 3]
     assert hole == pytest.approx(16384 * 128256 * 2)  # 2N = 2 x 16,384 x 128,256: no free tail under per-op SAC
     assert est.reserved_memory - est.peak_memory > hole > 0
+
+
+def test_grid_times_composes_the_wanted_settings_alone_to_the_same_numbers():
+    """search/scoring.grid_times(wanted): only the recompute modes and activation offloads of a wanted setting are
+    composed (step/grid.some_settings), each the same float32 number, bit for bit, as in the whole grid; the modes
+    and offloads of no wanted setting are NaN. Wanted here: selective recompute without activation offload at ZeRO 1,
+    and full recompute with it at ZeRO 3, so the composed settings are those two modes under both offloads."""
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(64)
+    plan = Plan(dp=8, tp=2, pp=4, global_batch=64, sequence_parallel=True)
+    space = Space(global_batch=64, **EVERY_PLAN)
+    batch = PlanBatch.of([plan])
+    units = {rc: unit_costs(model, cluster, replace(batch, recompute=rc), space.stack, DEFAULT)
+             for rc in space.recompute}
+    whole = grid_times(model, cluster, batch, units, space, DEFAULT)
+    wanted = np.zeros(whole.shape[:4], dtype=bool)
+    sel, full = space.recompute.index("selective"), space.recompute.index("full")
+    wanted[sel, space.zero.index(1), 0, space.offload_activations.index(False)] = True
+    wanted[full, space.zero.index(3), 0, space.offload_activations.index(True)] = True
+    some = grid_times(model, cluster, batch, units, space, DEFAULT, wanted)
+    composed = np.zeros(whole.shape, dtype=bool)
+    composed[[sel, full]] = True  # both modes, under both offloads (the two axes compose's loops run over)
+    assert np.array_equal(some[composed], whole[composed])
+    assert np.isnan(some[~composed]).all() and not np.isnan(whole).any()
