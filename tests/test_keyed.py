@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from meshplan.search import Space
+from meshplan.search import Space, key_store
 from meshplan.search.batch import PlanBatch
 from meshplan.search.candidates import candidates
 from meshplan.search.key_store import shared_units
@@ -16,7 +17,9 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
+from meshplan.step.units import plan_ops
 from spaces import EVERY_PLAN
 
 
@@ -148,3 +151,37 @@ def test_distinct_keys_survive_int64_overflow():
     assert len(first) == len({tuple(c) for c in base.T}) == 40
     assert (keys[:, first][:, inverse] == keys).all()  # every row maps back to its own key
     assert (inverse[40:] == inverse[:10]).all()
+
+
+def test_twin_times_reuses_the_previous_calls_equal_ops_within_and_forgets_them_on_leaving():
+    """key_store.twin_times: within it, shape_compute_times takes the time of each compute op equal (field for field,
+    bit for bit) to the op at its place in the previous call, on rows grouped the same way by the op keys: the very
+    objects that call priced; an op that differs (here the first GEMM's m + 1) is priced afresh. On leaving, the
+    previous call is let go: a call after prices every op again, to the same values."""
+    model, cluster, stack = load_model("llama3-8b"), load_system("h100").cluster(16), Space(global_batch=16).stack
+    shaped = PlanBatch.of([Plan(dp=16, global_batch=16, sequence_parallel=True),
+                           Plan(dp=8, tp=2, sequence_parallel=True, global_batch=16)])
+    ops = plan_ops(model, shaped, stack)
+    kind = next(iter(ops))
+    gemm = next(i for i, op in enumerate(ops[kind]) if op.kind == "gemm")
+    changed = {k: [replace(op, m=op.m + 1) if (k, i) == (kind, gemm) else op for i, op in enumerate(v)]
+               for k, v in ops.items()}
+    with key_store.twin_times():
+        first = key_store.shape_compute_times(model, cluster, shaped, stack, DEFAULT, ops)
+        again = key_store.shape_compute_times(model, cluster, shaped, stack, DEFAULT, changed)
+        assert key_store._LAST  # the last call's, for the next
+    assert not key_store._LAST
+    after = key_store.shape_compute_times(model, cluster, shaped, stack, DEFAULT, ops)
+    reused = fresh = 0
+    for k, v in ops.items():
+        for i, op in enumerate(v):
+            if first[k][i] is None or op.kind == "collective":
+                continue
+            if (k, i) == (kind, gemm):
+                assert again[k][i] is not first[k][i]
+            else:
+                assert again[k][i] is first[k][i]
+                reused += 1
+            assert after[k][i] is not first[k][i] and np.array_equal(after[k][i], first[k][i])
+            fresh += 1
+    assert reused > 10 and fresh == reused + 1

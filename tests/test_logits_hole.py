@@ -53,6 +53,21 @@ def test_only_the_upcast_eager_loss_over_whole_logits_leaves_it():
     assert logits_hole(LLAMA, replace(OP_SAC, tp=2, dp=4), TITAN, 0.0) == 0.0
 
 
+def test_only_the_loop_and_allocator_read_leave_it():
+    """The hole is torchtitan's loop's (``del pred`` before the backward) under its launch script's expandable
+    segments (Stack.expandable_segments): the deepspeed and pytorch-fsdp presets run the same upcast eager loss in
+    loops of their own that no source here reads, so their hole is none; with the flag set they would price
+    torchtitan's 2N."""
+    assert load_stack("torchtitan").expandable_segments
+    for name in ("deepspeed", "pytorch-fsdp"):
+        stack = load_stack(name)
+        assert stack.loss.hole == 2 and not stack.expandable_segments
+        assert logits_hole(LLAMA, FULL, stack, 0.0) == 0.0
+        n = 8192 * head_vocab(LLAMA)
+        assert logits_hole(LLAMA, FULL, stack.with_(expandable_segments=True), 0.0) == 2 * n
+    assert logits_hole(LLAMA, FULL, TITAN.with_(expandable_segments=False), 0.0) == 0.0
+
+
 def test_the_reserved_peak_holds_it_and_the_allocated_peak_does_not():
     """Where the loss phase binds (torchtitan's 8B: 23.7 GiB of loss transients against the layer phase's few),
     the stranded bytes, reserved less allocated, grow by the hole exactly; the allocated peak is unchanged."""

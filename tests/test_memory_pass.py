@@ -11,12 +11,16 @@ import pytest
 
 from meshplan.search import Space, search
 from meshplan.search import evaluate as evaluate_module
-from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED_FIRST
+from meshplan.search.batch import PlanBatch
+from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED_FIRST, _fill
 from meshplan.search.refused import grid_refusals
 from meshplan.search.run import searches
 from meshplan.search.scoring import grid_memory
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.step.units import Saved, unit_costs
+from spaces import EVERY_PLAN
 
 
 def _spy(monkeypatch) -> list:
@@ -99,3 +103,37 @@ def test_twin_searches_share_a_groups_memory_unless_the_saved_activations_differ
     for space, result in zip(spaces, twins, strict=True):
         gemm = space.stack.expert_gemm
         _alike(result, shared[gemm] if gemm in shared else search(model, cluster, space, top_k=3, workers=1))
+
+
+def test_a_chunk_partly_refused_computes_the_rest_as_the_whole_grid_does():
+    """memory_pass._fill on a chunk of three combinations where the framework refuses the second under every
+    setting, no-recompute under every setting of every combination, and activation offload likewise: the others
+    (two combinations under two recompute modes without offload) are computed on those alone and written into their
+    places, each the float32 bytes of the whole grid bit for bit; every refused element is NaN (no status reads it)."""
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(64)
+    plans = [Plan(dp=64, global_batch=64, sequence_parallel=True),
+             Plan(dp=32, tp=2, global_batch=64, sequence_parallel=True),
+             Plan(dp=16, tp=4, global_batch=64, sequence_parallel=True)]
+    space = Space(global_batch=64, **EVERY_PLAN)
+    batch = PlanBatch.of(plans)
+    units = {rc: unit_costs(model, cluster, replace(batch, recompute=rc), space.stack) for rc in space.recompute}
+
+    def saved(rows):
+        return {rc: Saved(*(np.broadcast_to(np.asarray(getattr(u, f), dtype=np.float64), (3,))[rows]
+                            for f in ("layer_saved", "embed_saved", "head_saved", "layer_working")))
+                for rc, u in units.items()}
+
+    want_peak, want_host = grid_memory(model, batch, saved(np.arange(3)), space)
+    grid = tuple(len(g) for g in space.grid)
+    refused = np.zeros((*grid, 3), dtype=np.uint8)
+    none, offload = space.recompute.index("none"), space.offload_activations.index(True)
+    refused[none] = 1
+    refused[:, :, :, offload] = 1
+    refused[..., 1] = 2
+    peak, host = np.empty((3, *grid), dtype=np.float32), np.empty((3, *grid), dtype=np.float32)
+    _fill(peak, host, (model, space, batch, saved, 0), refused)
+    computed = np.moveaxis(refused == 0, -1, 0)
+    assert computed.sum() == 2 * 2 * 4 * 2  # two combinations x two modes x four ZeRO stages x two optimizer offloads
+    assert np.array_equal(peak[computed], np.moveaxis(want_peak, -1, 0)[computed])
+    assert np.array_equal(host[computed], np.moveaxis(want_host, -1, 0)[computed])
+    assert np.isnan(peak[~computed]).all() and np.isnan(host[~computed]).all()

@@ -60,6 +60,10 @@ def test_phases_by_hand():
     # a rank without the loss holds neither
     without = Phases(kept=10.0, loss=0.0, working=3.0)
     assert without.peak(2.0, Ends(7.0, 7.0)) == 15.0 and without.stranded(2.0, Ends(7.0, 7.0)) == 0.0
+    # the loss's hole (1.5) is reserved beyond the peak where the loss phase binds, 5 + 1.5; where the layer phase
+    # binds it is not added (Phases.stranded: a choice, the loss's 4 already stranded whole); the peak never holds it
+    assert loss_binds._replace(hole=1.5).stranded(2.0) == 6.5 and loss_binds._replace(hole=1.5).peak(2.0) == 16.0
+    assert layer_binds._replace(hole=1.5).stranded(2.0) == 4.0 and layer_binds._replace(hole=1.5).peak(2.0) == 15.0
 
 
 def test_an_8b_fsdp_step_by_hand():

@@ -10,9 +10,9 @@ import pytest
 
 from meshplan.cli import main
 from meshplan.configs import emit, read
-from meshplan.cost.layers import dense_layer
+from meshplan.cost.layers import dense_layer, moe_layer
 from meshplan.cost.recompute import compiled as compiled_stack
-from meshplan.cost.recompute import per_op_reruns, rerun_by, tp_rerun_by
+from meshplan.cost.recompute import per_op_kept, per_op_reruns, rerun_by, residual_only, tp_rerun_by
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.memory import layer_input_bytes
@@ -85,6 +85,34 @@ def test_under_torch_compile_the_block_keeps_no_output_only_the_residual_reads()
     assert units["fused"].layer_working == pytest.approx(units["eager"].layer_working)
     assert compiled_stack(replace(TITAN, fusion="fused")) and compiled_stack(replace(TITAN, compiled=True))
     assert not compiled_stack(TITAN)
+
+
+def test_compiled_a_moe_layer_keeps_the_experts_output_the_scores_weight():
+    """A MoE layer's forward GEMMs in order are wq, wk, wv, wo, the router, the experts' fc1 and fc2 (Mixtral 8x7B:
+    no shared experts, no latent): the policy saves the 1st, 3rd, 5th and 7th. The experts' fc2 output, its last
+    GEMM's, is weighted by the router's scores after the experts (torchtitan's MoE, score_before_experts=False), so the
+    scores' gradient reads it and the compiled graph keeps it (cost/recompute.residual_only): compiled and eager keep
+    the same bytes. With shared experts (Llama 4 Scout) the last GEMM is the shared experts' fc2, which only the sum
+    with the routed output reads: dropped as a dense MLP's w2 is, where the policy saves it."""
+    model = load_model("mixtral-8x7b")
+    ops = moe_layer(model, OP_SAC, TITAN)
+    gemms = [(i, op.name) for i, op in enumerate(ops) if op.phase == "fwd" and op.kind == "gemm"]
+    assert [n for _, n in gemms] == ["attn/qkv/q", "attn/qkv/k", "attn/qkv/v", "attn/out", "moe/router",
+                                     "moe/experts/fc1", "moe/experts/fc2"]
+    assert residual_only(ops) == -1
+    assert per_op_kept(ops, compiled=True) == per_op_kept(ops)
+    fc2 = ops[gemms[-1][0]]
+    assert not per_op_reruns(ops)[gemms[-1][0]]  # the 7th: saved
+    tokens = OP_SAC.micro_batch * model.seq_length
+    assert fc2.m * fc2.n * fc2.groups == tokens * model.moe_topk * 4096  # top-2 rows of width 4096
+    scout = load_model("llama4-scout")
+    ops = moe_layer(scout, OP_SAC, TITAN)
+    last = residual_only(ops)
+    assert ops[last].name == "moe/shared/fc2"
+    dense = dense_layer(LLAMA, OP_SAC, TITAN)
+    assert dense[residual_only(dense)].name == "mlp/fc2"
+    w2 = dense[residual_only(dense)]
+    assert per_op_kept(dense) - per_op_kept(dense, compiled=True) == w2.m * w2.n * 2
 
 
 def test_it_recomputes_less_than_the_forward_and_more_than_nothing():

@@ -116,25 +116,44 @@ def compiled(stack: Stack) -> bool:
     return bool(stack.compiled or stack.fusion_mode.fused)
 
 
+# The forward GEMMs whose output the backward reads through the routing weights, though no later GEMM reads it: the
+# routed experts' fc2. torchtitan 0.2.2 (torchtitan/models/moe/moe.py MoE.forward) weights the experts' outputs after
+# them (score_before_experts=False, as the flavours configs/torchtitan_models.py writes): torch.bmm(top_scores,
+# routed_output_unsorted.float()), whose gradient with respect to the scores is the experts' output; compiled, the
+# scatter and upcast between them (PREFER_RECOMPUTE) are recomputed in the backward from the saved fc2 output
+# (torch/_functorch/partitioners.py must_recompute: MUST_RECOMPUTE or PREFER_RECOMPUTE), which so stays saved.
+WEIGHTED = ("moe/experts/",)
+
+
+def residual_only(ops: list[OpCost]) -> int:
+    """The index of the forward GEMM whose output only the block's residual add reads, so that no backward formula
+    needs it: the layer's last forward GEMM (a dense MLP's fc2, Llama's w2; a MoE layer's shared experts' fc2 or
+    latent up-projection; a mixer's output projection), unless it is the routed experts' fc2 (``WEIGHTED``), as in a
+    MoE layer with neither shared experts nor a latent. -1: none."""
+    last = max((i for i, op in enumerate(ops) if op.phase == "fwd" and op.kind == "gemm"), default=-1)
+    return -1 if last < 0 or ops[last].name.startswith(WEIGHTED) else last
+
+
 def per_op_kept(ops: list[OpCost], compiled: bool = False) -> Num:
     """Bytes torchtitan's per-op SAC keeps of one layer besides the block's input: the 16-bit outputs (m·n, of each
     group of a grouped GEMM) of the matmuls it saves (``per_op_reruns``' odd ones) and the attention kernel's output
     (queries·heads × head dim) with its fp32 log-sum-exp per query and head.
 
-    ``compiled`` (the block under torch.compile): less the output of the block's last matmul where the policy saves
-    it (Llama's w2, the 7th), which only the residual add reads and no backward does. Eager SAC keeps every output
-    its policy saves until the block's backward (pytorch/pytorch torch/utils/checkpoint.py @0008d771,
-    _CachingTorchDispatchMode stores each MUST_SAVE op's output; the CheckpointPolicy docstring: a save policy "would
-    save additional tensors not limited to ones that are actually needed for gradient computation"); compiled, the
-    policy tags the graph's nodes and AOTAutograd's partitioner keeps only what the backward graph uses
-    (torch/_functorch/partitioners.py @00c07b93 _extract_fwd_bwd_modules: "filter out saved values that don't
-    actually end up being used by the backwards pass"). 128 MiB a layer at 16,384 tokens of width 4096: torchtitan's
-    eager 8B runs read 5.4 and 5.0 GiB above their compiled twins at FSDP 8 and 128 (32 layers: 4.0 GiB of it)."""
+    ``compiled`` (the block under torch.compile): less the output the policy saves of the GEMM only the residual add
+    reads (``residual_only``: Llama's w2, the 7th; a MoE layer's routed experts' fc2 stays, the scores' gradient reads
+    it). Eager SAC keeps every output its policy saves until the block's backward (pytorch/pytorch
+    torch/utils/checkpoint.py @0008d771, _CachingTorchDispatchMode stores each MUST_SAVE op's output; the
+    CheckpointPolicy docstring: a save policy "would save additional tensors not limited to ones that are actually
+    needed for gradient computation"); compiled, the policy tags the graph's nodes and AOTAutograd's partitioner keeps
+    only what the backward graph uses (torch/_functorch/partitioners.py @00c07b93 _extract_fwd_bwd_modules: "filter
+    out saved values that don't actually end up being used by the backwards pass"). 128 MiB a layer at 16,384 tokens
+    of width 4096: torchtitan's eager 8B runs read 5.4 and 5.0 GiB above their compiled twins at FSDP 8 and 128 (32
+    layers: 4.0 GiB of it)."""
     again = per_op_reruns(ops)
-    last = max((i for i, op in enumerate(ops) if op.phase == "fwd" and op.kind == "gemm"), default=-1)
+    dropped = residual_only(ops) if compiled else -1
     kept: Num = 0.0
     for i, (op, redo) in enumerate(zip(ops, again, strict=True)):
-        if op.phase != "fwd" or (compiled and i == last):
+        if op.phase != "fwd" or i == dropped:
             continue
         if op.kind == "gemm" and not redo:
             kept = kept + op.m * op.n * op.groups * ACT_BYTES

@@ -133,7 +133,10 @@ def _fill(peak: np.ndarray, host: np.ndarray, chunk: tuple[ModelSpec, Space, Pla
                         saved(start + np.arange(len(sized))[rows]), space, grid)
     for out, computed in zip((peak, host), block, strict=True):
         part = np.moveaxis(computed, -1, 0)
-        if not whole:  # the settings computed into their places (basic slices), the others NaN
+        # the settings computed into their places, the others NaN: at most 3 x 2 copies by basic slices; one
+        # fancy-indexed assignment (full[:, rcs[:, None], :, :, oas] = the part with those axes first) writes the
+        # same and takes 1.5 times as long (816 against 551 us at 5,000 combinations, 2 of 3 modes, 1 of 2 offloads)
+        if not whole:
             full = out if isinstance(rows, slice) else np.full((len(part), *out.shape[1:]), np.nan, dtype=out.dtype)
             for i, r in enumerate(rcs):
                 for j, a in enumerate(oas):

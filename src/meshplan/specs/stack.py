@@ -126,6 +126,10 @@ class Stack:
                                        "forward into its backward under ZeRO-3 (torchtitan's last block, and the root "
                                        "as the torch of 2024 kept it): their compute-dtype weights beside the logits "
                                        "(step/memory.gathered_ends)")
+    expandable_segments: bool = _flag(False, "the training loop's caching allocator runs with expandable segments "
+                                             "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, torchtitan's launch "
+                                             "script) and frees its 16-bit logits before the loss's backward: the "
+                                             "upcast eager loss's reserved hole (step/memory.logits_hole)")
     pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch: "
                                                                   "megatron (Megatron-Core) or torch (pipelining)")
     cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")

@@ -66,7 +66,8 @@ class Loss:
     # there, no vocabulary-parallel reduction (cost/embed_head.py); false: over the rank's V/t shard
     gathered: bool = False
     # bytes per logit the loss leaves reserved and unusable at its peak: the 16-bit logits' block, freed with the
-    # upcast beside it and then too small for the backward's fp32 requests (step/memory.logits_hole)
+    # upcast beside it and then too small for the backward's fp32 requests (step/memory.logits_hole), where the
+    # stack's loop frees them so under expandable segments (Stack.expandable_segments: torchtitan's)
     hole: float = 0.0
 
     def rank_vocab(self, vocab: Any, tp: Any) -> Any:

@@ -99,7 +99,13 @@ class Phases(NamedTuple):
         last block's gather (``ends.block``) is one of the forward's two layer buffers in use (memory.buffer_memory),
         allocated in the layer phase's segments and never freed before its backward: the loss phase's new segment
         holds the loss's transients alone, so the block is reserved once, not in both phases. Where the loss phase
-        binds, its segment also holds ``hole``, which none of its requests can reuse."""
+        binds, its segment also holds ``hole``, which none of its requests can reuse (logits_hole). Where the layer
+        phase binds the hole is not added: a choice, not a rule read from the allocator. Its derivation assumes the
+        loss's requests find no cached block large enough, which holds where the loss's transients dwarf the layer
+        phase's (every measured row with a hole: torchtitan's 8B at tp 1, 23.7 or 47.4 GiB of loss transients
+        against 3.2 or 6.3 GiB); where the layer phase is the larger, the merged free blocks of expandable segments
+        may serve part of the loss, so the loss's transients, all counted stranded there, are already an upper
+        reading."""
         loss = self.loss_phase(ends)
         hole = where(loss > self.working + buffers, self.hole, 0.0)
         return minimum(loss, self.working + buffers) - self.on_loss_rank(ends.block) + hole
@@ -157,8 +163,14 @@ def logits_hole(model: ModelSpec, plan: Plan, stack: Stack, layer_saved: Num) ->
     allocation is a kept output; one layer's recomputed activations under full recompute, whose checkpointed block
     saves only its input and frees its transients last (at most 2N). Not measured on a GPU: the allocator's rules
     read, the torchtitan rows' reserved peaks fit (eager 8B at FSDP 8: 82.4 GiB read, 12N alone 5.7 GiB short).
-    Over the vocabulary-sharded logits of loss_parallel (tp > 1) the sequence differs and is not priced."""
+    Over the vocabulary-sharded logits of loss_parallel (tp > 1) the sequence differs and is not priced.
+
+    Priced only for a stack whose loop and allocator are those read (``Stack.expandable_segments``: torchtitan's).
+    The other stacks on this loss (deepspeed: the Hugging Face Trainer's; pytorch-fsdp) free their logits and set
+    their allocator as their own loops do, which no source here states: none, rather than torchtitan's 2N."""
     loss = stack.loss  # the upcast F.cross_entropy: its Loss.hole, 2 (memory.loss_workspace's 4 + 4 beside it)
+    if not (stack.expandable_segments and loss.hole):
+        return 0.0
     two_n = token_rows(model, plan)[0] * loss.rank_vocab(head_vocab(model), plan.tp) * loss.hole
     tail = minimum(two_n, layer_saved) if plan.recompute == "full" else 0.0
     return where(plan.tp > 1, 0.0, two_n - tail)

@@ -26,14 +26,17 @@ from meshplan.xp import Kept, Num
 class MemoryGrid:
     """Bytes per GPU of a plan (or a batch) under every setting of a grid, each part for the settings it changes
     with: model states per (ZeRO stage, optimizer offload, rank), activations per (recompute, activation offload,
-    rank, phase: step/memory.Phases), buffers per ZeRO stage, and what offload moves to the host; the ranks (first,
-    last, the middle rank 1 with the most micro-batches in flight of the middle ones) on an axis of 3. Held in
-    float64; ``peak`` and ``host`` sum them in the caller's dtype (the search's: float32)."""
+    rank, Phases field: step/memory.Phases), buffers per ZeRO stage, and what offload moves to the host; the ranks
+    (first, last, the middle rank 1 with the most micro-batches in flight of the middle ones) on an axis of 3 (2
+    where no middle rank may bind). Held in float64; ``peak`` and ``host`` sum them in the caller's dtype (the
+    search's: float32)."""
 
     weights: np.ndarray  # (Z, O, 3, ...)
     grads: np.ndarray
     optimizer: np.ndarray  # 0 where offloaded (memory.model_states)
-    activations: np.ndarray  # (R, A, 3, 3, ...): step.memory.Phases (kept, loss, working) of each rank
+    # (R, A, ranks, 4, ...): step.memory.Phases (kept, loss, working, hole) of each rank; ``peak`` reads the first
+    # three, the hole being reserved, never allocated (Phases.stranded; estimate's reserved_memory, step/assemble)
+    activations: np.ndarray
     buffers: np.ndarray  # (Z, ...)
     ends: np.ndarray  # (2, Z, ...): the units FSDP2 leaves gathered, root and last block (step.memory.Ends)
     host_optimizer: np.ndarray  # (Z, O, ...): the first rank's offloaded optimizer state (ZeRO-Offload) and weights
@@ -43,7 +46,10 @@ class MemoryGrid:
         """Peak HBM bytes, shape (recompute, zero, offload opt, offload act, ...): the largest of the ranks'
         weights + grads + optimizer + what the step keeps (with the root unit FSDP2 left gathered) + the larger of the
         loss phase's transients (with the last block it left gathered) and the layer phase's with the buffers
-        (step.memory.Phases.peak)."""
+        (step.memory.Phases.peak). The allocated peak, which estimate() reports as ``peak_memory`` from this same
+        method and checks against the HBM (estimate.fits): the search ranks and refuses plans on what estimate()
+        does. The reserved peak (``peak`` + Phases.stranded, with the loss's hole) only estimate() composes, from
+        these arrays (step/assemble.assemble): the search never reads it."""
         states = (self.weights + self.grads + self.optimizer).astype(dtype, copy=False)
         acts: np.ndarray = self.activations.astype(dtype, copy=False)
         buffers: np.ndarray = self.buffers.astype(dtype, copy=False)[None, :, None, None]
