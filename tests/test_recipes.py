@@ -35,6 +35,10 @@ def test_expert_gemm_launch_follows_the_release(group, gpu, precision, expected)
     ("megatron_bridge_26.06", "GB200", True, "mxfp8"),
     ("megatron_bridge_26.08", "GB200", True, "mxfp8"),
     ("megatron_bridge_26.06", "GB200", False, "bf16"),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_*_V1 @ 21b02e0 (v0.3.0, 26.02): moe_a2a_overlap=True; v0.3.1: False
+    ("megatron_bridge_26.02_blackwell_ultra", "B300", True, "mxfp8"),
+    ("megatron_bridge_26.02.01_blackwell_ultra", "B300", False, "mxfp8"),
+    ("megatron_bridge_26.02_blackwell_ultra", "GB300", False, "mxfp8"),
 ])
 def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
     case = map_run(record(group=group, model=QWEN3_235B, precision=precision,

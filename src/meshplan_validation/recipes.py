@@ -32,8 +32,9 @@ def release(record: dict[str, Any]) -> tuple[int, ...] | None:
 # Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
 # Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu precision ep<EP>", source).
 # The other MoE recipes of those files leave it off (Qwen3 30B, Qwen3 235B on B200 and on GB200 before the 26.06
-# MXFP8 recipes, DeepSeek-V3's pp 16 / ep 8 B200, its pre-26.06 GB200 layouts and its later H100 one, GPT-OSS V1),
-# except the B300 / GB300 MXFP8 ones, which no run in the data uses.
+# MXFP8 recipes, Qwen3 235B on GB300 in the v0.2.0-v0.4.0 files, DeepSeek-V3's pp 16 / ep 8 B200, its pre-26.06 GB200
+# layouts and its later H100 one, GPT-OSS V1). Qwen3 235B on B300 sets it in the 26.02 files (v0.3.0), not in
+# v0.3.1 or v0.4.0; the 26.02 B300 MXFP8 run (benchmarks/data/independent_runs.jsonl) has that recipe's layout.
 # GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it from 26.04 (@ 0fbfe7d:
 # HybridEP; @ c810129, 26.04.x: the all-to-all dispatcher, PR #3561); the 26.02 V2 (@ 21b02e0) is V1 at GBS 1280. The
 # published GBS (1280 from 26.02; V1 is 512) and the B200 runs' ep (64 at 26.02 as its B200 V2, 8 from 26.02.01 as
@@ -49,6 +50,10 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
     (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100",
      "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py (from the 25.11 recipes "
      "on): QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1 tp 2, pp 8, vp 4, ep 32, moe_a2a_overlap=True"),
+    (r"megatron_bridge_26\.02(?!\.\d)\S*.*qwen3-235b.*\bb300\b",
+     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py @ 21b02e0 (v0.3.0, the 26.02 "
+     "recipes): QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_BF16_V1 / _FP8_CS_V1 pp 8, vp 4, ep 8, moe_a2a_overlap=True "
+     "(_FP8_MX_V1 is _FP8_CS_V1; the _V2 variants are V1 at 256 GPUs, GBS 8192); v0.3.1 sets it False"),
     (r"megatron_bridge\S*.*deepseek-v3 b200\b.*\bep32\b",
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 / _NVFP4_V2 (the only B200 layout with pp 8, vp 2, ep 32): "
