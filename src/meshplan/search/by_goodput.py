@@ -20,7 +20,7 @@ from meshplan.search.best import RANK_SLACK
 from meshplan.search.run import SearchResult
 from meshplan.search.select import LAZY_RANKING, by_time
 from meshplan.search.space import Space
-from meshplan.search.stage_dp import PIPELINES, eligible
+from meshplan.search.stage_dp import POOL
 from meshplan.search.variants import search_switches
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -107,9 +107,8 @@ class _Lazy:
                 return None
             stack = known[0].stack
             if refined is None:
-                if m < size and (m < 2 * PIPELINES or stack.supports.stage_layers and sum(
-                        eligible(e.plan, stack) for e in known) < PIPELINES + 3):
-                    continue  # the DP's pool may reach past the prefix (three of it the refinements may drop)
+                if m < size and stack.supports.stage_layers and m < POOL:
+                    continue  # the DP's pool (of the POOL first rows: run._refined) may reach past the prefix
                 plans = tuple(sorted(known, key=by_time))
                 refined, first = refine(plans, plans[0]), m
                 if ({e.plan for e in refined[0]} - {e.plan for e in known}) & {key[1] for *_, key in head[m:]}:

@@ -42,7 +42,7 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
 from meshplan.search.select import LAZY_RANKING, fastest_kept, kept_rows, pricer, ranked
 from meshplan.search.space import Space
-from meshplan.search.stage_dp import PIPELINES, dp_kinds, eligible, refine_ranked
+from meshplan.search.stage_dp import PIPELINES, POOL, dp_kinds, eligible, refine_ranked
 from meshplan.search.stage_settings import refine_stages
 from meshplan.search.tally import Tally
 from meshplan.search.workers import Job, Losing, jobs, run_searches, worker_count
@@ -155,10 +155,16 @@ def _searches(model: ModelSpec, cluster: Cluster, spaces: list[Space],
     prepared = [_prepare(model, cluster, space, workers, explore) for space in spaces]
     alone = 1 if all(p.combos == prepared[0].combos for p in prepared) else len(spaces)  # searches of own tasks
     prepared = [replace(p, shares=_shares(p, alone)) for p in prepared]
-    return run_searches([(p.shares, p.combos, (model, cluster, p.space, top_k, eff, p.start_from))
+    return run_searches([(p.shares, p.combos, (model, cluster, p.space, _kept(p.space, top_k), eff, p.start_from))
                          for p in prepared], max(p.workers for p in prepared),
                         lambda s, parts: _finish(model, cluster, prepared[s], parts, top_k, eff, explore), progress,
                         losing)
+
+
+def _kept(space: Space, top_k: int) -> int:
+    """The fastest plans each share keeps: the ``top_k`` listed, and where the stage DP runs at least its ``POOL``
+    (the DP's pool is drawn from the search's POOL fastest, whatever the number listed: ``_refined``)."""
+    return max(top_k, POOL) if space.stage_layers else top_k
 
 
 def _shares(prepared: _Prepared, searches: int) -> list[Job]:
@@ -224,7 +230,8 @@ def _refined(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency,
     fastest = min(fastest, staged, key=lambda e: e.step_time)
     if space.stage_layers:  # layers and settings per rank (stage_dp.py)
         kinds = dp_kinds(space.recompute, True in space.offload_activations)
-        stack = plans[0].stack  # the DP's pool: the kept plans that can be among its PIPELINES fastest pipelines
-        pool = (*plans, *fastest_kept(priced, kept, 2 * PIPELINES, lambda p: eligible(p, stack), PIPELINES, plans))
+        stack, first = plans[0].stack, (plans[0], fastest)  # the DP's pool, whatever the number listed: the first
+        # plan, the fastest and the plans of the POOL fastest kept that can be among its PIPELINES fastest pipelines
+        pool = (*first, *fastest_kept(priced, kept, POOL, lambda p: eligible(p, stack), PIPELINES, first))
         plans, fastest = refine_ranked(model, cluster, plans, fastest, kinds, space.headroom, eff, pool)
     return plans, fastest

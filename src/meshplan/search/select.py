@@ -1,5 +1,10 @@
 """The ranking a search returns, in float64: the plans the shares kept (best.py, float32 sums) re-estimated with
-``estimate()`` and ranked again, so that the plan listed first is the same whatever the number listed (``top_k``).
+``estimate()`` and ranked again, so that the plan listed first and the fastest plan are the same whatever the number
+listed (``top_k``): both are drawn from the fastest rows, which every share keeps whatever its k, and the refinements
+after the ranking (search/run.py ``_refined``: the end stages, each rank's settings, the stage DP) read only them and
+the search's ``stage_dp.POOL`` fastest plans, which every share keeps too (``run._kept``), never the plans listed
+(tests/test_top_k.py). The number listed moves only the rows under #1, and, where distinct plans tie exactly in float32
+time and memory at the edge of what a share keeps, which of them it kept (``Best.offer``: the first it saw).
 
 By time alone (``Space.prefer_simple`` False): the fastest first (ties: less memory, then a fixed order of the plan
 fields). By default (``prefer_simple``): the fastest plan leads, and its step time T sets the band T × (1 + b) (b: the
@@ -62,8 +67,8 @@ def fastest_kept(priced: _Pricing, kept: list[Best], n: int, keep: Callable[[Pla
     """Of the ``n`` fastest plans every share ``kept`` (by the shares' float32 sums' order), those ``keep`` accepts
     that can be among the ``first`` fastest (float64) of them and of ``known``'s, estimated: the rest, slower in
     float32 than the ``first``-th found by more than the float32 slack, cannot be, and are not estimated."""
-    seen = {e.plan for e in known}
-    times = sorted(e.step_time for e in known if keep(e.plan))
+    seen = {e.plan: e for e in known}  # each plan once, wherever ``known`` repeats it (the first is the fastest)
+    times = sorted(e.step_time for e in seen.values() if keep(e.plan))
     out = []
     for time32, _, key in kept_rows(kept)[:n]:
         if key[1] in seen or not keep(key[1]):

@@ -355,18 +355,19 @@ def _within(est: Priced, clusters: Sequence[Cluster], headroom: float, limit: fl
     return est.peak_memory <= limit
 
 
-PIPELINES = 3  # the search's first pipelined plans the DP refines
+PIPELINES = 3  # the pipelined plans the DP refines: the fastest of its pool
+POOL = 10  # the search's fastest plans (whatever the number listed) whose pipelines make the DP's pool (search/run.py)
 
 
 def refine_ranked(model: ModelSpec, cluster: Cluster, plans: tuple[Estimate, ...], fastest: Estimate,
-                  kinds: tuple[str, ...], headroom: float, eff: Efficiency, pool: tuple[Estimate, ...] = ()
+                  kinds: tuple[str, ...], headroom: float, eff: Efficiency, pool: tuple[Estimate, ...]
                   ) -> tuple[tuple[Estimate, ...], Estimate]:
-    """The search's ranking with the stage DP's best refinement of the ``PIPELINES`` fastest pipelined plans of
-    ``plans`` and ``pool`` (the search's fastest kept plans) leading where it is faster than the fastest plan
-    (search/run.py), else unchanged: the fastest, not the first listed, since the listing puts the simpler plans of
-    the ranking band first, which says nothing of what the DP can gain."""
+    """``plans`` with the stage DP's best refinement of the ``PIPELINES`` fastest pipelines of ``pool`` (the search's
+    first, fastest and ``POOL`` fastest plans, not those listed: #1 whatever ``--top``, search/run.py) leading where
+    it beats the fastest plan, else unchanged: the fastest, not the first listed, since the listing puts the simpler
+    plans of the ranking band first, which says nothing of what the DP can gain."""
     stack = plans[0].stack
-    candidates = {e.plan: e for e in (*plans, *pool) if eligible(e.plan, stack)}
+    candidates = {e.plan: e for e in pool if eligible(e.plan, stack)}
     piped = sorted(candidates.values(), key=lambda e: e.step_time)[:PIPELINES]
     refined = [stage_dp(model, [cluster] * e.plan.pp, e, e.plan, stack, eff, Allowed(kinds, headroom),
                         _below(model, cluster, stack, eff, e.step_time)) for e in piped]
