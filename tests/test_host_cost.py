@@ -67,11 +67,13 @@ def test_an_engine_s_host_record_prices_its_loop():
 
     engine = load_engine("vllm-v0")
     host = engine.host
-    assert (host.per_iteration, host.per_sequence, host.hidden_per_sequence, host.per_layer) == (
+    assert (host.per_iteration, host.per_sequence, host.hidden_per_sequence, host.per_layer, host.per_layer_tp) == (
         engine.iteration_overhead, engine.sequence_overhead, engine.hidden_sequence_overhead,
-        engine.eager_layer_overhead)
+        engine.eager_layer_overhead, engine.eager_layer_tp_overhead)
     assert host.source.startswith("vllm") and host.per_sequence > 0
     scale = 1.5 if host.in_python else 1.0
     assert engine.host_time(10, 2, 1.5) == pytest.approx(scale * (host.per_iteration + host.per_sequence * 20))
     assert engine.hidden_time(10, 2, 1.5) == pytest.approx(scale * host.hidden_per_sequence * 20)
     assert float(engine.eager_time(10_000, 1, 4, 1.5)) == pytest.approx(scale * host.per_layer * 4)
+    under_tp = scale * (host.per_layer + host.per_layer_tp) * 4  # tp 2: the layer's all-reduces' launches too
+    assert float(engine.eager_time(10_000, 1, 4, 1.5, 2)) == pytest.approx(under_tp)

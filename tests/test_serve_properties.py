@@ -144,7 +144,7 @@ def test_every_figure_is_finite_and_none_negative():
 
 RATES = ("flops", "hbm", "l2_cache", "kernel_bw", "tier0", "tier1", "tier2")  # a tier the cluster lacks is skipped
 HOST = ("iteration_overhead", "sequence_overhead", "hidden_sequence_overhead", "eager_layer_overhead",
-        "iteration_latency", "kernel_gap", "tp_broadcast_poll")
+        "eager_layer_tp_overhead", "iteration_latency", "kernel_gap", "tp_broadcast_poll")
 LATENCIES = ("lat0", "lat1", "lat2", "kernel_lat", "interpreter", *HOST)
 
 

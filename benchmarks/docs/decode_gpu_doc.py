@@ -315,7 +315,9 @@ def render(path: Path) -> str:
     lines += ["", f"Eager, the host sets the pace at every batch (the wall time is the host's): {per_kernel * 1e6:.1f} "
               "µs of host time per kernel at the median, inside the 11.3-17.7 µs per eager PyTorch op that the "
               f"`vllm-v0.5` engine preset cites for its eager layers ({v05.eager_layer_overhead * 1e3:.2f} ms for a "
-              "fused layer of about 12 kernels). This unfused layer launches about "
+              "fused layer of about 10 kernels, "
+              f"{(v05.eager_layer_overhead + v05.eager_layer_tp_overhead) * 1e3:.2f} ms with its two all-reduces "
+              "under TP). This unfused layer launches about "
               f"{per_layer:.0f}."]
     bullets = [f"- batch {b}: Inductor's {_count(row['inductor_kernels'])} kernels launched one by one "
                f"(torch.compile's default mode, no CUDA graphs) took {row['inductor_s'] * 1e3:.2f} ms a step, "

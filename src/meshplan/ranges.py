@@ -254,6 +254,7 @@ RANGES: dict[str, Range] = {
     "kernel_gap": Range(0, 0.01, "s", "GPU idle time between two kernels of an iteration: microseconds"),
     "graph_max_batch": Range(0, MAX_SIZE, "", "the largest captured decode batch: 128-512 in use, 0 for none"),
     "eager_layer_overhead": Range(0, 0.1, "s", "host time to issue one layer's kernels eagerly: ~0.1-1 ms"),
+    "eager_layer_tp_overhead": Range(0, 0.1, "s", "host time to issue one eager layer's TP all-reduces: ~30 us"),
     "decode_layer_kernels": Range(0, 1000, "", "kernels one decode layer launches (a profile's count): ~8-60"),
     "tp_broadcast_tensors": Range(0, 1000, "", "tensors the driver broadcasts to the TP workers per iteration: ~10"),
     "tp_broadcast_dispatches": Range(0, 100, "", "eager dispatches a receiving worker makes per broadcast tensor: ~2"),

@@ -168,6 +168,9 @@ class Engine:
     # 128): the graph runs the padding as dummy sequences (``graph_padding``). Empty: every size captured as it is
     graph_sizes: tuple[int, ...] = ()
     eager_layer_overhead: float = 0.0
+    # and more per eager layer at tp > 1: its all-reduces' launches, issued only there (vLLM's RowParallelLinear.forward
+    # all-reduces when tp_size > 1, vllm/model_executor/layers/linear.py: the attention's output, the down projection)
+    eager_layer_tp_overhead: float = 0.0
     # kernels one decode layer launches in the engine's decode step, where a profile counted them; each beyond the
     # serving op list's own (iteration.layer_kernels: one kernel an op, and a reduction after each split-K GEMM) runs
     # for the accelerator's kernel_overhead more (roofline.overhead): the unfused rotary embedding and the cache
@@ -274,6 +277,7 @@ class Engine:
         and ``eager_time`` price."""
         return HostCost(per_iteration=self.iteration_overhead, per_sequence=self.sequence_overhead,
                         hidden_per_sequence=self.hidden_sequence_overhead, per_layer=self.eager_layer_overhead,
+                        per_layer_tp=self.eager_layer_tp_overhead,
                         in_python=self.host_in_python, overlapped=self.host_overlap,
                         source=" ".join(x for x in (self.name, self.version, self.source) if x))
 
@@ -300,12 +304,15 @@ class Engine:
         Python (``host_in_python``), else 1."""
         return python_host if self.host.in_python else 1.0
 
-    def eager_time(self, decode: Any, prompts: Any, layers: Any, python_host: float = 1.0) -> Any:
+    def eager_time(self, decode: Any, prompts: Any, layers: Any, python_host: float = 1.0, tp: Any = 1) -> Any:
         """The host's seconds to issue one eager iteration's kernels over ``layers`` layers, 0 where the iteration is
-        a captured decode graph (``graph_max_batch``): pure decode (no ``prompts``) of at most that many sequences.
-        The kernels run asynchronously, so the GPU's step is at least this long (metrics.Setting.time)."""
-        scale = self._python(python_host)
-        return np.where(self._graphed(decode, prompts), 0.0, scale * self.host.per_layer * layers)
+        a captured decode graph (``graph_max_batch``): pure decode (no ``prompts``) of at most that many sequences;
+        per layer ``eager_layer_overhead``, and under tensor parallelism (``tp`` > 1) ``eager_layer_tp_overhead`` more
+        for its all-reduces' launches. The kernels run asynchronously, so the GPU's step is at least this long
+        (metrics.Setting.time)."""
+        scale, host = self._python(python_host), self.host
+        per_layer = host.per_layer + np.where(np.asarray(tp) > 1, host.per_layer_tp, 0.0)
+        return np.where(self._graphed(decode, prompts), 0.0, scale * per_layer * layers)
 
     def _graphed(self, decode: Any, prompts: Any) -> Any:
         """Whether the iteration replays a captured decode graph: pure decode of at most ``graph_max_batch``."""

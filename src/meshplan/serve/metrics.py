@@ -89,7 +89,7 @@ class Setting:
         # eager kernels: the GPU runs each as the host issues it, so the step lasts at least the issuing (engine.py)
         layers = self.model.num_layers / self.cols["pp"]
         gpu = maximum(self.gpu_time(decode, prefill, prompts, prefix),
-                      self.engine.eager_time(decode, prompts, layers, self.cluster.python_host))
+                      self.engine.eager_time(decode, prompts, layers, self.cluster.python_host, self.cols["tp"]))
         gpu = gpu + self.engine.iteration_latency  # the engine's GPU work after the forward pass (engine.py)
         gpu = gpu + self.broadcast_time(decode + prompts)  # the driver's input broadcast to the TP workers
         if self.engine.host.hidden_per_sequence:  # the host's work beside the GPU's step (engine.py)

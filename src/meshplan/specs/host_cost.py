@@ -43,6 +43,7 @@ class HostCost:
     per_sequence: float = 0.0  # Engine.sequence_overhead
     hidden_per_sequence: float = 0.0  # Engine.hidden_sequence_overhead
     per_layer: float = 0.0  # Engine.eager_layer_overhead
+    per_layer_tp: float = 0.0  # and more per eager layer at tp > 1, its all-reduces (Engine.eager_layer_tp_overhead)
     in_python: bool = False  # the loop's time scales with the host CPU's Python speed (Engine.host_in_python)
     overlapped: bool = False  # the host prepares iteration n + 1 while the GPU runs n (Engine.host_overlap)
     source: str = ""
