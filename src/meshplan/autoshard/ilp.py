@@ -264,14 +264,17 @@ def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: l
                  memory_rows: list[tuple[dict[int, np.ndarray], float]]) -> tuple[Coo, np.ndarray, np.ndarray]:
     """One strategy per node; each edge's marginals (per merged row and column, ``_classes``) equal the sums of its
     nodes' strategies; the memory rows."""
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    r = 0
-    for k in keys:  # Σ_a s_k[a] = 1
-        size = len(pw.costs[k])
-        rows.append(np.full(size, r))
-        cols.append(offset[k] + np.arange(size))
-        vals.append(np.ones(size))
-        r += 1
+    sizes = np.array([len(pw.costs[k]) for k in keys], dtype=np.int64)
+    starts = np.cumsum(sizes) - sizes
+    total = int(sizes.sum())
+    # Σ_a s_k[a] = 1: node k's row, its strategies' columns from offset[k] on (all nodes' entries at once)
+    rows: list[np.ndarray] = [np.repeat(np.arange(len(keys), dtype=np.int64), sizes)]
+    cols: list[np.ndarray] = [np.repeat(np.array([offset[k] for k in keys], dtype=np.int64) - starts, sizes)
+                              + np.arange(total, dtype=np.int64)]
+    vals: list[np.ndarray] = [np.ones(total)]
+    lo: list[np.ndarray] = []
+    hi: list[np.ndarray] = []
+    r = len(keys)
     lo.append(np.ones(len(keys)))
     hi.append(np.ones(len(keys)))
     if edges:

@@ -115,8 +115,10 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
             again, again_calls = _remade(flow, i, phase, remake, moved)
             node.comm[s, phase] += extra + moves + again
             calls[s, phase] += extra_calls + inner_calls + again_calls
-            carried = made + sum(remake[src][1] for src in flow.producers[i] if src in remake)
-            carried_calls = made_calls + sum(remake[src][2] for src in flow.producers[i] if src in remake)
+            carried, carried_calls = made, made_calls
+            if remake:  # moves carried over from the arguments' own
+                carried += sum(remake[src][1] for src in flow.producers[i] if src in remake)
+                carried_calls += sum(remake[src][2] for src in flow.producers[i] if src in remake)
             if carried and op.kind == "view" or made:
                 for slot in range(len(op.outputs)):
                     remake[(i, slot)] = (phase, carried, carried_calls)
