@@ -42,6 +42,8 @@ Example: DeepSeek-V3 (E = 256, k = 8) over 32 H100s in 4 nodes: a token misses a
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from meshplan.collectives.comm import Layout, split_group, split_time, tier_bandwidths
@@ -57,9 +59,19 @@ NIC_SHARES: tuple[tuple[float, float], ...] = ((2.0, 0.43), (4.0, 0.863), (8.0, 
 def nic_share(nodes: Num) -> Num:
     """DeepEP's share of the NIC over ``nodes`` scale-up domains (``NIC_SHARES``): linear in log2(nodes) between
     the measured points, the nearest one outside them."""
-    xs = [float(np.log2(n)) for n, _ in NIC_SHARES]
-    share = np.interp(np.log2(np.maximum(nodes, 1.0)), xs, [s for _, s in NIC_SHARES])
-    return float(share) if np.ndim(share) == 0 else share
+    if isinstance(nodes, np.ndarray):  # a search's plans
+        return np.interp(np.log2(np.maximum(nodes, 1.0)), _LOG_NODES, _SHARES)
+    x = math.log2(max(float(nodes), 1.0))
+    if x <= _LOG_NODES[0]:
+        return _SHARES[0]
+    for x0, x1, s0, s1 in zip(_LOG_NODES, _LOG_NODES[1:], _SHARES, _SHARES[1:], strict=False):
+        if x <= x1:
+            return s0 + (s1 - s0) * (x - x0) / (x1 - x0)
+    return _SHARES[-1]
+
+
+_LOG_NODES = [math.log2(n) for n, _ in NIC_SHARES]
+_SHARES = [s for _, s in NIC_SHARES]
 
 
 def node_miss(experts: Num, copies: int, per_node: Num) -> Num:
