@@ -36,17 +36,39 @@ def test_a_token_misses_a_node_with_the_hypergeometric_zero_term():
 def test_forwarding_sends_a_token_once_to_each_node_it_hits():
     """EP32 over 4 H100 nodes (NVLink 450 GB/s x 0.8, one 400 Gb/s NIC a GPU, 50 GB/s x 0.9). The plain all-to-all
     sends 24/32 of its 470 MB of copies over the network: 352 MB / 45 GB/s = 7.83 ms. Forwarded, each of the 8,192
-    tokens (7,168 bytes) goes to 3 × (1 − 0.0964) = 2.71 other nodes at DeepEP's measured NIC rate, 0.873 x 50 GB/s
-    (dispatch.NIC_SHARE): 159 MB / 43.65 GB/s = 3.65 ms, while NVLink fans out 7/8 of the copies, 411 MB / 360 GB/s =
-    1.14 ms, beside it. Both pay 7 × 3 + 3 × 5 = 36 µs of latency."""
+    tokens (7,168 bytes) goes to 3 × (1 − 0.0964) = 2.71 other nodes at DeepEP's measured NIC rate over 4 nodes,
+    0.863 x 50 GB/s (dispatch.NIC_SHARES): 159 MB / 43.15 GB/s = 3.69 ms, while NVLink fans out 7/8 of the copies,
+    411 MB / 360 GB/s = 1.14 ms, beside it. Both pay 7 × 3 + 3 × 5 = 36 µs of latency."""
     cluster = H100.cluster(32)
     latency = 7 * 3e-6 + 3 * 5e-6
     plain = collective_time("all_to_all", SENT, 32, 1, cluster)
     assert plain == pytest.approx(SENT * 24 / 32 / 45e9 + latency)
-    network = TOKENS * HIDDEN * 3 * (1 - node_miss(E, K, 64)) / (0.873 * 50e9)
+    network = TOKENS * HIDDEN * 3 * (1 - node_miss(E, K, 64)) / (0.863 * 50e9)
     assert network > SENT * 7 / 8 / 360e9  # the network, not NVLink, sets the time
     assert forwarded_time(SENT, K, E, 32, 1, cluster) == pytest.approx(network + latency)
-    assert network + latency == pytest.approx(3.683e-3, rel=1e-3)
+    assert network + latency == pytest.approx(3.725e-3, rel=1e-3)
+
+
+def test_deepep_share_of_the_nic_is_priced_by_the_nodes_spanned():
+    """DeepEP's internode table (docs/legacy.md @ dd758ca; dispatch.py): EP 16 over 2 nodes reads 43 / 43 GB/s of
+    logical traffic, half of it its own node's: 21.5 / 50 GB/s = 0.43 of the NIC; EP 32 over 4 nodes 58 / 57 GB/s,
+    3/4 on the NIC: (43.5 + 42.75) / 2 / 50 = 0.863; EP 64 over 8 nodes 51 / 50 GB/s, 3.5/4 on the NIC: 0.884.
+    Between them linear in log2(nodes): 3 nodes 0.43 + (0.863 − 0.43) × log2(1.5) = 0.683; beyond 8 the last."""
+    from meshplan.collectives.dispatch import nic_share
+
+    assert nic_share(2) == pytest.approx(43 / 2 / 50)
+    assert nic_share(4) == pytest.approx((58 + 57) / 2 * 3 / 4 / 50, abs=1e-3)
+    assert nic_share(8) == pytest.approx((51 + 50) / 2 * 3.5 / 4 / 50, abs=1e-3)
+    assert nic_share(3) == pytest.approx(0.43 + (0.863 - 0.43) * np.log2(1.5))
+    assert nic_share(64) == nic_share(8) and nic_share(1) == nic_share(2)
+    assert list(nic_share(np.array([2.0, 4.0, 8.0]))) == pytest.approx([0.43, 0.863, 0.884])
+    # EP 16 over 2 nodes: one other node, hit by all but 1 in 300 tokens (Qwen3-30B-A3B: top-8 of 128, 64 a node),
+    # at 0.43 of the NIC; a larger group never prices the share lower
+    cluster = H100.cluster(16)
+    network = TOKENS * HIDDEN * (1 - node_miss(128, K, 64)) / (0.43 * 50e9)
+    assert forwarded_time(SENT, K, 128, 16, 1, cluster) == pytest.approx(network + 7 * 3e-6 + 5e-6)
+    shares = [nic_share(n) for n in (1, 2, 3, 4, 6, 8, 16)]
+    assert shares == sorted(shares)
 
 
 def test_inside_one_node_forwarding_is_the_plain_all_to_all():
@@ -107,7 +129,7 @@ def test_the_large_ep_blog_runs_deepep():
 def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
     """Megatron-Core's flex dispatcher (--moe-token-dispatcher-type flex, DeepEP / HybridEP backend: Stack
     moe_dispatcher "flex") prices a training MoE layer's dispatch and combine as the forwarded kernels: DeepSeek-V3 at
-    ep 32 over 4 B200 nodes sends a token over the network 3 x (1 - 0.0964) = 2.71 times, at DeepEP's 0.873 of the NIC
+    ep 32 over 4 B200 nodes sends a token over the network 3 x (1 - 0.0964) = 2.71 times, at DeepEP's 0.863 of the NIC
     against NCCL's 0.90, where the plain all-to-all sends 8 x 24/32 = 6 copies (each beside 7 x 3 + 3 x 5 us of
     latency); on one node (ep 8) the two are the same."""
     from meshplan.collectives.price import collective_seconds
@@ -116,7 +138,7 @@ def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
     from meshplan.specs.stack import Stack
 
     model = load_model("deepseek-v3")
-    deepep = 0.9 / 0.873  # NCCL's share of the NIC over DeepEP's (dispatch.NIC_SHARE)
+    deepep = 0.9 / 0.863  # NCCL's share of the NIC over DeepEP's over 4 nodes (dispatch.NIC_SHARES)
     across = (32, 3 * (1 - node_miss(E, K, 64)) / 6 * deepep, 7 * 3e-6 + 3 * 5e-6)
     for ep, ratio, latency in (across, (8, 1.0, 7 * 3e-6)):
         cluster = load_system("b200").cluster(ep)

@@ -65,6 +65,23 @@ def test_deepseek_v3_dispatches_through_deepep_where_its_recipe_says(group, gpu,
                                     "global_batch_size": 4096}))
     assert case.stack.moe_dispatcher == dispatcher
 
+@pytest.mark.parametrize(("group", "ep", "dispatcher"), [
+    ("megatron_bridge_26.04", 16, "flex"),  # PR #2477: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, hybridep
+    ("megatron_bridge_26.04.01", 16, "flex"),
+    ("megatron_bridge_26.06", 16, "flex"),  # v0.5.0: the same base config
+    ("megatron_bridge_26.02.01", 8, "alltoall"),  # ep 8 inside one node (pp 2, vp 12): nothing to forward
+    ("megatron_bridge_25.11", 8, "alltoall"),
+])
+def test_qwen3_30b_on_h100_dispatches_through_hybridep_from_26_04(group, ep, dispatcher):
+    pp, vp = (1, None) if ep == 16 else (2, 12)  # the records' layouts
+    case = map_run(record(group=group, model=QWEN3_30B, precision="fp8",
+                          hardware={"gpu": "H100", "num_gpus": 16, "gpus_per_node": 8},
+                          parallel={"tp": 1, "pp": pp, "vp": vp, "ep": ep, "micro_batch_size": 1,
+                                    "global_batch_size": 1024}))
+    assert case.stack.moe_dispatcher == dispatcher
+    assert any("hybridep" in note for note in case.assumptions) is (dispatcher == "flex")
+
+
 @pytest.mark.parametrize(("group", "gpu", "overlap"), [
     ("megatron_bridge_25.09", "H100", True),  # qwen3_235b_a22b_llm_pretrain.py: tp_comm_overlap=True
     ("megatron_bridge_25.11", "H100", False),  # qwen3_llm_pretrain.py ..._config_h100: tp_comm_overlap=False

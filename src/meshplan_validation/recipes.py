@@ -154,6 +154,11 @@ FLEX_DISPATCH: tuple[tuple[str, str], ...] = (
     (r"megatron_bridge\S*.*deepseek-v3 b200\b.*\bep32\b",
      "Megatron-Bridge deepseek_workload_base_configs.py @ 5acef93 ('b200 DSv3 better cfg', #3368): "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 moe_flex_dispatcher_backend='deepep', pp 8, vp 2, ep 32"),
+    (r"megatron_bridge_(26\.(0[4-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-30b-a3b h100\b.*\bep16\b",
+     "Megatron-Bridge PR #2477 (4a64507, 'Update Qwen3 30B H100 Base Configs with HybridEP', in v0.4.0 / 26.04 and "
+     "v0.5.0 / 26.06): QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, moe_a2a_overlap=False, "
+     "moe_flex_dispatcher_backend='hybridep', and qwen3_30b_a3b_pretrain_config_h100 moe_token_dispatcher_type "
+     "'flex' (26.08 on: src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py the same)"),
 )
 
 
