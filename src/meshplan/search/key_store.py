@@ -307,12 +307,13 @@ def _by_value(ops: list[OpCost], n: int) -> tuple[dict[int, OpCost], np.ndarray]
         v.shape == (n,) and v.dtype.kind in "biuf" and v.dtype.itemsize == 8 for v in arrays.values())]
     if not fit:
         return {}, np.zeros(0, dtype=np.int64)
-    matrix = np.stack([v.view(np.uint64) for v in {id(v): v for _, a in fit for v in a.values()}.values()], axis=1)
+    matrix = np.stack([v.view(np.uint64) for v in {id(v): v for _, a in fit for v in a.values()}.values()])
     code = np.zeros(n, dtype=np.uint64)
-    for column in matrix.T:  # FNV-1a's multiplier: a hash, its collisions caught by the check below
-        code = (code ^ column) * np.uint64(0x100000001B3)
+    for row in matrix:  # FNV-1a's multiplier: a hash, its collisions caught by the check below
+        code = (code ^ row) * np.uint64(0x100000001B3)
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    if 2 * len(first) > n or not bool((matrix[first][inverse.reshape(-1)] == matrix).all()):
+    # each array's bits a row (arrays × rows, as ``_all_at_first``'s): read in order, gathered by columns at once
+    if 2 * len(first) > n or not bool((np.take(matrix[:, first], inverse.reshape(-1), axis=1) == matrix).all()):
         return {}, np.zeros(0, dtype=np.int64)
     at_first: list[dict[str, Any]] = [{k: v[first] for k, v in a.items()} for _, a in fit]
     return {id(op): replace(op, **at) for (op, _), at in zip(fit, at_first, strict=True)}, inverse.reshape(-1)
