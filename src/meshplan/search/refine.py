@@ -15,12 +15,17 @@ Per-rank recompute and offload are search/stage_settings.py's.
 
 from __future__ import annotations
 
+import math
+
 from meshplan.estimate import Estimate, estimate
+from meshplan.search.stage_lines import ends_reach
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.ranks import priced_apart
 
 # layers the first stage may gain above the even count ⌈L / p⌉ and the last one shed below it (≤ 4 · 5 candidates),
 # and the first may shed (≤ 2 · 5 more): where the middle ranks divide the rest, a few of them are splits
@@ -52,10 +57,21 @@ def refine_ends(model: ModelSpec, cluster: Cluster, best: Estimate, stack: Stack
     chosen = best
     for f, last in end_splits(model.num_layers, plan.pp, plan.vpp)[1:]:
         candidate = plan.with_(first_stage_layers=f, last_stage_layers=last)
-        if check(model, cluster, candidate, stack):
+        if check(model, cluster, candidate, stack) or _slower(model, cluster, candidate, stack, eff, chosen):
             continue
         est = estimate(model, cluster, candidate, stack, eff)
         if est.fits and est.peak_memory <= best.peak_memory and (est.step_time, est.peak_memory) < (
                 chosen.step_time, chosen.peak_memory):
             chosen = est
     return chosen
+
+
+def _slower(model: ModelSpec, cluster: Cluster, candidate: Plan, stack: Stack, eff: Efficiency, chosen: Estimate
+            ) -> bool:
+    """Whether ``candidate`` cannot displace ``chosen``: its ranks priced apart (step/ranks.py, as ``estimate`` prices
+    them), one of its end ranks alone takes longer than ``chosen``'s step (stage_lines.ends_reach at the next float
+    above it: a step equal to ``chosen``'s could still win on memory), and its step, the busiest rank's plus the
+    bubble (>= 0), is then longer too; the estimate it skips would not be chosen (search/stage_dp.py's ``_below``
+    prunes its proposals alike). DeepSeek-V3's: 3 of its 6 end splits."""
+    return priced_apart(model, candidate) and ends_reach(model, cluster, candidate, stack, eff,
+                                                          math.nextafter(chosen.step_time, math.inf))
