@@ -183,7 +183,18 @@ _GROUP_OF = {name: " + ".join(group) for group in SHARED_WORKER for name in grou
 # xdist's order. Seconds: each unit's summed test durations (setup, call and teardown) in the full suite on this 2-core
 # machine under load (the suite8 note), only to order them: a stale figure changes which unit starts first, never what a
 # test checks.
-UNIT_SECONDS: dict[str, float] = {
+UNIT_SECONDS: dict[str, float] = {  # 2026-11-30, 65 min of wall at load 7-16 (14 min unloaded)
+    "test_docs.py": 1611.0, "test_search.py": 1016.0, "test_properties.py": 444.0, "test_fuzz.py": 302.0,
+    "test_hf_registry.py": 260.0, "test_loso_alternate.py": 211.0, "test_serve_properties.py": 174.0,
+    "test_sweep.py": 169.0, "test_autoshard_highs.py": 144.0, "test_validate_records.py": 138.0,
+    "test_rl_properties.py": 133.0, "test_serve_launch.py": 128.0, "test_plain_console.py": 112.0,
+    "test_autoshard_shrink.py": 110.0, "test_check_step.py": 105.0, "test_optimizer.py": 76.0,
+    "test_autoshard_cli.py": 73.0, "test_async_pipeline.py": 70.0, "test_supports.py": 68.0,
+    "test_fitted_sources.py": 68.0, "test_serve_load_laws.py": 66.0, "test_calibrate.py": 66.0,
+    "test_select.py": 63.0, "test_emit_fallback.py": 54.0, "test_autoshard_run.py": 53.0,
+    "test_goodput_ranking.py": 51.0, "test_pipeline_registry.py": 47.0, "test_rl_cli.py": 45.0,
+    "test_golden.py": 44.0, "test_hf_config.py": 44.0, "test_report_text.py": 41.0, "test_validate_serving.py": 41.0,
+    "test_mixed.py": 41.0,
 }
 
 
