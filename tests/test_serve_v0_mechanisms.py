@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from meshplan.cost.decode import gemm
-from meshplan.roofline import op_time
+from meshplan.roofline import op_time, overhead
 from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan.serve.engine import load_engine
 from meshplan.serve.estimate import plan_columns, serve_estimate
@@ -241,3 +241,40 @@ def test_more_tensor_parallel_workers_never_wait_less_for_the_last_look(system, 
         steps.append((float(bare.time(float(batch))), float(s.time(float(batch))), float(slower.time(float(batch)))))
     assert waits[0] == 0.0 and all(a <= b for a, b in zip(waits, waits[1:], strict=False))
     assert all(b <= m <= f for b, m, f in steps)
+
+
+def test_amds_images_skinny_decode_gemms_are_priced_as_the_weight_stream():
+    """AMD's rocm/vllm images (the ROCm fork) ran an fp16 GEMM of at most 4 rows on their own skinny kernel, wvSpltK
+    (ROCm/vllm#56, tuned_gemm.py: n <= 4, k % 8 == 0, float16), which reads the weights once; engine_versions.toml
+    prices those images with the CUDA V0 preset at the modelled rate, whose roofline already makes such a GEMM the
+    weight stream, so no switch is needed there. Llama 2 7B's down projection (11,008 -> 4,096) on MI300X: its bytes
+    are the weights once, 11,008 x 4,096 x 2 = 90,177,536, plus rows x (11,008 + 4,096) x 2 of activations; they
+    stream at 5.3 TB/s x 0.85 x 0.803 / 0.958 (roofline.stream_bandwidth) = 3.78 TB/s: 23.9 us at 1 row. Beyond the
+    kernels' fixed time (roofline.overhead: t0 = 3.1 us, and 3.9 us for the split-K reduction kernel the 64 output
+    tiles of this shape call for on 304 CUs) the time is within 5 % of that stream (a 16-row tile's math at the tuned
+    rate is under a tenth of it) and flat from 1 to 16 rows. (The wvSpltK kernel splits k inside its workgroups, so
+    it runs no separate reduction kernel: the model's 3.9 us for one is left as it is, no fp16 run of AMD's images
+    at batch 1-4 being in the data to measure it.) Upstream's v0.6.1 build, Argonne's (LLM-Inference-Bench
+    vLLM/MI300X/README.md: vllm-project/vllm v0.6.1, Dockerfile.rocm), has no skinny kernels (they came upstream with
+    vllm-project/vllm#15830, 2025): its untuned rate prices the same GEMM slower. More HBM bandwidth never slows
+    either."""
+    place = layouts(1, 1, 1)
+    for engine in ("vllm-v0", "vllm-v0.6-rocm"):
+        s = setting(engine, "mi300x")
+        acc = s.cluster.accelerator
+        at, fixed = {}, {}
+        for rows in (1.0, 4.0, 16.0):
+            op = gemm("mlp/down", rows, 4096, 11008, 2, 2)
+            assert op.nbytes == pytest.approx(11008 * 4096 * 2 + rows * (11008 + 4096) * 2)
+            at[rows] = shaped_seconds(op, s.cluster, FP16, SERVE_DEFAULT, place, s.shape(rows, 0.0, 0.0, 0.0))
+            fixed[rows] = overhead(op, acc, SERVE_DEFAULT)
+            faster = replace(s.cluster, accelerator=replace(acc, hbm_bandwidth=1.5 * acc.hbm_bandwidth))
+            assert shaped_seconds(op, faster, FP16, SERVE_DEFAULT, place, s.shape(rows, 0.0, 0.0, 0.0)) <= at[rows]
+        stream = (11008 * 4096 * 2 + 15104 * 2) / (5.3e12 * 0.85 * 0.803 / (4599 / 4800))
+        assert stream == pytest.approx(23.9e-6, rel=2e-3)
+        if engine == "vllm-v0":
+            assert fixed[1.0] == pytest.approx(3.1e-6 + 3.9e-6)
+            assert stream <= at[1.0] - fixed[1.0] <= 1.05 * stream
+            assert at[16.0] <= 1.01 * at[1.0]
+        else:  # the untuned library: slower than the stream at every decode batch
+            assert at[1.0] > 1.5 * stream
