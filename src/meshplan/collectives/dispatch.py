@@ -31,10 +31,11 @@ same table's EP 16 row, 2 nodes, reads 43 / 43 GB/s, of which the NIC carries ha
 them): 21.5 GB/s, 0.43 of the NIC. So the share is priced by the nodes the group spans (``nic_share``): 0.43, 0.863
 and 0.884 at 2, 4 and 8 nodes, linear in log2(nodes) between them, 0.884 beyond 8. NVIDIA's HybridEP (the other flex
 backend, deepseek-ai/DeepEP branch hybrid-ep @ 94a9f8f, docs/README_Hybrid-EP.md, H100, 4096 tokens, hidden 7168,
-top-8, 8 local experts a rank, its logical "algorithm bandwidth" counting the sender's own node as DeepEP's: tests/
-test_hybrid_ep.py, tests/utils.py count_rdma_send_from_routing_map) falls the same way at 2 nodes: at Megatron-Core's
-16 SMs (moe_hybridep_num_sms) its Torch API reads 48.3 / 54.5 / 53.4 GB/s (FP8 dispatch / BF16 dispatch / combine)
-over 16 ranks, 0.48 - 0.55 of the NIC, and 0.61 - 0.81 over 32 and 64; it is priced with DeepEP's table.
+top-8, 8 local experts a rank, its logical "algorithm bandwidth" counting the sender's own node as DeepEP's:
+DeepEP/tests/test_hybrid_ep.py, DeepEP/tests/utils.py count_rdma_send_from_routing_map) falls the same way at 2 nodes:
+at Megatron-Core's 16 SMs (moe_hybridep_num_sms) its Torch API reads 48.3 / 54.5 / 53.4 GB/s (FP8 dispatch / BF16
+dispatch / combine) over 16 ranks, 0.48 - 0.55 of the NIC, and 0.61 - 0.81 over 32 and 64; it is priced with DeepEP's
+table.
 
 Example: DeepSeek-V3 (E = 256, k = 8) over 32 H100s in 4 nodes: a token misses a given other node with probability
 Π_{j<8} (192 − j)/(256 − j) = 0.0964, so it crosses the network 3 × 0.904 = 2.71 times, not 8 × 24/32 = 6.
