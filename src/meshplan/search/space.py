@@ -47,8 +47,9 @@ class Space:
     # quarter more time, 2 about a half); 0, or a stack without uneven stages: even splits only
     uneven_stages: int = 1
     # the stage DP (search/stage_dp.py): the fastest pipelined plans (of the search's POOL fastest, whatever the
-    # number listed) refined with a layer count and a setting per pipeline rank where the framework runs that (Supports.stage_layers); off by default (``meshplan plan`` turns it
-    # on: --per-stage), so that the search's ranking is that of the uniform plans
+    # number listed) refined with a layer count and a setting per pipeline rank where the framework runs that
+    # (Supports.stage_layers); off by default (``meshplan plan`` turns it on: --per-stage), so that the search's
+    # ranking is that of the uniform plans
     stage_layers: bool = False
     # MoE expert GEMMs searched as a plan choice (Stack.expert_gemm: per_expert, grouped), those the framework runs
     # (Supports.expert_gemms): each a search of its own, the fastest kept (search/variants.py); (): the stack's own
