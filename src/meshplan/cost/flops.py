@@ -166,5 +166,5 @@ def module_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack, modules: 
     for kind, layer in kinds.items():
         again = rerun_by(layer, modules)
         layers = counts[kind] + model.mtp_layers * model.mtp_kinds.count(kind)
-        total += layers * sum(op.flops for op, redo in zip(layer, again, strict=True) if redo)
+        total += layers * sum(op.flops * redo for op, redo in zip(layer, again, strict=True) if redo)
     return float(total * plan.tp / tokens)

@@ -183,7 +183,7 @@ def host_times(ops: list[OpCost], plan: Plan, host: HostCost, recompute: str,
     elif recompute == "selective":
         for op, again in zip(ops, rerun_by(ops, plan.recompute_modules), strict=True):
             if again:
-                n = count_of(op)
+                n = count_of(op) * again  # a share of its kernels (per-op SAC's for-loop experts)
                 count["b"], cost["b"] = count["b"] + n, cost["b"] + n * per_launch(op, host)
     if host.cuda_graphs:
         return {ph: minimum(c, 1.0) * host.per_kernel + hooks[ph] for ph, c in count.items()}

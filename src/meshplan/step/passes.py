@@ -324,9 +324,10 @@ def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stac
     redo = gemm = behind = exposed = 0.0
     for op, t, again in zip(ops, times, rerun_by(ops, modules), strict=True):
         if again:
-            redo = redo + t
+            share = t if again == 1.0 else again * t  # a share of its kernels (per-op SAC's for-loop experts)
+            redo = redo + share
             if op.kind == "gemm":
-                gemm = gemm + t
+                gemm = gemm + share
     for op, t, again in zip(ops, times, tp_rerun_by(ops, modules), strict=True):
         if again and stack.overlap_tp and op.overlap == "tp":
             behind = behind + t
