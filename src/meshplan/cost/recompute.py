@@ -124,25 +124,33 @@ def _loop_saved(loop: list[tuple[int, OpCost, int]], count: int, saved: list[flo
     return count + p * g
 
 
+def _loop(ops: list[OpCost], first: int) -> list[tuple[int, OpCost, int]]:
+    """The for-loop experts' forward GEMM records from ``first`` on, with their aten.mm calls per expert: a gated
+    fc1 record is w1 and w3, two (twice as wide as fc2 is deep), any other one."""
+    gemms = [(i, op) for i, op in enumerate(ops) if i >= first and op.phase == "fwd" and op.kind == "gemm"
+             and op.name.startswith(EXPERTS) and op.launches]
+    gated = {float(2 * op.k) for _, op in gemms if op.name.endswith("/fc2")}
+    return [(i, op, 2 if op.name.endswith("/fc1") and float(op.n) in gated else 1) for i, op in gemms]
+
+
 def per_op_saved(ops: list[OpCost]) -> list[float]:
     """Per op of one layer, in the order the block runs them: the share of its output torchtitan's per-op SAC saves
     (0 to 1). Its policy counts the block's aten.mm calls and saves the odd ones' outputs (the 1st, 3rd, ...: Llama's
     wq, wv, w1 and w2) and the attention kernel's; a MoE layer's router is neither counted nor saved, grouped
     experts are not saved, for-loop experts are counted call by call (``ROUTER``, ``_loop_saved``)."""
     saved = [0.0] * len(ops)
-    fwd = [i for i, op in enumerate(ops) if op.phase == "fwd" and op.kind == "gemm"]
-    experts = [i for i in fwd if ops[i].name.startswith(EXPERTS)]
-    fc2_depth = {ops[i].k for i in experts if ops[i].name.endswith("/fc2")}
-    loop = [(i, ops[i], 2 if ops[i].name.endswith("/fc1") and ops[i].n in {2 * k for k in fc2_depth} else 1)
-            for i in experts if ops[i].launches]
+    loop: list[tuple[int, OpCost, int]] = []
     count = 0
     for i, op in enumerate(ops):
-        if op.phase == "fwd" and op.kind == "attention":
+        if op.phase != "fwd":
+            continue
+        if op.kind == "attention":
             saved[i] = 1.0
-        elif i not in fwd or op.name == ROUTER or op.name.startswith(ROUTER + "/"):
+        elif op.kind != "gemm" or op.name == ROUTER or op.name.startswith(ROUTER + "/"):
             continue
         elif op.name.startswith(EXPERTS):
-            if loop and i == loop[0][0]:
+            if op.launches and not loop:
+                loop = _loop(ops, i)
                 count = _loop_saved(loop, count, saved)
         else:
             count += 1
@@ -157,9 +165,8 @@ def per_op_reruns(ops: list[OpCost]) -> list[float]:
     and gate, residual adds, casts) is not saved, and since the backward pass needs the inputs of the matmuls it
     saved the outputs of, runs again. Simplification: the last residual add, which an early stop of the recompute
     may skip, is counted."""
-    saved = per_op_saved(ops)
-    return [0.0 if op.phase != "fwd" or op.kind in ("collective", "attention") else
-            1.0 - share if op.kind == "gemm" else 1.0 for op, share in zip(ops, saved, strict=True)]
+    return [0.0 if op.phase != "fwd" or op.kind == "collective" or op.kind == "attention" else
+            1.0 - share if op.kind == "gemm" else 1.0 for op, share in zip(ops, per_op_saved(ops), strict=True)]
 
 
 def compiled(stack: Stack) -> bool:
@@ -223,10 +230,10 @@ def rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[float]:
     """Per op: the share of its forward kernels (1: all, 0: none) that the selective recompute of ``modules`` runs
     again in the backward pass; a share between under a per-op policy (``per_op_reruns``: for-loop experts)."""
     patterns = _patterns(modules, "reruns")
-    named = [float(op.phase == "fwd" and op.kind != "collective" and _matches(op.name, patterns)) for op in ops]
+    named: list[float] = [op.phase == "fwd" and op.kind != "collective" and _matches(op.name, patterns) for op in ops]
     if not per_op(modules):
         return named
-    return [max(a, b) for a, b in zip(named, per_op_reruns(ops), strict=True)]
+    return [1.0 if a else b for a, b in zip(named, per_op_reruns(ops), strict=True)]
 
 
 def tp_rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[bool]:
