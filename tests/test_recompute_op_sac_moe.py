@@ -4,8 +4,9 @@ its policy counts aten.mm calls only, force-recomputes the router gate's mm unco
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 
+import numpy as np
 import pytest
 
 from meshplan.cost.layers import moe_layer
@@ -89,3 +90,27 @@ def test_keeping_more_never_lowers_peak_memory():
     plan = OP_SAC
     more = estimate(MIXTRAL, h200, plan, LOOP).peak_memory - estimate(MIXTRAL, h200, plan, GROUPED).peak_memory
     assert 31 * T * (84096 - 18560) <= more <= 32 * T * (84096 - 18560)
+
+
+def _batched(records):
+    """One record whose numeric fields differing across ``records`` are arrays, one element each (the search's
+    grid of plans)."""
+    values = {}
+    for f in fields(records[0]):
+        column = [getattr(r, f.name) for r in records]
+        if is_dataclass(column[0]):
+            values[f.name] = _batched(column)
+        elif type(column[0]) in (int, float) and len(set(column)) > 1:
+            values[f.name] = np.array(column, dtype=float)
+    return replace(records[0], **values)
+
+
+def test_a_grid_of_expert_parallel_sizes_keeps_and_reruns_what_each_plan_does():
+    """The search prices plans as arrays (xp.py): the layer's records batched over ep 1, 2, 4 and 8 keep and rerun,
+    element by element, what each plan's records do alone (all-to-all outputs only where ep > 1)."""
+    layers = [moe_layer(MIXTRAL, replace(OP_SAC, ep=ep), LOOP) for ep in (1, 2, 4, 8)]
+    grid = [_batched(list(records)) for records in zip(*layers, strict=True)]
+    assert list(per_op_kept(grid)) == [per_op_kept(ops) for ops in layers]
+    alone = [per_op_reruns(ops) for ops in layers]
+    for i, share in enumerate(per_op_reruns(grid)):
+        assert list(np.broadcast_to(share, 4)) == [again[i] for again in alone]

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from meshplan.cost.records import ACT_BYTES, FP32, OpCost
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num
+from meshplan.xp import Num, where
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,21 +108,29 @@ EXPERTS = "moe/experts/"
 EXCHANGES = ("moe/dispatch", "moe/combine")
 
 
-def _loop_saved(loop: list[tuple[int, OpCost, int]], count: int, saved: list[float]) -> int:
+def _halves(g: Num) -> tuple[Num, Num]:
+    """(ceil(g/2), floor(g/2)) of ``g`` experts, one plan's or an array of plans'."""
+    if type(g) in (int, float):
+        return float((int(g) + 1) // 2), float(int(g) // 2)
+    return np.floor((g + 1) / 2), np.floor(g / 2)
+
+
+def _loop_saved(loop: list[tuple[int, OpCost, int]], count: Num, saved: list[Num]) -> Num:
     """The for-loop experts' share of each record's output the policy saves, into ``saved``: ``loop`` holds
     (index, record, aten.mm calls per expert) in the order each expert runs them (w1, w3 of a gated fc1, then fc2's
-    w2), ``count`` the block's mm count before the loop. Expert e's j-th call (of p a expert) is the
+    w2), ``count`` the block's mm count before the loop. Expert e's j-th call (of p an expert) is the
     (count + p·e + j)-th mm, saved when odd: with p even every expert saves the same calls, with p odd the saved
     calls alternate by expert, ceil(g/2) or floor(g/2) of the g experts. Returns the count after the loop."""
     p = sum(calls for _, _, calls in loop)
-    g = max(int(round(float(loop[0][1].groups))), 1)
+    g = loop[0][1].groups
+    up, down = _halves(g)
     j = 0
     for i, _, calls in loop:
         for _ in range(calls):
             j += 1
             odd = (count + j) % 2 == 1
-            experts = (g if odd else 0) if p % 2 == 0 else ((g + 1) // 2 if odd else g // 2)
-            saved[i] += experts / (g * calls)
+            experts = where(odd, g, 0.0) if p % 2 == 0 else where(odd, up, down)
+            saved[i] = saved[i] + experts / (g * calls)
     return count + p * g
 
 
@@ -128,19 +138,34 @@ def _loop(ops: list[OpCost], first: int) -> list[tuple[int, OpCost, int]]:
     """The for-loop experts' forward GEMM records from ``first`` on, with their aten.mm calls per expert: a gated
     fc1 record is w1 and w3, two (twice as wide as fc2 is deep), any other one."""
     gemms = [(i, op) for i, op in enumerate(ops) if i >= first and op.phase == "fwd" and op.kind == "gemm"
-             and op.name.startswith(EXPERTS) and op.launches]
-    gated = {float(2 * op.k) for _, op in gemms if op.name.endswith("/fc2")}
-    return [(i, op, 2 if op.name.endswith("/fc1") and float(op.n) in gated else 1) for i, op in gemms]
+             and op.name.startswith(EXPERTS) and not _zero(op.launches)]
+    depth = [op.k for _, op in gemms if op.name.endswith("/fc2")]
+    gated = bool(depth) and bool(np.all(np.asarray([op.n for _, op in gemms if op.name.endswith("/fc1")][:1])
+                                        == 2 * np.asarray(depth[0])))
+    return [(i, op, 2 if op.name.endswith("/fc1") and gated else 1) for i, op in gemms]
 
 
-def per_op_saved(ops: list[OpCost]) -> list[float]:
+def _zero(x: Num) -> bool:
+    """``x`` is a plain zero (no share, no launches); an array counts as not."""
+    return type(x) in (bool, int, float) and x == 0
+
+
+def rerun_part(share: Num, x: Num) -> Num:
+    """``x`` (an op's time, FLOPs or launches) times the share of it run again (``rerun_by``): ``x`` itself for all
+    of it and 0.0 for none, so that sums stay scalar and exact where no share is partial."""
+    if type(share) in (bool, int, float):
+        return x if share == 1 else 0.0 if share == 0 else share * x
+    return share * x
+
+
+def per_op_saved(ops: list[OpCost]) -> list[Num]:
     """Per op of one layer, in the order the block runs them: the share of its output torchtitan's per-op SAC saves
     (0 to 1). Its policy counts the block's aten.mm calls and saves the odd ones' outputs (the 1st, 3rd, ...: Llama's
     wq, wv, w1 and w2) and the attention kernel's; a MoE layer's router is neither counted nor saved, grouped
     experts are not saved, for-loop experts are counted call by call (``ROUTER``, ``_loop_saved``)."""
-    saved = [0.0] * len(ops)
+    saved: list[Num] = [0.0] * len(ops)
     loop: list[tuple[int, OpCost, int]] = []
-    count = 0
+    count: Num = 0.0
     for i, op in enumerate(ops):
         if op.phase != "fwd":
             continue
@@ -149,16 +174,16 @@ def per_op_saved(ops: list[OpCost]) -> list[float]:
         elif op.kind != "gemm" or op.name == ROUTER or op.name.startswith(ROUTER + "/"):
             continue
         elif op.name.startswith(EXPERTS):
-            if op.launches and not loop:
+            if not loop and not _zero(op.launches):
                 loop = _loop(ops, i)
                 count = _loop_saved(loop, count, saved)
         else:
-            count += 1
-            saved[i] = float(count % 2)
+            count = count + 1
+            saved[i] = count % 2
     return saved
 
 
-def per_op_reruns(ops: list[OpCost]) -> list[float]:
+def per_op_reruns(ops: list[OpCost]) -> list[Num]:
     """Per op of one layer: the share of its forward kernels torchtitan's per-op SAC runs again. The matmuls whose
     output it does not save (``per_op_saved``: Llama's wk, wo, w3) run again; the attention kernel, whose output is
     saved, and the collectives (the TP gathers: ``tp_rerun_by``) do not; every other op (norms, RoPE, the activation
@@ -217,20 +242,21 @@ def per_op_kept(ops: list[OpCost], compiled: bool = False) -> Num:
     for i, (op, share) in enumerate(zip(ops, saved, strict=True)):
         if op.phase != "fwd" or i == dropped:
             continue
-        if op.kind == "gemm" and share:
-            kept = kept + share * op.m * op.n * op.groups * ACT_BYTES
+        if op.kind == "gemm":
+            kept = kept if _zero(share) else kept + share * op.m * op.n * op.groups * ACT_BYTES
         elif op.kind == "attention":
             kept = kept + op.m * (op.k * ACT_BYTES + FP32)
-        elif op.name in EXCHANGES and op.collective is not None and op.collective.group > 1:
-            kept = kept + op.nbytes  # the all-to-all's output: as many rows as it sends (balanced routing)
+        elif op.name in EXCHANGES and op.collective is not None:
+            # the all-to-all's output, as many rows as it sends (balanced routing), where there is one (ep > 1)
+            kept = kept + where(op.collective.group > 1, op.nbytes, 0.0)
     return kept
 
 
-def rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[float]:
+def rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[Num]:
     """Per op: the share of its forward kernels (1: all, 0: none) that the selective recompute of ``modules`` runs
     again in the backward pass; a share between under a per-op policy (``per_op_reruns``: for-loop experts)."""
     patterns = _patterns(modules, "reruns")
-    named: list[float] = [op.phase == "fwd" and op.kind != "collective" and _matches(op.name, patterns) for op in ops]
+    named: list[Num] = [op.phase == "fwd" and op.kind != "collective" and _matches(op.name, patterns) for op in ops]
     if not per_op(modules):
         return named
     return [1.0 if a else b for a, b in zip(named, per_op_reruns(ops), strict=True)]
