@@ -12,7 +12,7 @@ from meshplan.cli import main
 from meshplan.configs import emit, read
 from meshplan.cost.layers import dense_layer, moe_layer
 from meshplan.cost.recompute import compiled as compiled_stack
-from meshplan.cost.recompute import per_op_kept, per_op_reruns, rerun_by, residual_only, tp_rerun_by
+from meshplan.cost.recompute import per_op_kept, per_op_reruns, per_op_saved, rerun_by, residual_only, tp_rerun_by
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.memory import layer_input_bytes
@@ -89,7 +89,8 @@ def test_under_torch_compile_the_block_keeps_no_output_only_the_residual_reads()
 
 def test_compiled_a_moe_layer_keeps_the_experts_output_the_scores_weight():
     """A MoE layer's forward GEMMs in order are wq, wk, wv, wo, the router, the experts' fc1 and fc2 (Mixtral 8x7B:
-    no shared experts, no latent): the policy saves the 1st, 3rd, 5th and 7th. The experts' fc2 output, its last
+    no shared experts, no latent): the policy saves wq, wv and, expert by expert, half of the experts' w1, w3 and w2
+    calls (test_recompute_op_sac_moe). The experts' fc2 output, its last
     GEMM's, is weighted by the router's scores after the experts (torchtitan's MoE, score_before_experts=False), so the
     scores' gradient reads it and the compiled graph keeps it (cost/recompute.residual_only): compiled and eager keep
     the same bytes. With shared experts (Llama 4 Scout) the last GEMM is the shared experts' fc2, which only the sum
@@ -102,7 +103,7 @@ def test_compiled_a_moe_layer_keeps_the_experts_output_the_scores_weight():
     assert residual_only(ops) == -1
     assert per_op_kept(ops, compiled=True) == per_op_kept(ops)
     fc2 = ops[gemms[-1][0]]
-    assert not per_op_reruns(ops)[gemms[-1][0]]  # the 7th: saved
+    assert per_op_saved(ops)[gemms[-1][0]] == 0.5  # w2 of every other expert (test_recompute_op_sac_moe)
     tokens = OP_SAC.micro_batch * model.seq_length
     assert fc2.m * fc2.n * fc2.groups == tokens * model.moe_topk * 4096  # top-2 rows of width 4096
     scout = load_model("llama4-scout")

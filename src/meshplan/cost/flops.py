@@ -18,7 +18,7 @@ from meshplan.cost.attention import head_dims
 from meshplan.cost.dsa import indexer_flops_per_token
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.params import layers_on_first
-from meshplan.cost.recompute import rerun_by
+from meshplan.cost.recompute import rerun_by, rerun_part
 from meshplan.cost.records import OpCost, token_rows
 from meshplan.specs.mixer_params import attention_spec
 from meshplan.specs.model import ModelSpec
@@ -166,5 +166,5 @@ def module_flops_per_token(model: ModelSpec, plan: Plan, stack: Stack, modules: 
     for kind, layer in kinds.items():
         again = rerun_by(layer, modules)
         layers = counts[kind] + model.mtp_layers * model.mtp_kinds.count(kind)
-        total += layers * sum(op.flops for op, redo in zip(layer, again, strict=True) if redo)
+        total += layers * sum(rerun_part(redo, op.flops) for op, redo in zip(layer, again, strict=True))
     return float(total * plan.tp / tokens)

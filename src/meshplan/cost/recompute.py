@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from meshplan.cost.records import ACT_BYTES, FP32, OpCost
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num
+from meshplan.xp import Num, where
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,8 @@ RECOMPUTE_MODULES: dict[str, Recompute] = {
     # mode "selective", selective_ac_option "op"; pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py at
     # ba2469780, the December 2024 benchmarks' commit: _save_list and _custom_policy). Its policy saves the outputs
     # of aten.mm except every second one in the block's order, of the flash / efficient attention kernels and of
-    # the TP reduce-scatters, and recomputes every other op: per_op_reruns, per_op_kept
+    # the TP reduce-scatters, and recomputes every other op; torchtitan 0.2.2's MoE layer as ROUTER and EXPERTS say:
+    # per_op_saved, per_op_reruns, per_op_kept
     "op_sac": Recompute((), (), per_op=True),
 }
 
@@ -89,24 +92,106 @@ def per_op(modules: tuple[str, ...]) -> bool:
     return any(RECOMPUTE_MODULES[m].per_op for m in modules)
 
 
-def per_op_reruns(ops: list[OpCost]) -> list[bool]:
-    """Per op of one layer, in the order the block runs them: a forward kernel torchtitan's per-op SAC runs again.
-    Its policy counts the block's matmuls and saves the odd ones' outputs (the 1st, 3rd, ...: Llama's wq, wv, w1 and
-    w2), so the even ones (wk, wo, w3) run again; the attention kernel's output is saved; every other op (norms,
-    RoPE, the activation and gate, residual adds, casts) is not saved, and since the backward pass needs the
-    inputs of the matmuls it saved the outputs of, runs again. Simplification: the last residual add, which an early
-    stop of the recompute may skip, is counted."""
-    out: list[bool] = []
-    gemms = 0
-    for op in ops:
-        if op.phase != "fwd" or op.kind == "collective":
-            out.append(False)
-        elif op.kind == "gemm":
-            gemms += 1
-            out.append(gemms % 2 == 0)
+# torchtitan 0.2.2's per-op policy on a MoE layer (pytorch/torchtitan @73a0e697, tag v0.2.2):
+# - distributed/activation_checkpoint.py _custom_policy counts aten.mm only; config/job_config.py's default
+#   per_op_sac_force_recompute_mm_shapes_by_fqns = ["moe.router.gate"] makes every mm of the router gate's shape
+#   PREFER_RECOMPUTE before it is counted: the router runs again, uncounted and unsaved (``ROUTER``);
+# - models/llama4/infra/parallelize.py _op_sac_save_list holds aten.mm, not aten._grouped_mm: the grouped experts
+#   (models/moe/moe.py _run_experts_grouped_mm) are never saved and never counted; the for-loop experts
+#   (_run_experts_for_loop, the per-expert path: ``OpCost.launches`` set by mlp_moe.host_launched) run
+#   torch.matmul of 2-D slices, aten.mm: w1, w3 (gated) and w2 per local expert, each counted (``_loop_saved``);
+# - the same list holds _c10d_functional.all_to_all_single (and DeepEP's dispatch / combine): with expert
+#   parallelism the dispatch's and the combine's outputs stay saved (distributed/expert_parallel.py
+#   all_to_all_single_autograd), so neither runs again (``tp_rerun_by`` reruns TP collectives only).
+ROUTER = "moe/router"
+EXPERTS = "moe/experts/"
+EXCHANGES = ("moe/dispatch", "moe/combine")
+
+
+def _halves(g: Num) -> tuple[Num, Num]:
+    """(ceil(g/2), floor(g/2)) of ``g`` experts, one plan's or an array of plans'."""
+    if type(g) in (int, float):
+        return float((int(g) + 1) // 2), float(int(g) // 2)
+    return np.floor((g + 1) / 2), np.floor(g / 2)
+
+
+def _loop_saved(loop: list[tuple[int, OpCost, int]], count: Num, saved: list[Num]) -> Num:
+    """The for-loop experts' share of each record's output the policy saves, into ``saved``: ``loop`` holds
+    (index, record, aten.mm calls per expert) in the order each expert runs them (w1, w3 of a gated fc1, then fc2's
+    w2), ``count`` the block's mm count before the loop. Expert e's j-th call (of p an expert) is the
+    (count + p·e + j)-th mm, saved when odd: with p even every expert saves the same calls, with p odd the saved
+    calls alternate by expert, ceil(g/2) or floor(g/2) of the g experts. Returns the count after the loop."""
+    p = sum(calls for _, _, calls in loop)
+    g = loop[0][1].groups
+    up, down = _halves(g)
+    j = 0
+    for i, _, calls in loop:
+        for _ in range(calls):
+            j += 1
+            odd = (count + j) % 2 == 1
+            experts = where(odd, g, 0.0) if p % 2 == 0 else where(odd, up, down)
+            saved[i] = saved[i] + experts / (g * calls)
+    return count + p * g
+
+
+def _loop(ops: list[OpCost], first: int) -> list[tuple[int, OpCost, int]]:
+    """The for-loop experts' forward GEMM records from ``first`` on, with their aten.mm calls per expert: a gated
+    fc1 record is w1 and w3, two (twice as wide as fc2 is deep), any other one."""
+    gemms = [(i, op) for i, op in enumerate(ops) if i >= first and op.phase == "fwd" and op.kind == "gemm"
+             and op.name.startswith(EXPERTS) and not _zero(op.launches)]
+    depth = [op.k for _, op in gemms if op.name.endswith("/fc2")]
+    gated = bool(depth) and bool(np.all(np.asarray([op.n for _, op in gemms if op.name.endswith("/fc1")][:1])
+                                        == 2 * np.asarray(depth[0])))
+    return [(i, op, 2 if op.name.endswith("/fc1") and gated else 1) for i, op in gemms]
+
+
+def _zero(x: Num) -> bool:
+    """``x`` is a plain zero (no share, no launches); an array counts as not."""
+    return type(x) in (bool, int, float) and x == 0
+
+
+def rerun_part(share: Num, x: Num) -> Num:
+    """``x`` (an op's time, FLOPs or launches) times the share of it run again (``rerun_by``): ``x`` itself for all
+    of it and 0.0 for none, so that sums stay scalar and exact where no share is partial."""
+    if type(share) in (bool, int, float):
+        return x if share == 1 else 0.0 if share == 0 else share * x
+    return share * x
+
+
+def per_op_saved(ops: list[OpCost]) -> list[Num]:
+    """Per op of one layer, in the order the block runs them: the share of its output torchtitan's per-op SAC saves
+    (0 to 1). Its policy counts the block's aten.mm calls and saves the odd ones' outputs (the 1st, 3rd, ...: Llama's
+    wq, wv, w1 and w2) and the attention kernel's; a MoE layer's router is neither counted nor saved, grouped
+    experts are not saved, for-loop experts are counted call by call (``ROUTER``, ``_loop_saved``)."""
+    saved: list[Num] = [0.0] * len(ops)
+    loop: list[tuple[int, OpCost, int]] = []
+    count: Num = 0.0
+    for i, op in enumerate(ops):
+        if op.phase != "fwd":
+            continue
+        if op.kind == "attention":
+            saved[i] = 1.0
+        elif op.kind != "gemm" or op.name == ROUTER or op.name.startswith(ROUTER + "/"):
+            continue
+        elif op.name.startswith(EXPERTS):
+            if not loop and not _zero(op.launches):
+                loop = _loop(ops, i)
+                count = _loop_saved(loop, count, saved)
         else:
-            out.append(op.kind != "attention")
-    return out
+            count = count + 1
+            saved[i] = count % 2
+    return saved
+
+
+def per_op_reruns(ops: list[OpCost]) -> list[Num]:
+    """Per op of one layer: the share of its forward kernels torchtitan's per-op SAC runs again. The matmuls whose
+    output it does not save (``per_op_saved``: Llama's wk, wo, w3) run again; the attention kernel, whose output is
+    saved, and the collectives (the TP gathers: ``tp_rerun_by``) do not; every other op (norms, RoPE, the activation
+    and gate, residual adds, casts) is not saved, and since the backward pass needs the inputs of the matmuls it
+    saved the outputs of, runs again. Simplification: the last residual add, which an early stop of the recompute
+    may skip, is counted."""
+    return [0.0 if op.phase != "fwd" or op.kind == "collective" or op.kind == "attention" else
+            1.0 - share if op.kind == "gemm" else 1.0 for op, share in zip(ops, per_op_saved(ops), strict=True)]
 
 
 def compiled(stack: Stack) -> bool:
@@ -136,8 +221,10 @@ def residual_only(ops: list[OpCost]) -> int:
 
 def per_op_kept(ops: list[OpCost], compiled: bool = False) -> Num:
     """Bytes torchtitan's per-op SAC keeps of one layer besides the block's input: the 16-bit outputs (m·n, of each
-    group of a grouped GEMM) of the matmuls it saves (``per_op_reruns``' odd ones) and the attention kernel's output
-    (queries·heads × head dim) with its fp32 log-sum-exp per query and head.
+    group of a grouped GEMM) of the matmuls it saves, in the share it saves them (``per_op_saved``: the odd ones; half
+    of a for-loop expert record's calls, by expert, none of grouped experts'), the attention kernel's output
+    (queries·heads × head dim) with its fp32 log-sum-exp per query and head, and with expert parallelism the
+    dispatch's and the combine's all-to-all outputs (``EXCHANGES``).
 
     ``compiled`` (the block under torch.compile): less the output the policy saves of the GEMM only the residual add
     reads (``residual_only``: Llama's w2, the 7th; a MoE layer's routed experts' fc2 stays, the scores' gradient reads
@@ -149,26 +236,30 @@ def per_op_kept(ops: list[OpCost], compiled: bool = False) -> Num:
     out saved values that don't actually end up being used by the backwards pass"). 128 MiB a layer at 16,384 tokens
     of width 4096: torchtitan's eager 8B runs read 5.4 and 5.0 GiB above their compiled twins at FSDP 8 and 128 (32
     layers: 4.0 GiB of it)."""
-    again = per_op_reruns(ops)
+    saved = per_op_saved(ops)
     dropped = residual_only(ops) if compiled else -1
     kept: Num = 0.0
-    for i, (op, redo) in enumerate(zip(ops, again, strict=True)):
+    for i, (op, share) in enumerate(zip(ops, saved, strict=True)):
         if op.phase != "fwd" or i == dropped:
             continue
-        if op.kind == "gemm" and not redo:
-            kept = kept + op.m * op.n * op.groups * ACT_BYTES
+        if op.kind == "gemm":
+            kept = kept if _zero(share) else kept + share * op.m * op.n * op.groups * ACT_BYTES
         elif op.kind == "attention":
             kept = kept + op.m * (op.k * ACT_BYTES + FP32)
+        elif op.name in EXCHANGES and op.collective is not None:
+            # the all-to-all's output, as many rows as it sends (balanced routing), where there is one (ep > 1)
+            kept = kept + where(op.collective.group > 1, op.nbytes, 0.0)
     return kept
 
 
-def rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[bool]:
-    """Per op: a forward kernel that the selective recompute of ``modules`` runs again in the backward pass."""
+def rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[Num]:
+    """Per op: the share of its forward kernels (1: all, 0: none) that the selective recompute of ``modules`` runs
+    again in the backward pass; a share between under a per-op policy (``per_op_reruns``: for-loop experts)."""
     patterns = _patterns(modules, "reruns")
-    named = [op.phase == "fwd" and op.kind != "collective" and _matches(op.name, patterns) for op in ops]
+    named: list[Num] = [op.phase == "fwd" and op.kind != "collective" and _matches(op.name, patterns) for op in ops]
     if not per_op(modules):
         return named
-    return [a or b for a, b in zip(named, per_op_reruns(ops), strict=True)]
+    return [1.0 if a else b for a, b in zip(named, per_op_reruns(ops), strict=True)]
 
 
 def tp_rerun_by(ops: list[OpCost], modules: tuple[str, ...]) -> list[bool]:
