@@ -222,17 +222,19 @@ def test_megatron_core_configs_take_the_megatron_bridge_overrides(name, gpus, ba
         assert ddp.use_distributed_optimizer == optimizer.use_distributed_optimizer == (est.plan.zero >= 1)
 
 
-def test_megatron_core_builds_the_flex_dispatcher_of_the_megatron_bridge_overrides():
-    """A flex stack's overrides: the dispatcher, its backend and the shared-expert overlap off (which Megatron-Core
-    refuses under flex, and DeepSeek's recipe sets) build Megatron-Core's TransformerConfig and read back."""
+@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
+def test_megatron_core_builds_the_flex_dispatcher_of_the_megatron_bridge_overrides(backend):
+    """A flex stack's overrides: the dispatcher, its backend (the stack's: Stack.flex_backend) and the shared-expert
+    overlap off (which Megatron-Core refuses under flex, and DeepSeek's recipe sets) build Megatron-Core's
+    TransformerConfig and read back."""
     from meshplan.configs import read
 
     model, plans = _plans("megatron-bridge", "qwen3-30b-a3b", 16, 128)
-    flex = plans[0].stack.with_(moe_dispatcher="flex")
+    flex = plans[0].stack.with_(moe_dispatcher="flex", flex_backend=backend)
     text = emit("nemo", model, plans[0].plan, flex)
     overrides = _overrides(text)["model"]
     config = _transformer_config(_shape(model) | overrides | {"moe_shared_expert_overlap": True} | overrides)
-    assert (config.moe_token_dispatcher_type, config.moe_flex_dispatcher_backend) == ("flex", "deepep")
+    assert (config.moe_token_dispatcher_type, config.moe_flex_dispatcher_backend) == ("flex", backend)
     assert config.moe_shared_expert_overlap is False
     assert read("nemo", model, 16, text=text) == (plans[0].plan, flex)
     with pytest.raises(ValueError, match="moe_shared_expert_overlap only works with alltoall"):

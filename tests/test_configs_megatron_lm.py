@@ -264,24 +264,33 @@ FLEX = [("deepseek-v3", {"pp": 4, "dp": 2, "ep": 2, "last_stage_layers": 13}), (
 
 
 def test_the_flex_dispatcher_is_written_as_megatron_lm_runs_it_and_read_back(tmp_path, megatron):
-    """`--moe-token-dispatcher-type flex` with its backend named (DeepEP) is what Megatron-LM builds its
-    TransformerConfig with, and reads back as the flex stack; DeepEP under the alltoall dispatcher is refused by
-    Megatron-Core and by the reader alike, and flex at tp = ep = 1 (which Megatron-Core's dispatcher asserts against)
-    is refused by the writer."""
+    """`--moe-token-dispatcher-type flex` with its backend named (DeepEP, or HybridEP where the stack says so) is what
+    Megatron-LM builds its TransformerConfig with, and reads back as the flex stack with that backend; DeepEP under
+    the alltoall dispatcher is refused by Megatron-Core and by the reader alike, and flex at tp = ep = 1 (which
+    Megatron-Core's dispatcher asserts against) is refused by the writer."""
     stack = MCORE.with_(moe_dispatcher="flex")
     cases, texts = [], []
     for name, fields in FLEX:
         plan = replace(_basic_plan(name), **fields)
         texts.append((name, plan, emit("megatron", load_model(name), plan, stack)))
         cases.append(_case(tmp_path, texts[-1][2], plan.num_gpus, f"{name} flex"))
+    # the stack's backend is the one written: HybridEP (Stack.flex_backend), as Megatron-Bridge's Qwen3-30B H100 recipe
+    hybrid = stack.with_(flex_backend="hybridep")
+    name, fields = FLEX[1]
+    plan = replace(_basic_plan(name), **fields)
+    hybrid_text = emit("megatron", load_model(name), plan, hybrid)
+    assert "--moe-flex-dispatcher-backend hybridep" in hybrid_text
+    cases.append(_case(tmp_path, hybrid_text, plan.num_gpus, f"{name} flex hybridep"))
     deepep_alltoall = texts[0][2].replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type alltoall") \
         .replace("--moe-flex-dispatcher-backend deepep", "--moe-enable-deepep")
     cases.append(_case(tmp_path, deepep_alltoall, 16, "deepep under alltoall"))
-    *verdicts, refused = [v for _, v in _verdicts(megatron, cases)]
+    *verdicts, hybrid_verdict, refused = [v for _, v in _verdicts(megatron, cases)]
     assert all(v["ok"] and v["dispatcher"] == ["flex", "deepep"] for v in verdicts), verdicts
+    assert hybrid_verdict["ok"] and hybrid_verdict["dispatcher"] == ["flex", "hybridep"], hybrid_verdict
     assert not refused["ok"] and "only supported with flex token dispatcher" in refused["error"]
     for name, plan, text in texts:
         assert read("megatron", load_model(name), plan.num_gpus, text=text) == (plan, stack)
+    assert read("megatron", load_model(name), plan.num_gpus, text=hybrid_text) == (plan, hybrid)
     with pytest.raises(SpecError, match="only with --moe-token-dispatcher-type flex"):
         read("megatron", load_model("deepseek-v3"), 16, text=deepep_alltoall)
     single = replace(_basic_plan("qwen3-30b-a3b"), tp=1, ep=1, dp=8, sequence_parallel=False)

@@ -1,6 +1,6 @@
-"""DeepEP's normal kernels (dispatch.py): a token crosses the network once per node it hits, not once per copy; the
-serving engines that run them (engine moe_comm "deepep") price their prompt iterations so and their decode steps as
-before."""
+"""DeepEP's normal kernels and HybridEP (dispatch.py): a token crosses the network once per node it hits, not once
+per copy, at each backend's own measured rate; the serving engines that run DeepEP (engine moe_comm "deepep") price
+their prompt iterations so and their decode steps as before."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ def test_forwarding_sends_a_token_once_to_each_node_it_hits():
     """EP32 over 4 H100 nodes (NVLink 450 GB/s x 0.8, one 400 Gb/s NIC a GPU, 50 GB/s x 0.9). The plain all-to-all
     sends 24/32 of its 470 MB of copies over the network: 352 MB / 45 GB/s = 7.83 ms. Forwarded, each of the 8,192
     tokens (7,168 bytes) goes to 3 × (1 − 0.0964) = 2.71 other nodes at DeepEP's measured NIC rate over 4 nodes,
-    0.863 x 50 GB/s (dispatch.NIC_SHARES): 159 MB / 43.15 GB/s = 3.69 ms, while NVLink fans out 7/8 of the copies,
-    411 MB / 360 GB/s = 1.14 ms, beside it. Both pay 7 × 3 + 3 × 5 = 36 µs of latency."""
+    0.863 x 50 GB/s (its NIC-bound point: specs/stack_variants.py "flex_backend"): 159 MB / 43.15 GB/s = 3.69 ms,
+    while NVLink fans out 7/8 of the copies, 411 MB / 360 GB/s = 1.14 ms, beside it. Both pay 7 × 3 + 3 × 5 = 36 µs
+    of latency."""
     cluster = H100.cluster(32)
     latency = 7 * 3e-6 + 3 * 5e-6
     plain = collective_time("all_to_all", SENT, 32, 1, cluster)
@@ -50,24 +51,70 @@ def test_forwarding_sends_a_token_once_to_each_node_it_hits():
 
 
 def test_deepep_share_of_the_nic_is_priced_by_the_nodes_spanned():
-    """DeepEP's internode table (docs/legacy.md @ dd758ca; dispatch.py): EP 16 over 2 nodes reads 43 / 43 GB/s of
-    logical traffic, half of it its own node's: 21.5 / 50 GB/s = 0.43 of the NIC; EP 32 over 4 nodes 58 / 57 GB/s,
-    3/4 on the NIC: (43.5 + 42.75) / 2 / 50 = 0.863; EP 64 over 8 nodes 51 / 50 GB/s, 3.5/4 on the NIC: 0.884.
-    Between them linear in log2(nodes): 3 nodes 0.43 + (0.863 − 0.43) × log2(1.5) = 0.683; beyond 8 the last."""
+    """DeepEP's internode table (docs/legacy.md @ dd758ca; dispatch.py) on a 400 Gb/s NIC (50 GB/s): EP 16 over 2
+    nodes reads 43 / 43 GB/s of logical traffic, half of it its own node's: 21.5 / 50 GB/s = 0.43 of the NIC (a
+    kernel limit: NIC-bound it would read ~87 logical); EP 32 over 4 nodes 58 / 57 GB/s, 3/4 on the NIC:
+    (43.5 + 42.75) / 2 / 50 = 0.863; EP 64 over 8 nodes 51 / 50 GB/s, 3.5/4 on the NIC: 0.884. Between them linear in
+    log2(nodes): 3 nodes 0.43 + (0.863 − 0.43) × log2(1.5) = 0.683; beyond 8 the last."""
     from meshplan.collectives.dispatch import nic_share
 
-    assert nic_share(2) == pytest.approx(43 / 2 / 50)
-    assert nic_share(4) == pytest.approx((58 + 57) / 2 * 3 / 4 / 50, abs=1e-3)
-    assert nic_share(8) == pytest.approx((51 + 50) / 2 * 3.5 / 4 / 50, abs=1e-3)
-    assert nic_share(3) == pytest.approx(0.43 + (0.863 - 0.43) * np.log2(1.5))
-    assert nic_share(64) == nic_share(8) and nic_share(1) == nic_share(2)
-    assert list(nic_share(np.array([2.0, 4.0, 8.0]))) == pytest.approx([0.43, 0.863, 0.884])
+    nic = 50e9
+    assert nic_share(2, nic) == pytest.approx(43 / 2 / 50)
+    assert nic_share(4, nic) == pytest.approx((58 + 57) / 2 * 3 / 4 / 50, abs=1e-3)
+    assert nic_share(8, nic) == pytest.approx((51 + 50) / 2 * 3.5 / 4 / 50, abs=1e-3)
+    assert nic_share(3, nic) == pytest.approx(0.43 + (0.863 - 0.43) * np.log2(1.5))
+    assert nic_share(64, nic) == nic_share(8, nic) and nic_share(1, nic) == nic_share(2, nic)
+    assert list(nic_share(np.array([2.0, 4.0, 8.0]), nic)) == pytest.approx([0.43, 0.863, 0.884])
     # EP 16 over 2 nodes: one other node, hit by all but 1 in 300 tokens (Qwen3-30B-A3B: top-8 of 128, 64 a node),
     # at 0.43 of the NIC; a larger group never prices the share lower
     cluster = H100.cluster(16)
     network = TOKENS * HIDDEN * (1 - node_miss(128, K, 64)) / (0.43 * 50e9)
     assert forwarded_time(SENT, K, 128, 16, 1, cluster) == pytest.approx(network + 7 * 3e-6 + 5e-6)
-    shares = [nic_share(n) for n in (1, 2, 3, 4, 6, 8, 16)]
+
+
+def test_the_two_node_kernel_limit_is_absolute_and_the_nic_bound_points_scale_with_the_nic():
+    """The 2-node point is the kernel's 43 GB/s logical (21.5 GB/s on the NIC), not a share: on an 800 Gb/s NIC
+    (100 GB/s: ConnectX-8) it is 21.5 / 100 = 0.215 of it, the same bytes/s, while the NIC-bound 4- and 8-node points
+    keep their shares (0.863 x 100 = 86.3 GB/s). On a 200 Gb/s NIC (25 GB/s) the kernel's 21.5 GB/s would be 0.86
+    of it: capped at the NIC-bound share over 4 nodes, 0.863, it stays 0.86."""
+    from meshplan.collectives.dispatch import nic_share
+
+    assert nic_share(2, 100e9) == pytest.approx(21.5 / 100)
+    assert nic_share(2, 100e9) * 100e9 == pytest.approx(nic_share(2, 50e9) * 50e9)  # the same absolute rate
+    assert nic_share(4, 100e9) == pytest.approx(0.863) and nic_share(8, 100e9) == pytest.approx(0.884)
+    assert nic_share(2, 25e9) == pytest.approx(21.5 / 25)
+    assert nic_share(2, 20e9) == pytest.approx(0.863)  # 21.5 / 20 > 1: the NIC binds, at its measured share
+
+
+def test_hybridep_is_priced_at_its_own_h100_table():
+    """HybridEP's H100 table (DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md), Torch API at
+    Megatron-Core's 16 SMs, BF16 dispatch / combine averaged, logical GB/s with the sender's node counted:
+    16 ranks (54.47 + 53.35) / 2 = 53.91, 1/2 on the NIC: 26.96 / 50 = 0.539; 32 ranks (47.36 + 52.53) / 2 = 49.945,
+    3/4 on it: 0.749; 64 ranks (41.24 + 46.57) / 2 = 43.905, 7/8: 0.768. All three are kernel limits: its kernels
+    alone reach (57.69 + 57.46) / 2 x 3/4 / 50 = 0.864 and (49.97 + 49.77) / 2 x 7/8 / 50 = 0.873 of the NIC over 4
+    and 8 nodes, the caps on a slow NIC. Qwen3-30B-A3B's EP 16 over 2 H100 nodes: 0.539 of the NIC, not DeepEP's
+    0.43."""
+    from meshplan.collectives.dispatch import nic_share
+
+    nic = 50e9
+    assert nic_share(2, nic, "hybridep") == pytest.approx((54.47 + 53.35) / 2 / 2 / 50)
+    assert nic_share(4, nic, "hybridep") == pytest.approx((47.36 + 52.53) / 2 * 3 / 4 / 50)
+    assert nic_share(8, nic, "hybridep") == pytest.approx((41.24 + 46.57) / 2 * 7 / 8 / 50)
+    assert nic_share(8, 10e9, "hybridep") == pytest.approx((49.97 + 49.77) / 2 * 7 / 8 / 50, abs=1e-4)
+    cluster = H100.cluster(16)
+    share = (54.47 + 53.35) / 4 / 50
+    network = TOKENS * HIDDEN * (1 - node_miss(128, K, 64)) / (share * 50e9)
+    assert forwarded_time(SENT, K, 128, 16, 1, cluster, backend="hybridep") == pytest.approx(
+        network + 7 * 3e-6 + 5e-6)
+
+
+@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
+@pytest.mark.parametrize("nic", [25e9, 50e9, 100e9])
+def test_a_backends_share_never_falls_as_nodes_are_added(backend, nic):
+    """Property: over 1 to 16 nodes on a 200, 400 or 800 Gb/s NIC, each backend's share of the NIC never falls."""
+    from meshplan.collectives.dispatch import nic_share
+
+    shares = [nic_share(n, nic, backend) for n in (1, 2, 3, 4, 6, 8, 16)]
     assert shares == sorted(shares)
 
 
@@ -78,20 +125,25 @@ def test_inside_one_node_forwarding_is_the_plain_all_to_all():
     assert forwarded_time(SENT, K, E, 8, 1, cluster) == pytest.approx(plain)
 
 
+@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
 @pytest.mark.parametrize("gpus", [16, 32, 64, 128])
-def test_forwarding_is_never_slower_than_every_copy_and_never_slowed_by_bandwidth(gpus):
-    """Property: forwarded ≤ plain on the presets' meshes; faster NICs or NVLink never lengthen it; experts = 0 is
-    the plain all-to-all (dispatch_time), also element by element over an array of plans."""
+def test_forwarding_is_never_slower_than_every_copy_and_never_slowed_by_bandwidth(gpus, backend):
+    """Property: forwarded ≤ plain on the presets' meshes; faster NICs or NVLink never lengthen it, a kernel-bound
+    point included (its bytes/s fixed, the NIC's cap raised); experts = 0 is the plain all-to-all (dispatch_time),
+    also element by element over an array of plans."""
     from dataclasses import replace
 
     cluster = H100.cluster(gpus)
-    forwarded = forwarded_time(SENT, K, E, gpus, 1, cluster)
+    forwarded = forwarded_time(SENT, K, E, gpus, 1, cluster, backend=backend)
     plain = collective_time("all_to_all", SENT, gpus, 1, cluster)
     assert forwarded <= plain
-    for scale in (1.5, 4.0):
-        faster = replace(cluster, tiers=tuple(replace(t, bandwidth=t.bandwidth * scale) for t in cluster.tiers))
-        assert forwarded_time(SENT, K, E, gpus, 1, faster) <= forwarded
-    mixed = dispatch_time(SENT, K, np.array([E, 0.0]), gpus, 1, cluster)
+    last = forwarded
+    for scale in (0.25, 0.5, 1.5, 2.0, 4.0):
+        scaled = replace(cluster, tiers=tuple(replace(t, bandwidth=t.bandwidth * scale) for t in cluster.tiers))
+        time = forwarded_time(SENT, K, E, gpus, 1, scaled, backend=backend)
+        assert time <= last * (1 + 1e-12) if scale > 1 else time >= forwarded  # a kernel-bound time: constant
+        last = time if scale > 1 else last
+    mixed = dispatch_time(SENT, K, np.array([E, 0.0]), gpus, 1, cluster, backend=backend)
     assert mixed[0] == pytest.approx(forwarded) and mixed[1] == pytest.approx(plain)
 
 
@@ -138,7 +190,7 @@ def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
     from meshplan.specs.stack import Stack
 
     model = load_model("deepseek-v3")
-    deepep = 0.9 / 0.863  # NCCL's share of the NIC over DeepEP's over 4 nodes (dispatch.NIC_SHARES)
+    deepep = 0.9 / 0.863  # NCCL's share of the NIC over DeepEP's over 4 nodes (its "flex_backend" entry)
     across = (32, 3 * (1 - node_miss(E, K, 64)) / 6 * deepep, 7 * 3e-6 + 3 * 5e-6)
     for ep, ratio, latency in (across, (8, 1.0, 7 * 3e-6)):
         cluster = load_system("b200").cluster(ep)

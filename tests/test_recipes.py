@@ -64,6 +64,8 @@ def test_deepseek_v3_dispatches_through_deepep_where_its_recipe_says(group, gpu,
                           parallel={"tp": 1, "pp": 8, "vp": 2, "ep": ep, "micro_batch_size": 1,
                                     "global_batch_size": 4096}))
     assert case.stack.moe_dispatcher == dispatcher
+    assert case.stack.flex_backend == "deepep"  # priced at DeepEP's own table (dispatch.py)
+
 
 @pytest.mark.parametrize(("group", "ep", "dispatcher"), [
     ("megatron_bridge_26.04", 16, "flex"),  # PR #2477: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, hybridep
@@ -80,6 +82,8 @@ def test_qwen3_30b_on_h100_dispatches_through_hybridep_from_26_04(group, ep, dis
                                     "global_batch_size": 1024}))
     assert case.stack.moe_dispatcher == dispatcher
     assert any("hybridep" in note for note in case.assumptions) is (dispatcher == "flex")
+    # priced at HybridEP's own H100 table (0.539 of the NIC over 2 nodes), not DeepEP's (0.43)
+    assert case.stack.flex_backend == ("hybridep" if dispatcher == "flex" else "deepep")
 
 
 @pytest.mark.parametrize(("group", "gpu", "overlap"), [

@@ -74,8 +74,8 @@ def graphs(record: dict[str, Any], src: SourceDefaults, notes: list[str]) -> boo
 
 def recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, notes: list[str]
                     ) -> tuple[bool, str, int, str]:
-    """EP all-to-all overlap, expert-GEMM launch, activation offload and MoE dispatcher ("" where the source's) of
-    the release's recipe (recipes.py)."""
+    """EP all-to-all overlap, expert-GEMM launch, activation offload and flex dispatcher backend ("" where the
+    source's dispatcher) of the release's recipe (recipes.py)."""
     overlap_ep, ep_note = recipes.overlap_ep(record, model, ep)
     if ep_note and ep > 1:
         notes.append(ep_note)

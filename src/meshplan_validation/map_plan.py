@@ -104,7 +104,8 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
             "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers}
     stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_ep": overlap_ep, "flash_attention": flash,
              "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,
-             "cuda_graphs": graphs(record, src, notes), **({"moe_dispatcher": flex} if flex else {})}
+             "cuda_graphs": graphs(record, src, notes),
+             **({"moe_dispatcher": "flex", "flex_backend": flex} if flex else {})}
     return plan, stack
 
 

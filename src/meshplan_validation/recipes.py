@@ -142,19 +142,20 @@ def cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
 
 # Megatron-Bridge performance recipes that dispatch the MoE tokens with a forwarding backend
 # (moe_token_dispatcher_type "flex", moe_flex_dispatcher_backend "deepep" or "hybridep": a token crosses the network
-# once per other node it hits, Stack.moe_dispatcher "flex"): (regex on "group model gpu precision ep<EP>", source).
+# once per other node it hits, Stack.moe_dispatcher "flex", priced by its backend's own measured table:
+# Stack.flex_backend): (regex on "group model gpu precision ep<EP>", backend, source).
 # Every DeepSeek-V3 recipe of the files sets one (hybridep on every GPU from the unified launchers, @ c3e43e6aa,
 # 2025-12-03, on); only layouts whose EP group spans nodes price differently.
-FLEX_DISPATCH: tuple[tuple[str, str], ...] = (
-    (r"megatron_bridge_25\.\S*.*deepseek-v3.*h100",
+FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
+    (r"megatron_bridge_25\.\S*.*deepseek-v3.*h100", "deepep",
      "Megatron-Bridge scripts/performance/run_script.py @ v0.1.0rc3 (bf71eba07, the 25.09 scripts): enable_deepep "
      "on h100 unless token drop, recipes/deepseek/deepseek_v3.py: moe_token_dispatcher_type 'flex', "
      "moe_enable_deepep; v0.2.0 (25.11) configs/deepseek/workload_base_configs.py DEEPSEEK_V3_H100_BASE_CONFIG "
      "moe_flex_dispatcher_backend='deepep'"),
-    (r"megatron_bridge\S*.*deepseek-v3 b200\b.*\bep32\b",
+    (r"megatron_bridge\S*.*deepseek-v3 b200\b.*\bep32\b", "deepep",
      "Megatron-Bridge deepseek_workload_base_configs.py @ 5acef93 ('b200 DSv3 better cfg', #3368): "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 moe_flex_dispatcher_backend='deepep', pp 8, vp 2, ep 32"),
-    (r"megatron_bridge_(26\.(0[4-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-30b-a3b h100\b.*\bep16\b",
+    (r"megatron_bridge_(26\.(0[4-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-30b-a3b h100\b.*\bep16\b", "hybridep",
      "Megatron-Bridge PR #2477 (4a64507, 'Update Qwen3 30B H100 Base Configs with HybridEP', in v0.4.0 / 26.04 and "
      "v0.5.0 / 26.06): QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, moe_a2a_overlap=False, "
      "moe_flex_dispatcher_backend='hybridep', and qwen3_30b_a3b_pretrain_config_h100 moe_token_dispatcher_type "
@@ -163,14 +164,14 @@ FLEX_DISPATCH: tuple[tuple[str, str], ...] = (
 
 
 def dispatcher(record: dict[str, Any], model: ModelSpec, ep: int = 1) -> tuple[str, str]:
-    """The release recipe's MoE token dispatcher where it forwards through the nodes (``FLEX_DISPATCH``): ("flex",
-    why), else ("", "")."""
+    """The release recipe's flex dispatcher backend where it forwards through the nodes (``FLEX_DISPATCH``):
+    ("deepep" or "hybridep", why), else ("", "")."""
     if not model.is_moe:
         return "", ""
     key = recipe_key(record, record.get("precision") or "", f"ep{ep}")
-    for pattern, why in FLEX_DISPATCH:
+    for pattern, backend, why in FLEX_DISPATCH:
         if re.search(pattern, key):
-            return "flex", f"MoE tokens forwarded through each node (flex dispatcher: {why})"
+            return backend, f"MoE tokens forwarded through each node (flex dispatcher, {backend}: {why})"
     return "", ""
 
 

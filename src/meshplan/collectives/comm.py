@@ -68,6 +68,7 @@ class Collective:
     # experts E > 0 (DeepEP's normal kernels: dispatch.py); ``copies``: each token's k copies in ``nbytes``
     copies: int = 1
     experts: Num = 0.0
+    backend: str = "deepep"  # the forwarding kernels, each priced at its own measured rate (Stack.flex_backend)
 
 
 @overload

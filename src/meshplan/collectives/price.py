@@ -12,7 +12,8 @@ The rule, on the collective's record (comm.Collective) and the library that runs
    other all-reduce, whatever its axis, is rule 4's, so a tensor-parallel all-reduce costs a training plan what the
    same all-reduce costs its data-parallel channel and the sharding planner;
 3. a MoE dispatch or combine that names its copies and routed experts (``Collective.copies`` > 1, ``experts`` > 0):
-   forwarded through each node (dispatch.py, DeepEP's normal kernels); with ``experts`` 0 the plain all-to-all;
+   forwarded through each node (dispatch.py: the flex backend's kernels, ``Collective.backend``); with ``experts``
+   0 the plain all-to-all;
 4. every other collective by the library's algorithm (``ALGORITHMS``, Plan.collectives): NCCL's (comm.split_time:
    its protocols inside tier 0, the α-β ring / double binary tree / chain beyond it) or MPICH's per-message choice
    that adds the minimum spanning tree (comm.fastest_time; Thakur, Rabenseifner & Gropp 2005 §4).
@@ -89,7 +90,7 @@ def split_seconds(c: Collective, parts: list[Num], cluster: Cluster, eff: Effici
     if c.kind == "all_reduce" and c.axis == "tp" and library.engine_kernels and engine_kernel_priced(cluster):
         return tp_all_reduce(c.nbytes, c.group, parts, cluster, eff, custom=True)
     if c.kind == "all_to_all" and c.copies > 1 and bool(np.any(np.asarray(c.experts) > 0)):
-        return dispatch_split(c.nbytes, c.copies, c.experts, c.group, parts, cluster, eff)
+        return dispatch_split(c.nbytes, c.copies, c.experts, c.group, parts, cluster, eff, c.backend)
     return ALGORITHMS[library.algorithm].time(c.kind, c.nbytes, c.group, parts, cluster, eff)
 
 

@@ -69,7 +69,7 @@ from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack, load_stack
+from meshplan.specs.stack import FLEX_BACKENDS, Stack, load_stack
 
 _NAME = "megatron"
 _PRESET = "megatron-core"
@@ -183,8 +183,9 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     args = (arguments(fields, model.num_heads) + _TOKENIZER + _plan_args(plan, model, stack) + _stack_args(stack, plan))
     lines = [" ".join([name] + ([] if value is True else [shlex.quote(v) for v in str(value).split()]))
              for name, value in args if value is not None and value is not False]
+    flex = ("flex_backend",) if stack.moe_dispatcher_mode.forwards else ()
     expressed = tuple(f for f in _EXPRESSED if f != "overlap_tp" or plan.tp > 1) + \
-        (("moe_dispatcher",) if model.is_moe else ())
+        (("moe_dispatcher", *flex) if model.is_moe else ())
     note = comment(carried_stack_fields(stack, _PRESET, expressed),
                    {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     head = ["#!/usr/bin/env bash",
@@ -363,18 +364,19 @@ def _stack(options: dict[str, Any], extra: dict[str, Any]) -> Stack:
 
 def _dispatcher(options: dict[str, Any]) -> dict[str, Any]:
     """The MoE token dispatcher (Stack.moe_dispatcher): --moe-token-dispatcher-type, whose flex runs either backend
-    (--moe-flex-dispatcher-backend deepep or hybridep, or the deprecated --moe-enable-deepep: both forward through the
-    nodes, priced alike); Megatron-Core refuses DeepEP under another dispatcher (transformer_config.py:1230-1232)."""
+    (Stack.flex_backend: --moe-flex-dispatcher-backend deepep or hybridep, or the deprecated --moe-enable-deepep,
+    DeepEP; each priced at its own rate); Megatron-Core refuses DeepEP under another dispatcher
+    (transformer_config.py:1230-1232)."""
     if "--moe-token-dispatcher-type" not in options:
         return {}
     dispatcher = options["--moe-token-dispatcher-type"]
-    known_value(_NAME, "moe_flex_dispatcher_backend", options.get("--moe-flex-dispatcher-backend", "deepep"),
-                ("deepep", "hybridep"))
+    backend = options.get("--moe-flex-dispatcher-backend", "deepep")
+    known_value(_NAME, "moe_flex_dispatcher_backend", backend, FLEX_BACKENDS)
     if "--moe-enable-deepep" in options and dispatcher != "flex":
         raise refuse(_NAME, "moe_enable_deepep", True, "Megatron-Core runs DeepEP only with "
                      f"--moe-token-dispatcher-type flex, not {dispatcher} (megatron/core/transformer/"
                      "transformer_config.py:1230-1232 @ core_v0.17.0)")
-    return {"moe_dispatcher": dispatcher}
+    return {"moe_dispatcher": dispatcher, **({"flex_backend": backend} if dispatcher == "flex" else {})}
 
 
 MEGATRON = ConfigFormat(name=_NAME, preset=_PRESET, suffixes=(".sh", ".args", ".txt"), markers=(

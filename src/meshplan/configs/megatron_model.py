@@ -61,11 +61,11 @@ MEGATRON_ARGUMENT = {
          "kv_lora_rank": "--kv-lora-rank", "qk_head_dim": "--qk-head-dim",
          "qk_pos_emb_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
          "mtp_num_layers": "--mtp-num-layers", "make_vocab_size_divisible_by": "--make-vocab-size-divisible-by"}
-# the flex dispatcher's backend written with --moe-token-dispatcher-type flex: DeepEP, Megatron-Core's default
-# (transformer_config.py:757-760 @ core_v0.17.0: moe_flex_dispatcher_backend 'deepep' or 'hybridep', "only hybridep
-# supports the MNNVL case"), written out because through core_v0.15.0 flex ran only with --moe-enable-deepep
-# (token_dispatcher.py MoEFlexTokenDispatcher: "DeepEP is not enabled. Please set --moe-enable-deepep")
-FLEX_BACKEND = "deepep"
+# the flex dispatcher's backend written with --moe-token-dispatcher-type flex: the stack's (Stack.flex_backend), deepep
+# (Megatron-Core's default) or hybridep (transformer_config.py:757-760 @ core_v0.17.0: moe_flex_dispatcher_backend
+# 'deepep' or 'hybridep', "only hybridep supports the MNNVL case"), written out because through core_v0.15.0 flex ran
+# only with --moe-enable-deepep (token_dispatcher.py MoEFlexTokenDispatcher: "DeepEP is not enabled. Please set
+# --moe-enable-deepep")
 _WHEN_TRUE = frozenset(("gated_linear_unit", "add_qkv_bias", "qk_layernorm", "moe_router_enable_expert_bias",
                         "multi_latent_attention", "moe_router_pre_softmax"))
 _WHEN_FALSE = frozenset(("add_bias_linear", "share_embeddings_and_output_weights"))
@@ -90,7 +90,7 @@ def _moe(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "moe_ffn_hidden_size": model.moe_ffn_hidden_size,
         "moe_shared_expert_intermediate_size": model.shared_expert_ffn_size or None,
         "moe_token_dispatcher_type": stack.moe_dispatcher,
-        "moe_flex_dispatcher_backend": FLEX_BACKEND if forwards else None}
+        "moe_flex_dispatcher_backend": stack.flex_backend if forwards else None}
     if model.first_k_dense_layers or model.moe_layer_freq != 1:  # one 0 (dense) or 1 (MoE) a layer
         fields["moe_layer_freq"] = [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
     if model.router_bias and model.is_mla:  # DeepSeek-V3's router: sigmoid scores with a score-correction bias
@@ -132,9 +132,9 @@ def architecture(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, 
     if model.position_embedding == "rope" and not model.rope_theta:
         notes.append("meshplan's model states no RoPE base: Megatron's --rotary-base default (10000) applies")
     if model.is_moe and stack.moe_dispatcher_mode.forwards:
-        notes.append(f"flex dispatcher through {FLEX_BACKEND} (DeepEP's normal kernels: NVLink in the node, RDMA "
-                     "between nodes); on a multi-node NVLink system (GB200 / GB300 NVL72) the backend is hybridep, "
-                     "the one Megatron-Core runs across an NVLink domain wider than a node")
+        notes.append(f"flex dispatcher through {stack.flex_backend} (NVLink in the node, RDMA between nodes); on a "
+                     "multi-node NVLink system (GB200 / GB300 NVL72) the backend is hybridep, the one Megatron-Core "
+                     "runs across an NVLink domain wider than a node")
     if model.is_mla:
         notes.append("RoPE scaling is Megatron-Core's MLA default (MLATransformerConfig: yarn, factor 40 over 4096 "
                      "positions, DeepSeek-V3's); group-limited routing and the top-k scaling factor are not stated by "

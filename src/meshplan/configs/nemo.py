@@ -64,7 +64,7 @@ from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import padded_vocab
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import Stack, load_stack
+from meshplan.specs.stack import FLEX_BACKENDS, Stack, load_stack
 
 _NAME = "nemo"
 _PRESET = "megatron-bridge"
@@ -148,6 +148,7 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     expressed: tuple[str, ...] = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
     expressed += ("fp8_scaling",) if plan.precision == "fp8" else ()
     expressed += ("moe_dispatcher",) if model.is_moe else ()
+    expressed += ("flex_backend",) if model.is_moe and stack.moe_dispatcher_mode.forwards else ()
     note = comment(carried_stack_fields(stack, _PRESET, expressed),
                    {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     plan, fallback = per_rank_fallback(plan, _NAME)
@@ -255,12 +256,14 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
 
 
 def _dispatcher(values: dict[str, str]) -> dict[str, Any]:
-    """The MoE token dispatcher: model.moe_token_dispatcher_type (flex with either backend, priced alike)."""
+    """The MoE token dispatcher: model.moe_token_dispatcher_type, with flex its backend (Stack.flex_backend:
+    model.moe_flex_dispatcher_backend, each priced at its own rate)."""
     if "model.moe_token_dispatcher_type" not in values:
         return {}
-    known_value(_NAME, "model.moe_flex_dispatcher_backend", values.get("model.moe_flex_dispatcher_backend", "deepep"),
-                ("deepep", "hybridep"))
-    return {"moe_dispatcher": values["model.moe_token_dispatcher_type"]}
+    backend = values.get("model.moe_flex_dispatcher_backend", "deepep")
+    known_value(_NAME, "model.moe_flex_dispatcher_backend", backend, FLEX_BACKENDS)
+    dispatcher = values["model.moe_token_dispatcher_type"]
+    return {"moe_dispatcher": dispatcher, **({"flex_backend": backend} if dispatcher == "flex" else {})}
 
 
 NEMO = ConfigFormat(name=_NAME, preset=_PRESET, suffixes=(".overrides",), markers=(

@@ -38,6 +38,7 @@ FP8_SCALING, PROJECTIONS, OPTIMIZER_WRAPPERS = (variants.FP8_SCALING_NAMES, vari
                                                 variants.WRAPPER_NAMES)
 PIPELINE_RUNTIMES, CP_COMM = variants.names_of("pipeline_runtime"), variants.names_of("cp_comm")
 MOE_PERMUTE, MOE_DISPATCHER = variants.names_of("moe_permute"), variants.names_of("moe_dispatcher")
+FLEX_BACKENDS = variants.names_of("flex_backend")
 DRAINED_PASSES = ("none", "forward", "both")  # Stack.drained_passes: which passes of a micro-batch start drained
 
 def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
@@ -99,6 +100,10 @@ class Stack:
         "rows over etp), allgather (all-gather the tokens over etp x ep, permute locally; Megatron-Core "
         "--moe-token-dispatcher-type allgather) or flex (DeepEP / HybridEP: a token sent once to each other node "
         "holding one of its experts, fanned out over NVLink there; --moe-token-dispatcher-type flex)")
+    flex_backend: str = _choice(
+        "deepep", FLEX_BACKENDS, "the flex dispatcher's kernels (--moe-flex-dispatcher-backend), each priced at its "
+        "own measured cross-node rate: deepep (DeepEP's normal kernels) or hybridep (NVIDIA's HybridEP); read only "
+        "with moe_dispatcher flex")
     train_metrics: int = field(default=0, metadata={"help": "metric cross-entropies the trainer evaluates over each "
                                                             "micro-batch's logits (Composer's MPT: 2)"})
     vocab_multiple: int = field(default=1, metadata={
@@ -271,6 +276,10 @@ class Stack:
     @property
     def moe_dispatcher_mode(self) -> variants.MoeDispatcher:
         return variants.choice_of("moe_dispatcher", self.moe_dispatcher)
+
+    @property
+    def flex_backend_mode(self) -> variants.FlexBackend:
+        return variants.choice_of("flex_backend", self.flex_backend)
 
     @property
     def pipeline_runtime_mode(self) -> variants.PipelineRuntime:

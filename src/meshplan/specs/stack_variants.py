@@ -1,9 +1,10 @@
 """The registries of a stack's smaller families of variants: one record per variant of ``Stack.cross_entropy``,
 ``optimizer_wrapper``, ``projections``, ``expert_gemm``, ``fp8_scaling`` and (``STACK_CHOICES``) ``attention_kernel``,
-``cp_comm``, ``moe_permute``, ``moe_dispatcher`` and ``pipeline_runtime``, each holding everything the cost model does
-differently under it; callers read the record (``stack.loss``, ``stack.wrapper``, ``stack.projection_mode``, ...) and
-never compare the variant's name (tests/test_pipeline_registry.py checks the core for such comparisons).
-specs/fusion.py and specs/fsdp_modes.py are the larger families' registries; serve/engine.py holds the engine's.
+``cp_comm``, ``moe_permute``, ``moe_dispatcher``, ``flex_backend`` and ``pipeline_runtime``, each holding everything
+the cost model does differently under it; callers read the record (``stack.loss``, ``stack.wrapper``,
+``stack.projection_mode``, ...) and never compare the variant's name (tests/test_pipeline_registry.py checks the core
+for such comparisons). specs/fusion.py and specs/fsdp_modes.py are the larger families' registries; serve/engine.py
+holds the engine's.
 
 Cross-entropy (``Stack.cross_entropy``), the bytes per logit of this GPU's vocabulary shard (cost/embed_head.py
 loss_ops, whose docstring cites each kernel; 16-bit logits are 2 bytes, fp32 4):
@@ -267,6 +268,20 @@ class MoeDispatcher:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class FlexBackend:
+    """The flex dispatcher's backend (``Stack.flex_backend``: Megatron-Core --moe-flex-dispatcher-backend): its
+    measured cross-node rates, which collectives/dispatch.py prices the forwarded traffic at. ``kernel``: (nodes,
+    logical bytes/s) where the kernel, not its NIC, set the rate (a rate in absolute bytes/s, every node a token hits
+    counted, its own included, on the ``source``'s GPUs and SM count); ``nic``: (nodes, share of the NIC peak) where
+    the NIC bound (the cap a kernel point meets on a slower NIC)."""
+
+    name: str
+    kernel: tuple[tuple[float, float], ...]
+    nic: tuple[tuple[float, float], ...]
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PipelineRuntime:
     """The pipeline runtime (``Stack.pipeline_runtime``): megatron (Megatron-Core) or torch
     (torch.distributed.pipelining)."""
@@ -290,6 +305,25 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
                           MoePermute(name="sort_gather", fp32_unpermute=True)),
     "moe_dispatcher": _named(MoeDispatcher(name="alltoall"), MoeDispatcher(name="allgather", gathers_tokens=True),
                              MoeDispatcher(name="flex", forwards=True)),
+    "flex_backend": _named(
+        # H800 + CX7 400 Gb/s (~50 GB/s), 24 SMs, DeepSeek-V3's shapes (4096 tokens, hidden 7168, top-8 of 256 in 4
+        # node groups), dispatch / combine averaged: EP 16 (2 nodes) 43 / 43 GB/s logical, half of it on the NIC
+        # (21.5 GB/s, 0.43), where a NIC-bound kernel would read ~87: the kernel's limit; EP 32 and 64 58 / 57 and
+        # 51 / 50 GB/s, of which the NIC carries 3/4 and 3.5/4: 0.863 and 0.884 of it, NCCL's 0.90 nearly: the NIC's
+        FlexBackend(name="deepep", kernel=((2.0, 43e9),), nic=((4.0, 0.863), (8.0, 0.884)),
+                    source="deepseek-ai/DeepEP docs/legacy.md @ dd758ca (README.md @ 3b1045d), normal kernels, "
+                           "tests/test_internode.py @ 3b1045d (num_sms = 24; lines 39-43, 158-173)"),
+        # H100 + 400 Gb/s, Megatron-Core's 16 SMs (moe_hybridep_num_sms), 4096 tokens, hidden 7168, top-8 of 8
+        # experts a rank, uniform: Torch API (what Megatron-Core calls) BF16 dispatch / combine 54.47 / 53.35,
+        # 47.36 / 52.53 and 41.24 / 46.57 GB/s logical over 16, 32 and 64 ranks (2, 4, 8 nodes), 0.54, 0.75 and
+        # 0.77 of the NIC: below the 0.864 and 0.873 its kernels alone reach over 4 and 8 nodes (Kernel Only BF16
+        # 57.69 / 57.46 and 49.97 / 49.77 GB/s: 3/4 and 7/8 of it on the NIC), the NIC's; 16-bit rows, as
+        # meshplan prices the dispatch (cost/mlp_moe.py)
+        FlexBackend(name="hybridep", kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
+                    nic=((4.0, 0.8636), (8.0, 0.8727)),
+                    source="deepseek-ai/DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md (H100 table), "
+                           "DeepEP/tests/test_hybrid_ep.py, DeepEP/tests/utils.py count_rdma_send_from_routing_map "
+                           "(the sender's own node counted)")),
     "pipeline_runtime": _named(PipelineRuntime(name="megatron"),
                                PipelineRuntime(name="torch", keeps_microbatches=True, fsdp_nosync=True)),
 }
