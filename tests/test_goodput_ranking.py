@@ -154,7 +154,7 @@ def test_the_lazy_ranking_waits_for_the_dp_pool_only_where_the_dp_runs(monkeypat
     # ranking estimates the POOL (10) first rows before it refines (the DP's pool is drawn from them: run._refined);
     # with it off the first row, which alone leads (before: 10 either way). The answer is the ranking in full's.
     from meshplan.search import by_goodput
-    from meshplan.search.stage_dp import POOL
+    from meshplan.search.stage_pool import POOL
 
     space = Space(global_batch=256, stack=load_stack("megatron-core"), stage_layers=stage_layers)
     cluster, rel = load_system("h100").cluster(64), Reliability(mtbf_gpu_hours=300, checkpoint_bandwidth=5e9)

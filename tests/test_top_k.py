@@ -1,11 +1,11 @@
 """The plan listed first and the fastest plan do not depend on how many plans are listed (``top_k``, ``--top``; issue
-83): the ranking re-estimates what the shares kept (search/select.py), and the stage DP refines the fastest pipelines
-of a pool drawn from the search's ``POOL`` fastest plans, its first and its fastest, never from the plans listed
-(search/run.py ``_refined``, search/stage_dp.py ``refine_ranked``). Before, the pool took the listed plans: DeepSeek-V3
-on 512 H100 led with 17.11 s at ``--top 1`` and 16.88 s at ``--top 10``; Nemotron-4 340B on 512 H100 with 71.31 s at
-``--top 1`` and 71.90 s at ``--top 10`` (the shares of a top 1 kept one plan each, and which others the DP saw was
-chance). Those two cases fail on the code before; the seeded draw and the ``--mtbf`` case pass on it too: regression
-guards (the draw checked to reach the DP)."""
+83): the ranking re-estimates what the shares kept (search/select.py), and the stage DP refines the fastest pipelines of
+a pool drawn from the search's ``POOL`` fastest plans, its first and its fastest, never from the plans listed
+(search/run.py ``_refined``, search/stage_pool.py ``refine_ranked``). Before, the pool took the listed plans:
+DeepSeek-V3 on 512 H100 led with 17.11 s at ``--top 1`` and 16.88 s at ``--top 10``; Nemotron-4 340B on 512 H100 with
+71.31 s at ``--top 1`` and 71.90 s at ``--top 10`` (the shares of a top 1 kept one plan each, and which others the DP
+saw was chance). Those two cases fail on the code before; the seeded draw and the ``--mtbf`` case pass on it too:
+regression guards (the draw checked to reach the DP)."""
 
 from __future__ import annotations
 

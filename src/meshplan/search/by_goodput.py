@@ -20,7 +20,7 @@ from meshplan.search.best import RANK_SLACK
 from meshplan.search.run import SearchResult
 from meshplan.search.select import LAZY_RANKING, by_time
 from meshplan.search.space import Space
-from meshplan.search.stage_dp import POOL
+from meshplan.search.stage_pool import POOL
 from meshplan.search.variants import search_switches
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
