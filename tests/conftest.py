@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 # One thread per library in each test process, set before NumPy loads: pytest-xdist runs a process per core, and a
 # library's own pool in each (OpenMP: PyTorch, scikit-learn's trees; OpenBLAS) would oversubscribe the cores, its
@@ -71,6 +72,18 @@ def small_gpt() -> ModelSpec:
 @pytest.fixture
 def h100_64():
     return load_system("h100").cluster(64)
+
+
+# ---- subprocesses run this checkout's code ---------------------------------------------------------------------------
+# pyproject's ``pythonpath = ["src"]`` puts the checkout's src first on this process's sys.path, ahead of an editable
+# install's .pth (a worktree sharing another checkout's .venv imports that checkout's src by it); a test that starts
+# ``python -m meshplan.cli``, the console script or a benchmarks/ script inherits only the environment. So the
+# checkout's src and root (benchmarks, meshplan_validation) go first on PYTHONPATH, which the subprocesses inherit.
+def pytest_configure(config: pytest.Config) -> None:
+    root = Path(__file__).resolve().parents[1]
+    ours = [str(root / "src"), str(root)]
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in ours]
+    os.environ["PYTHONPATH"] = os.pathsep.join(ours + rest)
 
 
 # ---- no silent skips -----------------------------------------------------------------------------------------------

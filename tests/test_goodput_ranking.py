@@ -146,3 +146,28 @@ def test_the_lazy_ranking_by_expected_time_is_the_full_one(monkeypatch, gpus, fr
         (e.plan, e.step_time, e.peak_memory) for e in full.plans]
     assert lazy.fastest is not None and full.fastest is not None and lazy.fastest.plan == full.fastest.plan
     assert (lazy.evaluated, lazy.bounded, lazy.rejected) == (full.evaluated, full.bounded, full.rejected)
+
+
+@pytest.mark.parametrize(("stage_layers", "priced"), [(False, 1), (True, 10)])
+def test_the_lazy_ranking_waits_for_the_dp_pool_only_where_the_dp_runs(monkeypatch, stage_layers, priced):
+    # --mtbf --top 1 on Megatron-Core (a stack whose Supports.stage_layers is on): with the stage DP on, the lazy
+    # ranking estimates the POOL (10) first rows before it refines (the DP's pool is drawn from them: run._refined);
+    # with it off the first row, which alone leads (before: 10 either way). The answer is the ranking in full's.
+    from meshplan.search import by_goodput
+    from meshplan.search.stage_pool import POOL
+
+    space = Space(global_batch=256, stack=load_stack("megatron-core"), stage_layers=stage_layers)
+    cluster, rel = load_system("h100").cluster(64), Reliability(mtbf_gpu_hours=300, checkpoint_bandwidth=5e9)
+    calls: list = []
+    ranking = by_goodput._Lazy.ranking
+
+    def counted(self, rows, keep, price, refine):
+        return ranking(self, rows, keep, lambda plan: calls.append(plan) or price(plan), refine)
+
+    monkeypatch.setattr(by_goodput._Lazy, "ranking", counted)
+    lazy, lazy_exact = search_by_goodput(L8, cluster, space, rel, top_k=1)
+    assert len(calls) == priced == (POOL if stage_layers else 1)
+    monkeypatch.setattr(by_goodput._Lazy, "ranking", lambda *_: None)
+    full, full_exact = search_by_goodput(L8, cluster, space, rel, top_k=1)
+    assert lazy_exact == full_exact and [(e.plan, e.step_time) for e in lazy.plans] == [
+        (e.plan, e.step_time) for e in full.plans]

@@ -81,6 +81,9 @@ def test_interleaved_moe_keeps_its_layers_and_active_parameters() -> None:
     assert spec.params() == built(c)
     # active: one routed expert of four in each MoE layer, 3·64·96 each
     assert spec.params() - spec.params(active=True) == 2 * 3 * 3 * 64 * 96
+    # Llama4TextMoe weights the experts' inputs by the scores (hf/config.SCORED_BEFORE), as the preset says
+    assert spec.moe_score_before_experts and not from_hf_config(config("mixtral", **SMALL, num_local_experts=4,
+                                                                       num_experts_per_tok=2)).moe_score_before_experts
 
 
 def test_a_mamba_hybrid_becomes_one_block_per_mixer_and_mlp() -> None:

@@ -67,6 +67,7 @@ def test_deepseek_v3_dispatches_through_deepep_where_its_recipe_says(group, gpu,
     assert case.stack.flex_backend == "deepep"  # priced at DeepEP's own table (dispatch.py)
 
 
+
 @pytest.mark.parametrize(("group", "ep", "dispatcher"), [
     ("megatron_bridge_26.04", 16, "flex"),  # PR #2477: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, hybridep
     ("megatron_bridge_26.04.01", 16, "flex"),

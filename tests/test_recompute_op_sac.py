@@ -93,27 +93,56 @@ def test_compiled_a_moe_layer_keeps_the_experts_output_the_scores_weight():
     calls (test_recompute_op_sac_moe). The experts' fc2 output, its last
     GEMM's, is weighted by the router's scores after the experts (torchtitan's MoE, score_before_experts=False), so the
     scores' gradient reads it and the compiled graph keeps it (cost/recompute.residual_only): compiled and eager keep
-    the same bytes. With shared experts (Llama 4 Scout) the last GEMM is the shared experts' fc2, which only the sum
-    with the routed output reads: dropped as a dense MLP's w2 is, where the policy saves it."""
+    the same bytes. A dense layer's last GEMM, w2, is read only by the residual add: compiled drops its output."""
     model = load_model("mixtral-8x7b")
+    assert not model.moe_score_before_experts
     ops = moe_layer(model, OP_SAC, TITAN)
     gemms = [(i, op.name) for i, op in enumerate(ops) if op.phase == "fwd" and op.kind == "gemm"]
     assert [n for _, n in gemms] == ["attn/qkv/q", "attn/qkv/k", "attn/qkv/v", "attn/out", "moe/router",
                                      "moe/experts/fc1", "moe/experts/fc2"]
-    assert residual_only(ops) == -1
+    assert residual_only(ops) == ()
     assert per_op_kept(ops, compiled=True) == per_op_kept(ops)
     fc2 = ops[gemms[-1][0]]
     assert per_op_saved(ops)[gemms[-1][0]] == 0.5  # w2 of every other expert (test_recompute_op_sac_moe)
     tokens = OP_SAC.micro_batch * model.seq_length
     assert fc2.m * fc2.n * fc2.groups == tokens * model.moe_topk * 4096  # top-2 rows of width 4096
-    scout = load_model("llama4-scout")
-    ops = moe_layer(scout, OP_SAC, TITAN)
-    last = residual_only(ops)
-    assert ops[last].name == "moe/shared/fc2"
     dense = dense_layer(LLAMA, OP_SAC, TITAN)
-    assert dense[residual_only(dense)].name == "mlp/fc2"
-    w2 = dense[residual_only(dense)]
+    (last,) = residual_only(dense)
+    assert dense[last].name == "mlp/fc2"
+    w2 = dense[last]
     assert per_op_kept(dense) - per_op_kept(dense, compiled=True) == w2.m * w2.n * 2
+
+
+def test_compiled_llama4_drops_the_routed_output_it_scored_before_the_experts():
+    """Llama 4 weights the experts' inputs by the scores and sums their outputs unweighted (torchtitan v0.2.2
+    moe.py:31 MoEArgs score_before_experts=True, kept by its Llama 4 flavours; transformers' Llama4TextMoe alike:
+    ModelSpec.moe_score_before_experts, set by the preset). Scout's counted mms on torchtitan's for-loop experts:
+    wq, wk, wv, wo (4), per expert w1, w3, w2 (3 x 16: the odd calls alternate by expert, so w2's output is saved
+    for 8 of the 16), then the shared experts' gate, up and fc2 (53rd to 55th: gate and fc2 saved). Compiled, the
+    shared fc2 (the last GEMM, read only by the sum into the residual) goes: T·H·2 = 8192 x 5120 x 2 = 80 MiB a
+    layer; scored before the experts, the routed fc2's saved half goes too (read only by the unsort's index_put and
+    the sum): 40 MiB more. Scored after the experts (Mixtral, DeepSeek-V3) it stays."""
+    scout = load_model("llama4-scout")
+    assert scout.moe_score_before_experts and load_model("llama4-maverick").moe_score_before_experts
+    ops = moe_layer(scout, OP_SAC, TITAN)
+    gemms = [i for i, op in enumerate(ops) if op.phase == "fwd" and op.kind == "gemm"]
+    names = [ops[i].name for i in gemms]
+    assert names[5:] == ["moe/experts/fc1", "moe/experts/fc2", "moe/shared/fc1/gate", "moe/shared/fc1/up",
+                         "moe/shared/fc2"]
+    routed, shared = gemms[6], gemms[9]
+    saved = per_op_saved(ops)
+    assert (saved[routed], saved[shared]) == (0.5, 1.0)
+    assert residual_only(ops) == (shared,)
+    assert residual_only(ops, scored_before=True) == (routed, shared)
+    tokens = OP_SAC.micro_batch * scout.seq_length
+    fc2 = ops[routed]
+    assert fc2.m * fc2.n * fc2.groups == tokens * 1 * 5120  # top-1 rows of width 5120
+    mib = 2**20
+    assert per_op_kept(ops) - per_op_kept(ops, compiled=True) == tokens * 5120 * 2 == 80 * mib
+    assert per_op_kept(ops) - per_op_kept(ops, compiled=True, scored_before=True) == 80 * mib + 40 * mib
+    cluster = H100.cluster(8)
+    units = {f: unit_costs(scout, cluster, OP_SAC, replace(TITAN, fusion=f)) for f in ("eager", "fused")}
+    assert units["eager"].layer_saved - units["fused"].layer_saved == 120 * mib
 
 
 def test_it_recomputes_less_than_the_forward_and_more_than_nothing():

@@ -138,12 +138,6 @@ def test_a_decode_batch_beyond_the_captured_graphs_pays_the_eager_host_floor():
     assert eager >= graphed
 
 
-# ---- the KV-cache capacity rule for static batches ---------------------------------------------------------------
-
-LONG = Workload(input_len=8192, output_len=8192, static=True)
-
-
-
 def test_an_eager_layer_under_tensor_parallelism_launches_its_two_all_reduces_too():
     """An eager vLLM V0 layer issues its 10 kernels at 15 us each, 0.15 ms, at every tp; under tensor parallelism its
     two all-reduces (RowParallelLinear.forward all-reduces only when tp_size > 1) at 15 us each more: at tp 2 an eager
@@ -157,6 +151,12 @@ def test_an_eager_layer_under_tensor_parallelism_launches_its_two_all_reduces_to
     assert float(engine.eager_time(64.0, 1.0, 32, 1.0, 8)) == pytest.approx(32 * 0.18e-3)  # a prompt: eager
     tps = engine.eager_time(257.0, 0.0, 32, 1.0, np.array([1.0, 2.0, 4.0, 8.0]))
     assert list(np.round(tps * 1e6, 3)) == [4800.0, 5760.0, 5760.0, 5760.0]  # arrays of plans alike
+
+
+# ---- the KV-cache capacity rule for static batches ---------------------------------------------------------------
+
+LONG = Workload(input_len=8192, output_len=8192, static=True)
+
 
 def _capacity(engine) -> float:
     return float(static_capacity(_setting(engine, 1, LONG)))

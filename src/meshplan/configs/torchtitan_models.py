@@ -116,7 +116,8 @@ def custom(model: ModelSpec) -> tuple[str, str, list[str]]:
         args += ["rope_scaling_args=None", "every_n_layers_nope=None", "interleave_moe_layer_step=1",
                  "auto_scale_hidden_dim=False",
                  f"moe_args=MoEArgs(num_experts={model.num_experts}, num_shared_experts=0, top_k={model.moe_topk}, "
-                 "score_func='softmax', route_norm=True, route_scale=1.0, score_before_experts=False, "
+                 "score_func='softmax', route_norm=True, route_scale=1.0, "
+                 f"score_before_experts={model.moe_score_before_experts}, "
                  # the for-loop experts (torchtitan 0.2.2 models/moe/moe.py _run_experts_for_loop; MoEArgs defaults
                  # to grouped_mm), the only expert path meshplan prices for torchtitan (its preset's expert_gemms):
                  # per-op SAC saves and recomputes them by aten.mm call (cost/recompute.per_op_saved)

@@ -201,46 +201,52 @@ def compiled(stack: Stack) -> bool:
     return bool(stack.compiled or stack.fusion_mode.fused)
 
 
-# The forward GEMMs whose output the backward reads through the routing weights, though no later GEMM reads it: the
+# The forward GEMM whose output the backward reads through the routing weights, though no later GEMM reads it: the
 # routed experts' fc2. torchtitan 0.2.2 (torchtitan/models/moe/moe.py MoE.forward) weights the experts' outputs after
-# them (score_before_experts=False, as the flavours configs/torchtitan_models.py writes): torch.bmm(top_scores,
-# routed_output_unsorted.float()), whose gradient with respect to the scores is the experts' output; compiled, the
-# scatter and upcast between them (PREFER_RECOMPUTE) are recomputed in the backward from the saved fc2 output
-# (torch/_functorch/partitioners.py must_recompute: MUST_RECOMPUTE or PREFER_RECOMPUTE), which so stays saved.
-WEIGHTED = ("moe/experts/",)
+# them where score_before_experts=False (its deepseek_v3 flavours, and those configs/torchtitan_models.py writes for a
+# model without ModelSpec.moe_score_before_experts): torch.bmm(top_scores, routed_output_unsorted.float()), whose
+# gradient with respect to the scores is the experts' output; compiled, the scatter and upcast between them
+# (PREFER_RECOMPUTE) are recomputed in the backward from the saved fc2 output (torch/_functorch/partitioners.py
+# must_recompute: MUST_RECOMPUTE or PREFER_RECOMPUTE), which so stays saved. Scored before the experts (the MoEArgs
+# default, moe.py:31, which torchtitan's Llama 4 flavours keep; ModelSpec.moe_score_before_experts), the output is read
+# only by the index_put into routed_output_unsorted and the .sum(dim=1), neither of whose backward needs it.
+WEIGHTED = "moe/experts/fc2"
 
 
-def residual_only(ops: list[OpCost]) -> int:
-    """The index of the forward GEMM whose output only the block's residual add reads, so that no backward formula
-    needs it: the layer's last forward GEMM (a dense MLP's fc2, Llama's w2; a MoE layer's shared experts' fc2 or
-    latent up-projection; a mixer's output projection), unless it is the routed experts' fc2 (``WEIGHTED``), as in a
-    MoE layer with neither shared experts nor a latent. -1: none."""
-    last = max((i for i, op in enumerate(ops) if op.phase == "fwd" and op.kind == "gemm"), default=-1)
-    return -1 if last < 0 or ops[last].name.startswith(WEIGHTED) else last
+def residual_only(ops: list[OpCost], scored_before: bool = False) -> tuple[int, ...]:
+    """The indices of the forward GEMMs whose output only the block's residual add (or a sum into it) reads, so that
+    no backward formula needs it: the layer's last forward GEMM (a dense MLP's fc2, Llama's w2; a MoE layer's shared
+    experts' fc2 or latent up-projection; a mixer's output projection), unless it is the routed experts' fc2
+    (``WEIGHTED``), as in a MoE layer with neither shared experts nor a latent; and where the model weights the
+    experts' inputs (``scored_before``: ModelSpec.moe_score_before_experts, Llama 4), the routed experts' fc2
+    wherever it runs. Empty: none."""
+    gemms = [i for i, op in enumerate(ops) if op.phase == "fwd" and op.kind == "gemm"]
+    return tuple(i for i in gemms if (ops[i].name == WEIGHTED and scored_before)
+                 or (i == gemms[-1] and ops[i].name != WEIGHTED))
 
 
-def per_op_kept(ops: list[OpCost], compiled: bool = False) -> Num:
+def per_op_kept(ops: list[OpCost], compiled: bool = False, scored_before: bool = False) -> Num:
     """Bytes torchtitan's per-op SAC keeps of one layer besides the block's input: the 16-bit outputs (m·n, of each
     group of a grouped GEMM) of the matmuls it saves, in the share it saves them (``per_op_saved``: the odd ones; half
     of a for-loop expert record's calls, by expert, none of grouped experts'), the attention kernel's output
     (queries·heads × head dim) with its fp32 log-sum-exp per query and head, and with expert parallelism the
     dispatch's and the combine's all-to-all outputs (``EXCHANGES``).
 
-    ``compiled`` (the block under torch.compile): less the output the policy saves of the GEMM only the residual add
+    ``compiled`` (the block under torch.compile): less the outputs the policy saves of the GEMMs only the residual add
     reads (``residual_only``: Llama's w2, the 7th; a MoE layer's routed experts' fc2 stays, the scores' gradient reads
-    it). Eager SAC keeps every output its policy saves until the block's backward (pytorch/pytorch
-    torch/utils/checkpoint.py @0008d771, _CachingTorchDispatchMode stores each MUST_SAVE op's output; the
-    CheckpointPolicy docstring: a save policy "would save additional tensors not limited to ones that are actually
+    it, unless ``scored_before``, Llama 4). Eager SAC keeps every output its policy saves until the block's backward
+    (pytorch/pytorch torch/utils/checkpoint.py @0008d771, _CachingTorchDispatchMode stores each MUST_SAVE op's output;
+    the CheckpointPolicy docstring: a save policy "would save additional tensors not limited to ones that are actually
     needed for gradient computation"); compiled, the policy tags the graph's nodes and AOTAutograd's partitioner keeps
-    only what the backward graph uses (torch/_functorch/partitioners.py @00c07b93 _extract_fwd_bwd_modules: "filter
-    out saved values that don't actually end up being used by the backwards pass"). 128 MiB a layer at 16,384 tokens
-    of width 4096: torchtitan's eager 8B runs read 5.4 and 5.0 GiB above their compiled twins at FSDP 8 and 128 (32
-    layers: 4.0 GiB of it)."""
+    only what the backward graph uses (torch/_functorch/partitioners.py @00c07b93 _extract_fwd_bwd_modules: "filter out
+    saved values that don't actually end up being used by the backwards pass"). 128 MiB a layer at 16,384 tokens of
+    width 4096: torchtitan's eager 8B runs read 5.4 and 5.0 GiB above their compiled twins at FSDP 8 and 128 (32 layers:
+    4.0 GiB of it)."""
     saved = per_op_saved(ops)
-    dropped = residual_only(ops) if compiled else -1
+    dropped = residual_only(ops, scored_before) if compiled else ()
     kept: Num = 0.0
     for i, (op, share) in enumerate(zip(ops, saved, strict=True)):
-        if op.phase != "fwd" or i == dropped:
+        if op.phase != "fwd" or i in dropped:
             continue
         if op.kind == "gemm":
             kept = kept if _zero(share) else kept + share * op.m * op.n * op.groups * ACT_BYTES

@@ -20,7 +20,7 @@ from meshplan.search.best import RANK_SLACK
 from meshplan.search.run import SearchResult
 from meshplan.search.select import LAZY_RANKING, by_time
 from meshplan.search.space import Space
-from meshplan.search.stage_dp import POOL
+from meshplan.search.stage_pool import POOL
 from meshplan.search.variants import search_switches
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
@@ -52,7 +52,8 @@ def search_by_goodput(model: ModelSpec, cluster: Cluster, space: Space, rel: Rel
     by_step = replace(space, prefer_simple=False, simplest_leads=False)
     result, exact = None, False
     for depth in DEPTHS:
-        token = LAZY_RANKING.set(None if rel.recovery == "replica" else _Lazy(rel, depth, top_k).ranking)
+        lazy = _Lazy(rel, depth, top_k, by_step.stage_layers)
+        token = LAZY_RANKING.set(None if rel.recovery == "replica" else lazy.ranking)
         try:
             result = search_switches(model, cluster, by_step, top_k=max(depth, top_k), eff=eff)
         finally:
@@ -86,11 +87,13 @@ class _Lazy:
     factor can reach the ``top_k``-th in expectation, and the exactness test passes on the ``depth``-th step's lower
     bound. None (the ranking in full, eager) wherever a refinement's plan stands among the later rows, the prefix cannot
     be told apart at the ``keep``-th, or the bound does not pass the test: the same answer as the ranking in full
-    (tests/test_goodput_ranking.py). llama3-70b on 1,024 H100, --mtbf llama3: 10 plans estimated, not 50."""
+    (tests/test_goodput_ranking.py). llama3-70b on 1,024 H100, --mtbf llama3: 10 plans estimated, not 50.
+    ``pooled``: the stage DP runs (``Space.stage_layers``), whose pool run._refined draws from the POOL first rows."""
 
     rel: Reliability
     depth: int
     top_k: int
+    pooled: bool = False
 
     def ranking(self, rows: list[tuple], keep: int, priced: Callable[[Plan], Estimate],
                 refine: Callable[[tuple[Estimate, ...], Estimate], tuple[tuple[Estimate, ...], Estimate]]
@@ -107,7 +110,7 @@ class _Lazy:
                 return None
             stack = known[0].stack
             if refined is None:
-                if m < size and stack.supports.stage_layers and m < POOL:
+                if m < size and self.pooled and stack.supports.stage_layers and m < POOL:
                     continue  # the DP's pool (of the POOL first rows: run._refined) may reach past the prefix
                 plans = tuple(sorted(known, key=by_time))
                 refined, first = refine(plans, plans[0]), m

@@ -71,7 +71,7 @@ def _slower(model: ModelSpec, cluster: Cluster, candidate: Plan, stack: Stack, e
     """Whether ``candidate`` cannot displace ``chosen``: its ranks priced apart (step/ranks.py, as ``estimate`` prices
     them), one of its end ranks alone takes longer than ``chosen``'s step (stage_lines.ends_reach at the next float
     above it: a step equal to ``chosen``'s could still win on memory), and its step, the busiest rank's plus the
-    bubble (>= 0), is then longer too; the estimate it skips would not be chosen (search/stage_dp.py's ``_below``
+    bubble (>= 0), is then longer too; the estimate it skips would not be chosen (search/stage_pool.py's ``_below``
     prunes its proposals alike). DeepSeek-V3's: 3 of its 6 end splits."""
     return priced_apart(model, candidate) and ends_reach(model, cluster, candidate, stack, eff,
                                                           math.nextafter(chosen.step_time, math.inf))

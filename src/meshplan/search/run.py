@@ -42,7 +42,8 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
 from meshplan.search.select import LAZY_RANKING, fastest_kept, kept_rows, pricer, ranked
 from meshplan.search.space import Space
-from meshplan.search.stage_dp import PIPELINES, POOL, dp_kinds, eligible, refine_ranked
+from meshplan.search.stage_dp import dp_kinds, eligible
+from meshplan.search.stage_pool import PIPELINES, POOL, refine_ranked
 from meshplan.search.stage_settings import refine_stages
 from meshplan.search.tally import Tally
 from meshplan.search.workers import Job, Losing, jobs, run_searches, worker_count

@@ -2,7 +2,7 @@
 ``estimate()`` and ranked again, so that the plan listed first and the fastest plan are the same whatever the number
 listed (``top_k``): both are drawn from the fastest rows, which every share keeps whatever its k, and the refinements
 after the ranking (search/run.py ``_refined``: the end stages, each rank's settings, the stage DP) read only them and
-the search's ``stage_dp.POOL`` fastest plans, which every share keeps too (``run._kept``), never the plans listed
+the search's ``stage_pool.POOL`` fastest plans, which every share keeps too (``run._kept``), never the plans listed
 (tests/test_top_k.py). The number listed moves only the rows under #1, and, where distinct plans tie exactly in float32
 time and memory at the edge of what a share keeps, which of them it kept (``Best.offer``: the first it saw).
 

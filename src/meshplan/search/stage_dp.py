@@ -19,7 +19,7 @@ rank, Megatron's block method: min(N, l_r) on rank r).
 
 The lines only propose: the best few splits are priced by ``estimate()`` (or the mixed cluster's pricing) and the
 fastest that fits within the headroom is kept only where it beats the plan it refines, so the search's #1 is never
-slower than the uniform plan (tests/test_stage_dp.py).
+slower than the uniform plan (tests/test_stage_dp.py). Which of a search's plans it refines: stage_pool.py.
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from meshplan.cost.params import layers_on_rank
-from meshplan.estimate import Estimate
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import schedule_of
-from meshplan.search.stage_lines import BASES, RankLines, ends_reach, layer_spans, rank_lines
+from meshplan.search.stage_lines import BASES, RankLines, layer_spans, rank_lines
 from meshplan.specs.check import check
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
@@ -353,45 +352,6 @@ def _within(est: Priced, clusters: Sequence[Cluster], headroom: float, limit: fl
         return all(m <= usable_hbm(c.accelerator.hbm_bytes, headroom) for m, c in zip(est.stage_memory, clusters,
                                                                                       strict=True))
     return est.peak_memory <= limit
-
-
-PIPELINES = 3  # the pipelined plans the DP refines: the fastest of its pool
-POOL = 10  # the search's fastest plans (whatever the number listed) whose pipelines make the DP's pool (search/run.py)
-
-
-def refine_ranked(model: ModelSpec, cluster: Cluster, plans: tuple[Estimate, ...], fastest: Estimate,
-                  kinds: tuple[str, ...], headroom: float, eff: Efficiency, pool: tuple[Estimate, ...]
-                  ) -> tuple[tuple[Estimate, ...], Estimate]:
-    """``plans`` with the stage DP's best refinement of the ``PIPELINES`` fastest pipelines of ``pool`` (the search's
-    first, fastest and ``POOL`` fastest plans, not those listed: #1 whatever ``--top``, search/run.py) leading where
-    it beats the fastest plan, else unchanged: the fastest, not the first listed, since the listing puts the simpler
-    plans of the ranking band first, which says nothing of what the DP can gain."""
-    stack = plans[0].stack
-    candidates = {e.plan: e for e in pool if eligible(e.plan, stack)}
-    piped = sorted(candidates.values(), key=lambda e: e.step_time)[:PIPELINES]
-    refined = [stage_dp(model, [cluster] * e.plan.pp, e, e.plan, stack, eff, Allowed(kinds, headroom),
-                        _below(model, cluster, stack, eff, e.step_time)) for e in piped]
-    best = min(refined, key=lambda e: e.step_time, default=None)
-    if best is None or best.step_time >= fastest.step_time:
-        return plans, fastest
-    origin = piped[refined.index(best)].plan
-    return (best, *(e for e in plans if e.plan not in (origin, best.plan))), best
-
-
-def _below(model: ModelSpec, cluster: Cluster, stack: Stack, eff: Efficiency, ceiling: float
-           ) -> Callable[[Plan], Estimate | None]:
-    """``estimate()`` of a proposal, or None where its end ranks alone take ``ceiling`` (the step of the plan it
-    refines) or more (stage_lines.ends_reach, priced as the estimate prices them): it cannot be faster. 2/3 of the
-    proposals priced are slower (1.03x to 1.3x), most of them at an end rank already."""
-    from meshplan.estimate import estimate
-    from meshplan.step.ranks import priced_apart
-
-    def price(q: Plan) -> Estimate | None:
-        if priced_apart(model, q) and ends_reach(model, cluster, q, stack, eff, ceiling):
-            return None
-        return estimate(model, cluster, q, stack, eff)
-
-    return price
 
 
 def dp_kinds(recompute: tuple[str, ...], offload: bool) -> tuple[str, ...]:

@@ -35,6 +35,14 @@ its work in cost/extras.py (training and serving). Sources, transformers 5.24's 
   cost/flops.py); in every layer a gate H → d_p (``per_layer_input_gate``), the
   activation, its product with the layer's input, a projection d_p → H (``per_layer_projection``) and an RMSNorm over
   H (``post_per_layer_input_norm``) added to the residual: 2·H·d_p + a norm, kept whole on every tensor-parallel rank.
+- ``moe_score_before_experts``: a MoE layer weights each token's input to its routed experts by the router's score,
+  and sums their outputs unweighted (Llama 4: transformers models/llama4/modeling_llama4.py Llama4TextMoe.forward,
+  ``routed_in * router_scores`` before ``self.experts``; torchtitan v0.2.2 torchtitan/models/moe/moe.py MoEArgs
+  ``score_before_experts: bool = True`` (line 31), which its Llama 4 flavours keep, llama4/__init__.py
+  ``MoEArgs(num_experts=16)``), where by default the outputs are weighted after the experts (Mixtral, DeepSeek-V3;
+  torchtitan's deepseek_v3 flavours ``score_before_experts=False``). No parameter and no FLOP moves (the product is
+  a vector's either way); it decides whether the backward reads the experts' fc2 output (cost/recompute.py
+  ``residual_only``). Set by the Llama 4 presets; a Hugging Face config does not say it (off).
 """
 
 from __future__ import annotations
@@ -88,6 +96,7 @@ class ModelExtras:
     head_transform: bool = False
     per_layer_input: int = 0
     per_layer_vocab: int = 0
+    moe_score_before_experts: bool = False
 
 
 def head_vocab(spec: _Spec) -> int:

@@ -33,11 +33,12 @@ __all__ = ["Parts", "Saved", "Units", "compute_times", "kernel_parts", "plan_ops
 
 
 def saved_bytes(ops: list[OpCost], recompute: str = "none", modules: tuple[str, ...] = ("core_attn",),
-                layer_input: Num = 0.0, compiled: bool = False) -> Num:
+                layer_input: Num = 0.0, compiled: bool = False, scored_before: bool = False) -> Num:
     """Bytes the forward pass keeps for the backward pass (selective recompute of ``modules`` frees some,
-    ``ops.RECOMPUTE_MODULES``; a per-op policy keeps its input and what ``per_op_kept(ops, compiled)`` counts)."""
+    ``ops.RECOMPUTE_MODULES``; a per-op policy keeps its input and what ``per_op_kept(ops, compiled, scored_before)``
+    counts: ``scored_before``, ModelSpec.moe_score_before_experts)."""
     if recompute == "selective" and per_op(modules):
-        return layer_input + per_op_kept(ops, compiled)
+        return layer_input + per_op_kept(ops, compiled, scored_before)
     kept = [not freed for freed in freed_by(ops, modules)] if recompute == "selective" else [True] * len(ops)
     return sum((op.saved for op, keep in zip(ops, kept, strict=True) if op.phase == "fwd" and keep), 0.0)
 
@@ -187,7 +188,8 @@ def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompu
         redo = plain if recompute == "none" else _layer(model, plan, stack, parts, recompute, eff)
         head, head_saved = _head_and_mtp(model, plan, stack, parts, recompute, eff, ends)
         saved, eager = (sum(saved_bytes(parts.ops[k], recompute, plan.recompute_modules, layer_input_bytes(model, plan),
-                                        c) * f for k, f in fractions.items()) for c in (compiled(stack), False))
+                                        c, model.moe_score_before_experts) * f for k, f in fractions.items())
+                        for c in (compiled(stack), False))
         whole = recompute == "selective" and per_op(plan.recompute_modules)
         working = sum(saved_bytes(parts.ops[kind]) * f for kind, f in fractions.items()) - eager if whole else 0.0
         units[recompute] = Units(layer=redo, layer_plain=plain, embed=embed, head=head, p2p=p2p, layer_saved=saved,

@@ -116,6 +116,16 @@ def _meta(config: dict[str, Any], where: str, model_type: str) -> MetaModel | No
     return meta
 
 
+# The model_types whose MoE weights the experts' inputs by the router's scores and sums their outputs unweighted
+# (ModelSpec.moe_score_before_experts): transformers models/llama4/modeling_llama4.py Llama4TextMoe.forward,
+# ``routed_in * router_scores`` before ``self.experts``, ``.sum(dim=0)`` after. No parameter shows it.
+SCORED_BEFORE = frozenset({"llama4", "llama4_text"})
+
+
+def _routing(model_type: str) -> dict[str, Any]:
+    return {"moe_score_before_experts": True} if model_type in SCORED_BEFORE else {}
+
+
 def _named(fields: dict[str, Any], name: str, model_type: str, checked: bool) -> dict[str, Any]:
     how = "checked against transformers' meta-device build" if checked else "not checked: no transformers build"
     return fields | {"name": name, "source": f"Hugging Face config.json, model_type={model_type or 'unknown'} ({how})"}
@@ -133,7 +143,7 @@ def translate(config: dict[str, Any], name: str, where: str | None = None) -> di
         return _named(_family(config, name, where, model_type), name, given, available())
     meta = _meta(config, where, model_type)
     assert meta is not None
-    return _named(read_generic(meta, where)[0], name, given, True)
+    return _named(read_generic(meta, where)[0] | _routing(model_type), name, given, True)
 
 
 def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | None = None) -> ModelSpec:
@@ -157,7 +167,7 @@ def from_hf_config(config: dict[str, Any], name: str = "hf-model", where: str | 
         spec = _spec(_rope_base(fields_, config), config, where)
     if meta is not None:
         check_build(spec, meta, where, groups)
-    return replace(spec, **_named({}, name, given, meta is not None))
+    return replace(spec, **_named(_routing(model_type), name, given, meta is not None))
 
 
 def _check_token_ids(config: dict[str, Any], where: str) -> None:
