@@ -135,7 +135,7 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
             index[mine], at = np.arange(at, at + len(live)), at + len(live)
         assert out is not None  # a whole chunk: some setting of every combination runs (``live``)
         status[rows] = out
-        counts[rows] = _counted(np.moveaxis(out, 0, -1), counts.shape[1], counts.dtype)
+        counts[rows] = _counted(status[rows], counts.shape[1])
     return GroupMemory(peak, host, index, status, counts, rules, saved(np.arange(len(pool))), space, limits)
 
 
@@ -194,17 +194,12 @@ def _status(peak: np.ndarray, host: np.ndarray, refused: np.ndarray, limits: tup
     return out
 
 
-def _counted(status: np.ndarray, statuses: int, dtype: np.dtype) -> np.ndarray:
-    """Per combination (``status``: settings × combinations, the grid's axes first), how many of its settings have
-    each status (combinations × statuses, in ``dtype``, which holds the number of settings): per status, its matches
-    summed over the settings, a row of combinations at a time. Whole numbers, exact in any order; 0.4 against 2.4 ms
-    for one bincount of (combination, status) pairs on a chunk of 16,384 combinations × 24 settings × 9 statuses, and
-    no 3 MiB of pairs to allocate per chunk."""
-    flat = status.reshape(-1, status.shape[-1])
-    match, out = np.empty(flat.shape, dtype=bool), np.empty((statuses, flat.shape[1]), dtype=dtype)
-    for s in range(statuses):  # into the same two arrays: no temporaries per status
-        np.add.reduce(np.equal(flat, s, out=match), axis=0, dtype=dtype, out=out[s])
-    return out.T
+def _counted(status: np.ndarray, statuses: int) -> np.ndarray:
+    """Per combination (``status``: combinations × settings), how many of its settings have each status: one
+    bincount of (combination, status) pairs."""
+    n = len(status)
+    pair = np.multiply(np.arange(n)[:, None], statuses, dtype=np.intp) + status.reshape(n, -1)
+    return np.bincount(pair.reshape(-1), minlength=n * statuses).reshape(n, statuses)
 
 
 def _settings_first(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
