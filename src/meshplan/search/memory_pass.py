@@ -52,7 +52,7 @@ class GroupMemory:
 
     peak: np.ndarray
     host: np.ndarray
-    index: np.ndarray  # each combination's row of peak and host (int32)
+    index: np.ndarray  # each combination's row of peak and host
     status: np.ndarray
     counts: np.ndarray  # combinations × statuses (REFUSED_FIRST + len(rules) of them), the least unsigned integer type
     rules: tuple[Refusal, ...]
@@ -100,25 +100,19 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
     rules = stack_refusals(space.stack)
     counts = np.empty((len(pool), REFUSED_FIRST + len(rules)), dtype=np.min_scalar_type(math.prod(shape[1:])))
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
-    # (rows, their combinations, the rows some setting runs, None for all of them); each setting's refusal code held
-    # in ``status`` until the chunk's statuses take its place
-    chunks: list[tuple[slice, PlanBatch, np.ndarray | None]] = []
+    chunks = []  # (rows, their combinations, each setting's refusal code (settings first), the rows some setting runs)
     for rows in _chunks(len(pool), chunk):
         sized = pool.select(rows)  # a slice: the columns' views, nothing gathered
         block_code = np.zeros((*shape[1:], rows.stop - rows.start), dtype=np.uint8)
         for rule, hit in grid_refusals(model, sized, space):
             block_code[hit] = code[rule.name]
-        status[rows] = np.moveaxis(block_code, -1, 0)
-        live = np.flatnonzero((block_code == 0).reshape(-1, len(sized)).any(axis=0))
-        chunks.append((rows, sized, None if len(live) == len(sized) else live))
-    stored = sum(len(sized) if live is None else len(live) for _, sized, live in chunks)
+        chunks.append((rows, sized, block_code, np.flatnonzero((block_code == 0).reshape(-1, len(sized)).any(axis=0))))
+    stored = sum(len(live) for *_, live in chunks)
     peak, host = np.empty((stored + 1, *shape[1:]), dtype=np.float32), np.empty((stored + 1, *shape[1:]), np.float32)
     peak[stored], host[stored] = np.float32(np.nan), np.float32(np.nan)  # a combination refused under every setting
-    index, at = np.full(len(pool), stored, dtype=np.int32), 0  # 4 bytes a combination (status holds 24 or so)
-    for rows, sized, some_live in chunks:
-        refused, whole = status[rows], some_live is None  # read whole before ``status[rows]`` is written
-        live = np.arange(len(sized)) if some_live is None else some_live
-        block_code = np.moveaxis(refused, 0, -1)  # settings first, as ``_fill`` reads it
+    index, at = np.full(len(pool), stored, dtype=np.intp), 0
+    for rows, sized, block_code, live in chunks:
+        refused, whole = np.moveaxis(block_code, -1, 0), len(live) == len(sized)
         # a combination refused under every setting: each setting's refusal (what ``_status`` gives it)
         out = None if whole else refused + np.uint8(REFUSED_FIRST - 1)
         if len(live):
