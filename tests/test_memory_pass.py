@@ -87,6 +87,24 @@ def test_a_block_in_the_bounds_order_reads_what_the_block_alone_computes(qwen_gr
     assert counts == [int((status == s).reshape(-1, len(block)).sum(axis=0) @ plans) for s in range(len(counts))]
 
 
+def test_a_combination_refused_under_every_setting_keeps_no_bytes_of_its_own(qwen_grouped):
+    # Megatron-Core refuses an MoE layer's tp > 1 without sequence parallelism under every setting: such a combination
+    # reads the one all-NaN row after the others' (memory_pass.group_memory), whose bytes are stored in their order
+    _, calls = qwen_grouped
+    seen = 0
+    for _, _, pool, _, memory in calls:
+        refused = (memory.status >= REFUSED_FIRST).reshape(len(pool), -1).all(axis=1)
+        seen += int(refused.sum())
+        assert memory.peak.shape == memory.host.shape == (len(pool) - refused.sum() + 1, *memory.status.shape[1:])
+        assert np.array_equal(memory.index[~refused], np.arange(len(pool) - refused.sum()))
+        assert (memory.index[refused] == len(memory.peak) - 1).all()
+        assert np.isnan(memory.peak[-1]).all() and np.isnan(memory.host[-1]).all()
+        if refused.any():  # what a block reads of them: their refusals, NaN bytes
+            status, peak = memory.at(np.flatnonzero(refused))
+            assert (status >= REFUSED_FIRST).all() and np.isnan(peak).all()
+    assert seen  # the searches met some
+
+
 @pytest.mark.parametrize(("name", "passes"), [("qwen3-30b-a3b", 1), ("gpt-oss-20b", 2)])
 def test_twin_searches_share_a_groups_memory_unless_the_saved_activations_differ(monkeypatch, request, name, passes):
     # Qwen3-30B-A3B: per-expert and grouped GEMMs save the same activations, one pass a group serves both searches;

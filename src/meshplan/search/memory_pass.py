@@ -41,16 +41,18 @@ FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, UNKNOWN, REFUSED_FIRST = range(6)
 class GroupMemory:
     """Size combinations × settings of one schedule group (the combinations on the first axis, then the grid's
     shape): peak HBM bytes (float32, scoring.grid_memory; NaN where the framework refuses the plan) and host bytes
-    (those of a refused plan, never read, NaN or not: ``_fill``),
-    each setting's ``status`` against ``limits`` (the HBM, the HBM less the headroom, the host's memory) and, per
-    combination, how many settings have each status (``counts``): the comparisons each block of the branch and bound
-    made for itself, made once for the group and every twin search that reuses it. ``saved``: the group's saved
-    activations the pass read. The combinations come first so that a block in the bound's order reads whole rows
-    (``at``): a gather along the last axis of a (settings × combinations) array read element by element, six times
-    slower."""
+    (those of a refused plan, never read, NaN or not: ``_fill``), stored for the combinations some setting of which
+    the framework runs, each combination's at its row ``index`` (one refused under every setting: the last row, all
+    NaN; ``group_memory``), each setting's ``status`` against ``limits`` (the HBM, the HBM less the headroom, the
+    host's memory) and, per combination, how many settings have each status (``counts``): the comparisons each block
+    of the branch and bound made for itself, made once for the group and every twin search that reuses it.
+    ``saved``: the group's saved activations the pass read. The combinations come first so that a block in the
+    bound's order reads whole rows (``at``): a gather along the last axis of a (settings × combinations) array read
+    element by element, six times slower."""
 
     peak: np.ndarray
     host: np.ndarray
+    index: np.ndarray  # each combination's row of peak and host
     status: np.ndarray
     counts: np.ndarray  # combinations × statuses (REFUSED_FIRST + len(rules) of them), the least unsigned integer type
     rules: tuple[Refusal, ...]
@@ -60,7 +62,7 @@ class GroupMemory:
 
     def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The status and the peak of the combinations ``rows`` (settings × combinations)."""
-        return _settings_first(self.status, rows), _settings_first(self.peak, rows)
+        return _settings_first(self.status, rows), _settings_first(self.peak, self.index[rows])
 
     def plans_of(self, rows: np.ndarray, plans: np.ndarray) -> list[int]:
         """The plans of each status among the combinations ``rows``, each standing for ``plans`` plans: one product
@@ -69,7 +71,7 @@ class GroupMemory:
 
     def host_at(self, rows: np.ndarray) -> np.ndarray:
         """The host bytes of the combinations ``rows`` (settings × combinations)."""
-        return _settings_first(self.host, rows)
+        return _settings_first(self.host, self.index[rows])
 
     def reusable(self, space: Space, saved: dict[str, Saved], limits: tuple[float, float, float]) -> bool:
         """Whether the same group searched in ``space`` against ``limits``, whose units save ``saved``, has this
@@ -85,24 +87,50 @@ class GroupMemory:
 def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callable[[np.ndarray], dict[str, Saved]],
                  chunk: int, limits: tuple[float, float, float]) -> GroupMemory:
     """The memory pass of the size combinations ``pool`` (one plan each), in chunks of ``chunk`` combinations
-    (bounded temporaries); ``saved(rows)``: the saved activations of those rows; ``limits``: GroupMemory's."""
+    (bounded temporaries); ``saved(rows)``: the saved activations of those rows; ``limits``: GroupMemory's.
+
+    The framework's refusals first, for every chunk: a combination refused under every setting (DeepSeek-V3's tp > 1
+    combinations without sequence parallelism, 86,041 of 91,546) has NaN bytes and each setting its refusal's status
+    whatever its bytes, so only the others' bytes are computed and stored (``GroupMemory.index``), each by the same
+    element-wise arithmetic on the same rows as when a chunk's refused combinations were left out by ``_fill``: the
+    bytes of the 86,041 are neither written (2 x 8.4 MiB of fresh float32 pages) nor compared with the limits
+    (DeepSeek-V3 on 2,048 H100s, its four passes: 166-218 -> 149-172 ms, ``_status`` 23-26 -> 6-8 ms)."""
     shape = (len(pool), *(len(g) for g in space.grid))
-    peak, host = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
     status = np.empty(shape, dtype=np.uint8)
     rules = stack_refusals(space.stack)
     counts = np.empty((len(pool), REFUSED_FIRST + len(rules)), dtype=np.min_scalar_type(math.prod(shape[1:])))
     code = {rule.name: i + 1 for i, rule in enumerate(rules)}
+    chunks = []  # (rows, their combinations, each setting's refusal code (settings first), the rows some setting runs)
     for rows in _chunks(len(pool), chunk):
         sized = pool.select(rows)  # a slice: the columns' views, nothing gathered
         block_code = np.zeros((*shape[1:], rows.stop - rows.start), dtype=np.uint8)
         for rule, hit in grid_refusals(model, sized, space):
             block_code[hit] = code[rule.name]
-        refused = np.moveaxis(block_code, -1, 0)
-        _fill(peak[rows], host[rows], (model, space, sized, saved, rows.start), block_code)
-        status[rows] = _status(peak[rows], host[rows], refused, limits)
-        np.copyto(peak[rows], np.float32(np.nan), where=refused > 0)  # a refused plan has no memory to show
+        chunks.append((rows, sized, block_code, np.flatnonzero((block_code == 0).reshape(-1, len(sized)).any(axis=0))))
+    stored = sum(len(live) for *_, live in chunks)
+    peak, host = np.empty((stored + 1, *shape[1:]), dtype=np.float32), np.empty((stored + 1, *shape[1:]), np.float32)
+    peak[stored], host[stored] = np.float32(np.nan), np.float32(np.nan)  # a combination refused under every setting
+    index, at = np.full(len(pool), stored, dtype=np.intp), 0
+    for rows, sized, block_code, live in chunks:
+        refused, whole = np.moveaxis(block_code, -1, 0), len(live) == len(sized)
+        # a combination refused under every setting: each setting's refusal (what ``_status`` gives it)
+        out = None if whole else refused + np.uint8(REFUSED_FIRST - 1)
+        if len(live):
+            some, mine = slice(at, at + len(live)), rows.start + live
+            _fill(peak[some], host[some], (model, space, sized if whole else sized.select(live),
+                                           lambda r, mine=mine: saved(mine[r]), 0),
+                  block_code if whole else block_code[..., live])
+            part = refused if whole else refused[live]
+            if out is None:
+                out = _status(peak[some], host[some], part, limits)
+            else:
+                out[live] = _status(peak[some], host[some], part, limits)
+            np.copyto(peak[some], np.float32(np.nan), where=part > 0)  # a refused plan has no memory to show
+            index[mine], at = np.arange(at, at + len(live)), at + len(live)
+        assert out is not None  # a whole chunk: some setting of every combination runs (``live``)
+        status[rows] = out
         counts[rows] = _counted(status[rows], counts.shape[1])
-    return GroupMemory(peak, host, status, counts, rules, saved(np.arange(len(pool))), space, limits)
+    return GroupMemory(peak, host, index, status, counts, rules, saved(np.arange(len(pool))), space, limits)
 
 
 def _fill(peak: np.ndarray, host: np.ndarray, chunk: tuple[ModelSpec, Space, PlanBatch, Callable, int],
