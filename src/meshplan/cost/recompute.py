@@ -67,7 +67,8 @@ RECOMPUTE_MODULES: dict[str, Recompute] = {
     # mode "selective", selective_ac_option "op"; pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py at
     # ba2469780, the December 2024 benchmarks' commit: _save_list and _custom_policy). Its policy saves the outputs
     # of aten.mm except every second one in the block's order, of the flash / efficient attention kernels and of
-    # the TP reduce-scatters, and recomputes every other op; torchtitan 0.2.2's MoE layer as ROUTER and EXPERTS say:
+    # the TP reduce-scatters, and recomputes every other op; torchtitan 0.2.2's MoE layer as ROUTER and
+    # ROUTED_EXPERTS say:
     # per_op_saved, per_op_reruns, per_op_kept
     "op_sac": Recompute((), (), per_op=True),
 }
@@ -104,7 +105,7 @@ def per_op(modules: tuple[str, ...]) -> bool:
 #   parallelism the dispatch's and the combine's outputs stay saved (distributed/expert_parallel.py
 #   all_to_all_single_autograd), so neither runs again (``tp_rerun_by`` reruns TP collectives only).
 ROUTER = "moe/router"
-EXPERTS = "moe/experts/"
+ROUTED_EXPERTS = "moe/experts/"
 EXCHANGES = ("moe/dispatch", "moe/combine")
 
 
@@ -138,7 +139,7 @@ def _loop(ops: list[OpCost], first: int) -> list[tuple[int, OpCost, int]]:
     """The for-loop experts' forward GEMM records from ``first`` on, with their aten.mm calls per expert: a gated
     fc1 record is w1 and w3, two (twice as wide as fc2 is deep), any other one."""
     gemms = [(i, op) for i, op in enumerate(ops) if i >= first and op.phase == "fwd" and op.kind == "gemm"
-             and op.name.startswith(EXPERTS) and not _zero(op.launches)]
+             and op.name.startswith(ROUTED_EXPERTS) and not _zero(op.launches)]
     depth = [op.k for _, op in gemms if op.name.endswith("/fc2")]
     gated = bool(depth) and bool(np.all(np.asarray([op.n for _, op in gemms if op.name.endswith("/fc1")][:1])
                                         == 2 * np.asarray(depth[0])))
@@ -173,7 +174,7 @@ def per_op_saved(ops: list[OpCost]) -> list[Num]:
             saved[i] = 1.0
         elif op.kind != "gemm" or op.name == ROUTER or op.name.startswith(ROUTER + "/"):
             continue
-        elif op.name.startswith(EXPERTS):
+        elif op.name.startswith(ROUTED_EXPERTS):
             if not loop and not _zero(op.launches):
                 loop = _loop(ops, i)
                 count = _loop_saved(loop, count, saved)

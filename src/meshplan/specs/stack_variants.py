@@ -312,7 +312,7 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # 51 / 50 GB/s, of which the NIC carries 3/4 and 3.5/4: 0.863 and 0.884 of it, NCCL's 0.90 nearly: the NIC's
         FlexBackend(name="deepep", kernel=((2.0, 43e9),), nic=((4.0, 0.863), (8.0, 0.884)),
                     source="deepseek-ai/DeepEP docs/legacy.md @ dd758ca (README.md @ 3b1045d), normal kernels, "
-                           "tests/test_internode.py @ 3b1045d (num_sms = 24; lines 39-43, 158-173)"),
+                           "DeepEP/tests/test_internode.py @ 3b1045d (num_sms = 24; lines 39-43, 158-173)"),
         # H100 + 400 Gb/s, Megatron-Core's 16 SMs (moe_hybridep_num_sms), 4096 tokens, hidden 7168, top-8 of 8
         # experts a rank, uniform: Torch API (what Megatron-Core calls) BF16 dispatch / combine 54.47 / 53.35,
         # 47.36 / 52.53 and 41.24 / 46.57 GB/s logical over 16, 32 and 64 ranks (2, 4, 8 nodes), 0.54, 0.75 and
