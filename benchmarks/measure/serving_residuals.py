@@ -8,6 +8,9 @@ meshplan_validation/loso_serving.py), for the three leads of serve14's brief:
   64 on the others; the per-sequence cost: on
   MI300X the untuned decode GEMMs, presets/engines/vllm-v0.6-rocm.toml skinny_gemm_rate; it shrinks with tp where it
   is GPU work), measured and predicted;
+- H100 at batch 1 (captured decode graphs, vLLM V0 under tensor parallelism): the time per token left out beyond tp
+  1's, spread over the step's tensor-parallel all-reduces, beside the price of one (issue 79's per-token cost that
+  grows with TP; collectives/allreduce.py);
 - TensorRT-LLM 0.14's online serving runs (data/serving/published_serving.jsonl, trtllm014srv_*) at 2 requests/s, all
   but idle: the inter-token latency and the time to first token that the model leaves out, in milliseconds, with the
   engine's fitted iteration_overhead and at its prior (0), the value it takes out of source.
@@ -25,6 +28,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from meshplan.collectives.comm import Collective
+from meshplan.collectives.price import SERVING as ENGINE_KERNELS
+from meshplan.collectives.price import collective_seconds
+from meshplan.serve.efficiency import SERVE_DEFAULT
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
 from meshplan_validation import loso_serving
 from meshplan_validation.records import read_runs
 
@@ -61,6 +70,30 @@ def argonne_rows(inside: dict, outside: dict) -> list[str]:
     return rows
 
 
+def all_reduce_rows(inside: dict) -> list[str]:
+    """H100 at batch 1 (captured decode graphs): the ms per token left out (measured - in sample, the median over
+    the lengths) beyond tp 1's, and what it would be per tensor-parallel all-reduce of the step (2 a layer and the
+    embedding's), beside the price of one such all-reduce (collectives/price.py: the engines' kernel or NCCL's LL,
+    whichever is slower, at B·h·2 bytes). Per call the miss is the same order as the price, but the 70B's 161 calls
+    leave out what the 7B's 65 do: the miss goes with the iteration, not with the all-reduce."""
+    cluster = load_system("h100").cluster(8)
+    miss = {k[:3]: statistics.median(m - p for kk, (m, p) in inside.items() if kk[:4] == (*k[:3], 1))
+            for k in inside if k[0] == "h100" and k[3] == 1}
+    base = miss.get(("h100", "llama-2-7b", 1), 0.0)
+    rows = ["| model / tp | left out per token | beyond tp 1's | all-reduces a step | per all-reduce | priced per"
+            " all-reduce |", "|---|---:|---:|---:|---:|---:|"]
+    for (_, model, tp), left in sorted(miss.items()):
+        if tp == 1:
+            continue
+        spec = load_model(model.replace("llama-2-", "llama2-"))
+        calls = 2 * spec.num_layers + 1
+        price = collective_seconds(Collective("all_reduce", 2.0 * spec.hidden_size, "tp", tp), 1, cluster,
+                                   SERVE_DEFAULT, ENGINE_KERNELS)
+        rows.append(f"| {model} / {tp} | {left:+.2f} ms | {left - base:+.2f} ms | {calls} | "
+                    f"{1e3 * (left - base) / calls:+.1f} us | {1e6 * float(price):.1f} us |")
+    return rows
+
+
 def trtllm_rows(records: list[dict[str, Any]]) -> list[str]:
     """The idle runs' (2 requests/s) ITL and TTFT left out, ms: measured - predicted, shipped and at the prior."""
     idle = [r for r in records if r["id"].startswith("trtllm014srv") and r["id"].endswith("_qps2")]
@@ -84,11 +117,14 @@ def main() -> None:
     oos = loso_serving.single_without("argonne_bench", every)
     print("LLM-Inference-Bench's released half: ms per output token; out of source: "
           + ", ".join(f"{k} = {v:.4g}" for k, v in sorted(oos.items())) + "\n")
-    print("\n".join(argonne_rows(per_token(argonne, {}), per_token(argonne, oos))))
+    inside = per_token(argonne, {})
+    print("\n".join(argonne_rows(inside, per_token(argonne, oos))))
+    print("\nH100 at batch 1, in sample: the time per token left out under tensor parallelism\n")
+    print("\n".join(all_reduce_rows(inside)))
     print("\nTensorRT-LLM 0.14 online serving at 2 requests/s: ms the model leaves out (measured - predicted)\n")
     print("\n".join(trtllm_rows(read_runs(PUBLISHED))))
     spread: dict[str, list[float]] = defaultdict(list)
-    for k, v in per_token(argonne, {}).items():
+    for k, v in inside.items():
         spread[k[0]].append(v[1] / v[0] - 1)
     print("\nin sample, median error per output token by GPU: "
           + ", ".join(f"{g} {100 * statistics.median(e):+.1f} %" for g, e in sorted(spread.items())))

@@ -24,6 +24,20 @@ bytes; the hardware presets cite the timings) an all-reduce of n bytes is priced
 up to the largest size measured, and past it as the protocols plus what the measurement added to each there
 (``nvlink_all_reduce``; a line fitted to timings of one or two megabytes says nothing of the two-shot kernel's rate
 at eight, where NCCL's ring wins).
+
+Left out, each for want of a measurement of its own (issue 79; benchmarks/measure/serving_residuals.py prints what the
+runs leave out per all-reduce). The H100 line is SGLang's kernel, which copies its input inside the kernel. vLLM's own
+kernel, out of a captured graph, first copies the input into its registered buffer with a cudaMemcpyAsync
+(vllm-project/vllm csrc/custom_all_reduce.cu all_reduce_unreg); inside a graph it all-reduces the graph's registered
+buffers without that copy (register_graph_buffers). SGLang PR #2904 times vLLM's eager path at 8.5-11.8 µs up to 32 KB
+on 2-8 H100s, where SGLang's takes 3.7-7.8 µs; vLLM's in-graph path is not timed there. The eager difference would add
+~4 µs a call to vLLM's prompt iterations and uncaptured batches only, nothing to its captured decode steps. TurboMind
+v0.1 (LMDeploy) creates the custom all-reduce communicator but never hands it to LlamaV2 (InternLM/lmdeploy
+src/turbomind/triton_backend/llama/LlamaTritonModel.cc @ 02ab71bd, createSharedModelInstance), whose layers all-reduce
+with ftNcclAllReduceSum (src/turbomind/models/llama/LlamaContextAttentionLayer.cc). NCCL's tuning model prices a small
+eager all-reduce below what nccl-tests times: LL's 4.5 µs on 2 GPUs against 10.1 µs measured for 32 bytes on 2
+A100-SXM4s (NVIDIA/nccl#583, 2021). The engines' A100 line (12.6 µs) stands in for it until NCCL's own small-message
+cost is measured per GPU.
 """
 
 from __future__ import annotations
