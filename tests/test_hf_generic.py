@@ -161,3 +161,29 @@ print(len(EXACT))
     assert out[0] == "8030261248"
     assert "model_type='gemma2' is not one meshplan reads exactly" in out[1] and "meshplan[hf]" in out[1]
     assert out[2] == "13"
+
+
+def test_torch_init_is_skipped_only_while_a_model_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_meta skips torch.nn.init's fills (a meta tensor has no values: meta._torch_init_skipped), also where a
+    torch module imported them by name, and puts them back after a build, a failed one too. The tying of a shared
+    weight (transformers' init_weights, which its own no_init_weights would skip as well) still happens: Gemma 2's
+    head is its embedding, counted once."""
+    from torch.nn import init
+    from torch.nn.modules import activation
+    originals = (init.kaiming_uniform_, init.normal_, activation.xavier_uniform_)
+    # a config of its own (builds are cached by their text): the test above's Gemma 2, 4·30,976 + 128·64 + 64
+    meta = build_meta(config("gemma2", **SMALL, head_dim=16, initializer_range=0.0125))
+    assert not isinstance(meta, str) and meta.total == 4 * 30_976 + 128 * 64 + 64 == 132_160
+    assert (init.kaiming_uniform_, init.normal_, activation.xavier_uniform_) == originals
+    during = []
+
+    def failing(cfg: object) -> None:
+        during.append((init.kaiming_uniform_ is originals[0], activation.xavier_uniform_ is originals[2]))
+        raise RuntimeError("no build")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", failing)
+    assert "cannot build it (RuntimeError: no build)" in str(build_meta(config("llama", **SMALL,
+                                                                              initializer_range=0.0125)))
+    assert during == [(False, False)]  # replaced while building
+    assert (init.kaiming_uniform_, init.normal_, activation.xavier_uniform_) == originals
+    assert torch.nn.Linear(8, 8).weight.abs().sum() > 0  # a real layer is filled again
