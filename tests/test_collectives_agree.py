@@ -144,6 +144,9 @@ def test_a_group_prices_each_distinct_collective_once_and_each_op_gets_its_own_a
     monkeypatch.setattr(price, "split_seconds", lambda c, *a: calls.append(c) or alone(c, *a))
     got = time_ops(ops, cluster, plan, EFF)
     assert len(calls) == 5  # a, c, d, e and g: b and f repeat a and c, h repeats g's bits
+    shared = price.PricedOnce()  # one plan's groups share theirs (parts._timed): a second group of the same, none
+    assert time_ops(ops[:4], cluster, plan, EFF, None, shared) == got[:4] and len(calls) == 8
+    assert time_ops(ops[:4], cluster, plan, EFF, None, shared) == got[:4] and len(calls) == 8
     for op, t in zip(ops, got, strict=True):
         c = op.collective
         want = alone(c, split_group(cluster, c.group, axis_layout(plan, c.axis)), cluster, EFF)

@@ -118,26 +118,29 @@ class PricedOnce:
     backend are equal, their group and routed experts are the same numbers (arrays: the same object) and their bytes
     have the same bits (arrays: also the same shape and strides), so the answer reused is the one ``split_seconds``
     gives each: the same number, bit for bit. The group's split over the tiers (``parts``) is the axis's and the
-    group's, the caller's for both."""
+    group's on the caller's cluster and plan: one ``PricedOnce`` serves one cluster, plan, efficiency and library
+    (parts._timed: all groups of a plan's ops)."""
 
     __slots__ = ("_seen",)
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[object, ...], list[tuple[Num, Num]]] = {}
+        # by kind, axis, group, copies, experts and backend: each collective priced and its price (the collective
+        # held here, so that the ids of its arrays in the key are not reused while kept)
+        self._seen: dict[tuple[object, ...], list[tuple[Collective, Num]]] = {}
 
     def seconds(self, c: Collective, parts: list[Num], cluster: Cluster, eff: Efficiency, library: Library) -> Num:
         key = (c.kind, c.axis, _held(c.group), c.copies, _held(c.experts), c.backend)
         seen = self._seen.setdefault(key, [])
-        for nbytes, one in seen:
-            if _same_bits(nbytes, c.nbytes):
+        for other, one in seen:
+            if _same_bits(other.nbytes, c.nbytes):
                 return one
         one = split_seconds(c, parts, cluster, eff, library)
-        seen.append((c.nbytes, one))
+        seen.append((c, one))
         return one
 
 
 def _held(x: Num) -> object:
-    """A dict key for a number: an array by its identity (the caller's ops hold it), else its type and value (the sign
+    """A dict key for a number: an array by its identity (``PricedOnce`` holds it), else its type and value (the sign
     of a zero kept)."""
     if isinstance(x, np.ndarray):
         return id(x)

@@ -11,6 +11,7 @@ from typing import Any
 
 from meshplan.collectives.comm import split_group
 from meshplan.collectives.groups import axis_layout
+from meshplan.collectives.price import PricedOnce
 from meshplan.cost.embed_head import embedding_ops, head_ops, mtp_ops
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.pipeline import pipeline_p2p
@@ -168,9 +169,11 @@ def _timed(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Ef
     if compute is None and type(plan) is Plan:  # its kernels' times, kept for its kept op records (roofline.py)
         compute = kept_op_times(_plan_ops(model, _dp_free(plan), stack), cluster.accelerator, plan.precision, eff)
     extra = work_ops(model, plan, stack, tuple(model.block_counts), works, cluster.python_host)
-    return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()},
-                 cluster.python_host, extra,
-                 {w: {k: time_ops(v, cluster, plan, eff) for k, v in groups.items()} for w, groups in extra.items()})
+    priced = PricedOnce()  # the groups' collectives, each distinct one priced once (they repeat across groups too)
+    return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None, priced)
+                       for k, v in ops.items()}, cluster.python_host, extra,
+                 {w: {k: time_ops(v, cluster, plan, eff, None, priced) for k, v in groups.items()}
+                  for w, groups in extra.items()})
 
 
 def kernel_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, compute: dict[str, list[Num | None]],

@@ -67,14 +67,15 @@ ZERO = 0.0  # the one object PassTimes.total skips
 
 
 def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
-             compute: list[Num | None] | None = None) -> list[Num]:
+             compute: list[Num | None] | None = None, priced: PricedOnce | None = None) -> list[Num]:
     """Seconds of each op: collectives by the one dispatcher (collectives/price.py), the rest by the roofline (or
     taken from ``compute``, the same ops' times computed elsewhere: the search times compute ops once per shape, not
-    per placement)."""
+    per placement). ``priced``: the prices of the collectives met so far on this cluster and plan (the other groups'
+    of the plan: parts._timed), each priced once."""
     times: list[Num] = []
     library = LIBRARIES[plan.collectives]  # NCCL's, or MPICH's with the minimum spanning tree
     splits: dict[tuple[str, object], tuple[Num, list[Num]]] = {}
-    priced = PricedOnce()  # a collective the group repeats priced once (collectives/price.py)
+    priced = PricedOnce() if priced is None else priced
     for i, op in enumerate(ops):
         if op.kind == "collective":
             c = op.collective
