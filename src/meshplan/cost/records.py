@@ -91,6 +91,30 @@ class OpCost:
     host: Num = 0.0
 
 
+def same_record(a: OpCost, b: OpCost) -> bool:
+    """Whether two records hold the same values, field for field, of the same types, numbers bit for bit (-0.0 is not
+    0.0; arrays also of one shape and layout, as NumPy's vector and scalar loops may differ in the last bit), any other
+    value the same object or an equal string or tuple: whatever prices one prices the other alike."""
+    if type(a) is not type(b):
+        return False
+    for name in OpCost.__slots__:
+        x, y = getattr(a, name), getattr(b, name)
+        if x is y:
+            continue
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, np.ndarray):
+            if (x.shape != y.shape or x.dtype != y.dtype or x.strides != y.strides or x.dtype.kind not in "biuf"
+                    or not bool((x.view(f"u{x.dtype.itemsize}") == y.view(f"u{y.dtype.itemsize}")).all())):
+                return False
+        elif isinstance(x, (float, int, np.number)):
+            if np.asarray(x).tobytes() != np.asarray(y).tobytes():
+                return False
+        elif not (isinstance(x, (str, tuple)) and x == y):
+            return False
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Dims:
     """Token counts and sizes one GPU sees for one micro-batch under a plan."""
