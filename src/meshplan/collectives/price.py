@@ -157,4 +157,4 @@ def _same_bits(a: Num, b: Num) -> bool:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype and a.dtype.itemsize == 8
                 and bool(np.array_equal(a.view(np.int64), b.view(np.int64))))
-    return bool(a == b) and math.copysign(1.0, a) == math.copysign(1.0, b)  # type: ignore[arg-type]
+    return bool(a == b) and math.copysign(1.0, a) == math.copysign(1.0, b)
