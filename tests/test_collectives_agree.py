@@ -10,11 +10,14 @@ is slower (allreduce.nvlink_all_reduce), never faster than training's.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+import meshplan.collectives.price as price
 from meshplan.autoshard.mesh import device_mesh
 from meshplan.collectives.allreduce import tp_all_reduce
 from meshplan.collectives.comm import Collective, split_group
+from meshplan.collectives.groups import axis_layout
 from meshplan.collectives.price import LIBRARIES, SERVING, collective_seconds, collective_time, split_seconds
 from meshplan.cost.blocks import collective
 from meshplan.serve.efficiency import SERVE_DEFAULT
@@ -120,3 +123,31 @@ def test_an_unknown_algorithm_is_refused():
 
     with pytest.raises(ValueError, match="'ring' is not one of nccl, mst"):
         Library(algorithm="ring")
+
+
+def test_a_group_prices_each_distinct_collective_once_and_each_op_gets_its_own_answer(monkeypatch):
+    """time_ops prices a collective its group repeats once (price.PricedOnce): the all-gather of the same 4 MiB over
+    tp twice (as numbers, and again as two arrays of the same bits) and the reduce-scatter of the same bytes twice are
+    priced once each, the all-gather of other bytes and of the same bytes over another axis on their own: 5 prices
+    for 8 ops. Each op's time is the one split_seconds gives it alone, bit for bit."""
+    cluster = load_system("h100").cluster(64)
+    plan = Plan(tp=8, dp=8, cp=1)
+    nb = 4.0 * 2**20
+    ops = [collective("a", "fwd", "all_gather", nb, "tp", 8), collective("b", "bwd_x", "all_gather", nb, "tp", 8),
+           collective("c", "bwd_x", "reduce_scatter", nb, "tp", 8),
+           collective("d", "fwd", "all_gather", 2 * nb, "tp", 8), collective("e", "fwd", "all_gather", nb, "dp", 8),
+           collective("f", "fwd", "reduce_scatter", nb, "tp", 8)]
+    one, other = np.array([nb, 2 * nb, 3 * nb]), np.array([nb, 2 * nb, 3 * nb])
+    ops += [collective("g", "fwd", "all_gather", one, "tp", 8), collective("h", "bwd_x", "all_gather", other, "tp", 8)]
+    calls = []
+    alone = price.split_seconds
+    monkeypatch.setattr(price, "split_seconds", lambda c, *a: calls.append(c) or alone(c, *a))
+    got = time_ops(ops, cluster, plan, EFF)
+    assert len(calls) == 5  # a, c, d, e and g: b and f repeat a and c, h repeats g's bits
+    shared = price.PricedOnce()  # one plan's groups share theirs (parts._timed): a second group of the same, none
+    assert time_ops(ops[:4], cluster, plan, EFF, None, shared) == got[:4] and len(calls) == 8
+    assert time_ops(ops[:4], cluster, plan, EFF, None, shared) == got[:4] and len(calls) == 8
+    for op, t in zip(ops, got, strict=True):
+        c = op.collective
+        want = alone(c, split_group(cluster, c.group, axis_layout(plan, c.axis)), cluster, EFF)
+        assert np.asarray(t).tobytes() == np.asarray(want).tobytes()

@@ -61,6 +61,23 @@ def test_alignment_of_arrays_is_each_elements_own():
     assert alignment(sizes[:5], 512).tolist() == [alignment(float(x), 512) for x in sizes[:5]]
 
 
+
+def test_alignment_of_whole_arrays_takes_the_lowest_set_bit_and_keeps_the_general_answer():
+    """An array of whole sizes below 2^62 (the search's) takes the short path, the lowest set bit of n | 32: 0 reads 32,
+    a negative size its magnitude's, 2^62 - 1024 (a multiple of 1024) 32. It gives what the definition and the general
+    path give (the same arrays with one NaN appended force the general path: their answers agree element by element,
+    bit for bit, with the same type)."""
+    rng = np.random.default_rng(11)
+    sizes = np.concatenate([rng.integers(-2**20, 2**20, 400).astype(float), rng.integers(1, 1000, 50) * 1024.0,
+                            [0.0, -0.0, 1.0, -48.0, 96.0, 2.0**53, 2.0**53 + 2.0, 2.0**62 - 1024.0]])
+    other = rng.permutation(sizes)
+    short = alignment(sizes, other, 768)
+    general = alignment(np.append(sizes, np.nan), np.append(other, 1.0), 768)[:-1]
+    assert type(short) is np.ndarray and short.dtype == general.dtype == np.float64
+    assert short.tobytes() == general.tobytes()
+    assert list(alignment(np.array([0.0, -48.0, 2.0**62 - 1024.0, 24.0, 7.0]))) == [32.0, 16.0, 32.0, 8.0, 1.0]
+    assert alignment(np.asarray(48.0), 64) == alignment(48, 64) == 16.0
+
 def test_a_gemm_record_carries_its_weights_dims_alignment_in_every_pass_never_the_token_count():
     """Row-major activations: the leading dimensions of every pass are the weight's k and n, not the m tokens
     (1,001 tokens here, odd, leave the GEMM aligned)."""

@@ -8,6 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from meshplan.cost.records import same_record
+from meshplan.roofline import op_time
 from meshplan.search import Space, key_store
 from meshplan.search.batch import PlanBatch
 from meshplan.search.candidates import candidates
@@ -19,7 +21,7 @@ from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
-from meshplan.step.units import plan_ops
+from meshplan.step.units import compute_times, plan_ops
 from spaces import EVERY_PLAN
 
 
@@ -185,3 +187,31 @@ def test_twin_times_reuses_the_previous_calls_equal_ops_within_and_forgets_them_
             assert after[k][i] is not first[k][i] and np.array_equal(after[k][i], first[k][i])
             fresh += 1
     assert reused > 10 and fresh == reused + 1
+
+
+def test_an_op_equal_to_an_earlier_one_takes_its_time_each_the_roofline_s_alone():
+    """step/parts.compute_times prices an op equal to an earlier one (records.same_record: field for field, bit for bit)
+    once: DeepSeek-V3's dense and MoE layers share their attention, whose ops take the dense layer's times, the very
+    objects; every op's time is op_time's of that op alone, bit for bit; an op that differs in one bit is priced."""
+    model, cluster, stack = load_model("deepseek-v3"), load_system("h100").cluster(64), Space(global_batch=64).stack
+    shaped = PlanBatch.of([Plan(dp=8, tp=8, ep=8, sequence_parallel=True, global_batch=64),
+                           Plan(dp=16, tp=4, ep=16, sequence_parallel=True, global_batch=64)])
+    ops = plan_ops(model, shaped, stack)
+    times = compute_times(model, cluster, shaped, stack, DEFAULT, ops)
+    shared = 0
+    for k, v in ops.items():
+        for op, t in zip(v, times[k], strict=True):
+            if op.kind == "collective":
+                assert t is None
+                continue
+            alone = op_time(op, cluster.accelerator, shaped.precision, DEFAULT)
+            assert np.asarray(t).tobytes() == np.asarray(alone).tobytes()
+            if k == "moe" and op.name.startswith("attn/"):
+                twin = next(u for o, u in zip(ops["dense"], times["dense"], strict=True)
+                            if o.name == op.name and o.phase == op.phase)
+                shared += twin is t
+    assert shared >= 10
+    gemm = next(op for op in ops["dense"] if op.kind == "gemm")
+    nudged = replace(gemm, m=np.nextafter(gemm.m, np.inf))
+    assert not same_record(gemm, nudged) and same_record(gemm, replace(gemm, m=gemm.m.copy()))
+    assert not same_record(gemm, replace(gemm, m=np.repeat(gemm.m, 2)[::2]))  # the same numbers, another layout

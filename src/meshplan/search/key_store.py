@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.cost.records import OpCost
+from meshplan.cost.records import OpCost, same_record
 from meshplan.search.batch import PlanBatch
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
@@ -244,8 +244,8 @@ def shape_compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, s
 
 def _known(ops: dict[str, list[OpCost]], context: tuple[Any, ...], first: np.ndarray, inverse: np.ndarray
            ) -> dict[tuple[str, int], Num | None]:
-    """The previous call's times (``_LAST``) of the ops equal to the op at their place in it (``_equal``), where its
-    context and the rows' grouping by op keys are these."""
+    """The previous call's times (``_LAST``) of the ops equal to the op at their place in it (``records.same_record``),
+    where its context and the rows' grouping by op keys are these."""
     if not _LAST:
         return {}
     (old_context, old_first, old_inverse, old_ops, old_times), = _LAST
@@ -253,27 +253,7 @@ def _known(ops: dict[str, list[OpCost]], context: tuple[Any, ...], first: np.nda
             not (np.array_equal(first, old_first) and np.array_equal(inverse, old_inverse)):
         return {}
     return {(k, i): old_times[k][i] for k, v in ops.items() for i, op in enumerate(v)
-            if op.kind != "collective" and i < len(old_ops.get(k, ())) and _equal(op, old_ops[k][i])}
-
-
-def _equal(a: OpCost, b: OpCost) -> bool:
-    """Whether two op records hold the same values, field for field, of the same types, numbers bit for bit."""
-    if type(a) is not type(b):
-        return False
-    for f in fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if type(x) is not type(y):
-            return False
-        if isinstance(x, np.ndarray):
-            if x is not y and (x.shape != y.shape or x.dtype != y.dtype or x.dtype.kind not in "biuf" or
-                               not bool((x.view(f"u{x.dtype.itemsize}") == y.view(f"u{y.dtype.itemsize}")).all())):
-                return False
-        elif isinstance(x, (float, int, np.number)):
-            if np.asarray(x).tobytes() != np.asarray(y).tobytes():
-                return False
-        elif x is not y and not (isinstance(x, (str, tuple)) and x == y):
-            return False
-    return True
+            if op.kind != "collective" and i < len(old_ops.get(k, ())) and same_record(op, old_ops[k][i])}
 
 
 def _priced_once(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack: Stack, eff: Efficiency,

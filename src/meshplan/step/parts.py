@@ -11,10 +11,11 @@ from typing import Any
 
 from meshplan.collectives.comm import split_group
 from meshplan.collectives.groups import axis_layout
+from meshplan.collectives.price import PricedOnce
 from meshplan.cost.embed_head import embedding_ops, head_ops, mtp_ops
 from meshplan.cost.layers import layer_kinds
 from meshplan.cost.pipeline import pipeline_p2p
-from meshplan.cost.records import OpCost
+from meshplan.cost.records import OpCost, same_record
 from meshplan.cost.wrapper_work import work_ops
 from meshplan.roofline import kept_op_times, op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -168,9 +169,11 @@ def _timed(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Ef
     if compute is None and type(plan) is Plan:  # its kernels' times, kept for its kept op records (roofline.py)
         compute = kept_op_times(_plan_ops(model, _dp_free(plan), stack), cluster.accelerator, plan.precision, eff)
     extra = work_ops(model, plan, stack, tuple(model.block_counts), works, cluster.python_host)
-    return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None) for k, v in ops.items()},
-                 cluster.python_host, extra,
-                 {w: {k: time_ops(v, cluster, plan, eff) for k, v in groups.items()} for w, groups in extra.items()})
+    priced = PricedOnce()  # the groups' collectives, each distinct one priced once (they repeat across groups too)
+    return Parts(ops, {k: time_ops(v, cluster, plan, eff, compute[k] if compute else None, priced)
+                       for k, v in ops.items()}, cluster.python_host, extra,
+                 {w: {k: time_ops(v, cluster, plan, eff, None, priced) for k, v in groups.items()}
+                  for w, groups in extra.items()})
 
 
 def kernel_parts(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, compute: dict[str, list[Num | None]],
@@ -192,7 +195,21 @@ def plan_ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCos
 def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT,
                   ops: dict[str, list[OpCost]] | None = None) -> dict[str, list[Num | None]]:
     """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only.
-    ``ops``: the plan's op records where the caller built them already (``plan_ops``)."""
+    ``ops``: the plan's op records where the caller built them already (``plan_ops``). An op equal to an earlier one
+    (``records.same_record``: op_time reads the record alone) takes its time: the layer kinds of a model repeat ops
+    (DeepSeek-V3's dense and MoE layers share their attention: 21 of its search's 99 compute ops)."""
     acc = cluster.accelerator
-    return {k: [None if op.kind == "collective" else op_time(op, acc, plan.precision, eff) for op in v]
-            for k, v in (_ops(model, plan, stack) if ops is None else ops).items()}
+    timed: dict[tuple[str, str, str, str], list[tuple[OpCost, Num]]] = {}  # the ops timed, by name, phase and kind
+
+    def time(op: OpCost) -> Num | None:
+        if op.kind == "collective":
+            return None
+        alike = timed.setdefault((op.name, op.phase, op.kind, op.variant), [])
+        for other, t in alike:
+            if same_record(op, other):
+                return t
+        t = op_time(op, acc, plan.precision, eff)
+        alike.append((op, t))
+        return t
+
+    return {k: [time(op) for op in v] for k, v in (_ops(model, plan, stack) if ops is None else ops).items()}

@@ -51,7 +51,7 @@ import numpy as np
 
 from meshplan.collectives.comm import split_group
 from meshplan.collectives.groups import axis_layout
-from meshplan.collectives.price import LIBRARIES, split_seconds
+from meshplan.collectives.price import LIBRARIES, PricedOnce
 from meshplan.cost.recompute import RECOMPUTE_MODULES, rerun_by, rerun_part, tp_rerun_by
 from meshplan.cost.records import OpCost
 from meshplan.roofline import op_time
@@ -67,13 +67,15 @@ ZERO = 0.0  # the one object PassTimes.total skips
 
 
 def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
-             compute: list[Num | None] | None = None) -> list[Num]:
+             compute: list[Num | None] | None = None, priced: PricedOnce | None = None) -> list[Num]:
     """Seconds of each op: collectives by the one dispatcher (collectives/price.py), the rest by the roofline (or
     taken from ``compute``, the same ops' times computed elsewhere: the search times compute ops once per shape, not
-    per placement)."""
+    per placement). ``priced``: the prices of the collectives met so far on this cluster and plan (the other groups'
+    of the plan: parts._timed), each priced once."""
     times: list[Num] = []
     library = LIBRARIES[plan.collectives]  # NCCL's, or MPICH's with the minimum spanning tree
     splits: dict[tuple[str, object], tuple[Num, list[Num]]] = {}
+    priced = PricedOnce() if priced is None else priced
     for i, op in enumerate(ops):
         if op.kind == "collective":
             c = op.collective
@@ -82,7 +84,7 @@ def time_ops(ops: list[OpCost], cluster: Cluster, plan: Plan, eff: Efficiency,
             if key not in splits:  # the ops of a layer use a few groups: split each over the tiers once
                 # (the group is kept with its split so that its id is not reused by another array meanwhile)
                 splits[key] = (c.group, split_group(cluster, c.group, axis_layout(plan, c.axis)))
-            one = split_seconds(c, splits[key][1], cluster, eff, library)  # the one dispatcher (collectives/price.py)
+            one = priced.seconds(c, splits[key][1], cluster, eff, library)  # the one dispatcher's (price.py)
             times.append(one * op.repeat if type(op.repeat) is not float or op.repeat != 1.0 else one)
         elif compute is not None:
             times.append(cast(Num, compute[i]))  # set for every op that is not a collective
