@@ -4,6 +4,7 @@ new key; an unreadable record is traced again; ``MESHPLAN_CACHE=off`` keeps noth
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -97,6 +98,7 @@ def test_a_kept_trace_is_planned_without_importing_torch(cache):
     code = ("import sys\nfrom meshplan.autoshard.planner import Request, plan_sharding\n"
             "r = plan_sharding(Request(model='gpt2', system='h100', gpus=4, global_batch=4, seq=256, stages='off'))\n"
             "print('trace (kept)' in r.timings, 'torch' in sys.modules)")
-    env = {"MESHPLAN_CACHE": str(cache.parent), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    env = {"MESHPLAN_CACHE": str(cache.parent), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # this checkout's code, whose digest keyed the trace
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["True", "False"]

@@ -173,6 +173,30 @@ def test_console_script_exit_code():
     assert proc.returncode == 2 and proc.stderr.startswith("meshplan: error:") and "Traceback" not in proc.stderr
 
 
+END_PROBE = ("import atexit, sys\n"
+             "sys.argv[0] = '/usr/bin/meshplan'\n"  # the console script's condition (meshplan/cli/__init__.py)
+             "def ran():\n"  # called by the interpreter's own exit: no Python frame above it
+             "    above = sys._getframe().f_back\n"
+             "    print('atexit ran from', above.f_code.co_name if above else 'the interpreter', file=sys.stderr)\n"
+             "atexit.register(ran)\n"
+             "from meshplan.cli import run\n"
+             "sys.argv[1:] = sys.argv[1].split()\n"
+             "run()\n")
+
+
+@pytest.mark.parametrize(("args", "status"), [("estimate --model llama3-8b --system h100 --gpus 8 --json", 0),
+                                              ("estimate --model nope --system h100 --gpus 8", 2)])
+def test_the_console_script_ends_without_the_teardown(args, status):
+    """cli/main.py's _exit_now: the whole output and the exit status, atexit's functions run (by it, then
+    os._exit: not by the interpreter's exit, whose teardown frees every object one by one)."""
+    proc = subprocess.run([sys.executable, "-c", END_PROBE, args], capture_output=True, text=True)
+    assert proc.returncode == status and "atexit ran from _exit_now" in proc.stderr
+    if status == 0:
+        assert json.loads(proc.stdout)["step_time_s"] > 0
+    else:
+        assert proc.stdout == "" and proc.stderr.startswith("meshplan: error:")
+
+
 def test_estimate_offloads_some_layers(capsys):
     base = ["estimate", "--model", "llama3-70b", "--system", "gb200", "--gpus", "64", "--zero", "3", "--json"]
     code, out, _ = run([*base, "--offload-layers", "40"], capsys)

@@ -38,8 +38,8 @@ def test_a_class_from_the_file_is_the_class_compiled_afresh(monkeypatch, tmp_pat
     fresh = _with(monkeypatch, first)
     # a frozen class with eq: __init__, __repr__, __eq__, __hash__, __setattr__, __delattr__, each compiled once
     assert first.compiled == 6 == len(first.codes)
-    for text, code in first.codes.items():
-        assert code == compile(text, "<string>", "exec", dont_inherit=True)
+    for text, code in first.codes.items():  # kept as marshal's bytes of the code object
+        assert marshal.loads(code) == compile(text, "<string>", "exec", dont_inherit=True)
     path = str(tmp_path / "methods.marshal")
     codecache.write_codes(path, first.codes)
     again = codecache.Compiled(codecache.read_codes(path))
@@ -69,6 +69,10 @@ def test_a_bad_file_is_no_cache_and_an_unwritable_place_no_error(tmp_path):
     other = tmp_path / "other.marshal"  # another interpreter build's file: its code objects are not read
     other.write_bytes(marshal.dumps(("2.7.18 (another build)", {"x = 1": compile("x = 1", "<string>", "exec")})))
     assert codecache.read_codes(str(other)) == {}
+    old = tmp_path / "old.marshal"  # this build's file of code objects themselves (the format before bytes): none
+    old.write_bytes(marshal.dumps((sys.version, {"x = 1": compile("x = 1", "<string>", "exec")})))
+    assert codecache.read_codes(str(old)) == {}
+    old.unlink()
     blocked = tmp_path / "file"
     blocked.write_text("a file, not a folder")
     codecache.write_codes(str(blocked / "sub" / "methods.marshal"), {})  # no folder can be made: no file, no error
@@ -76,7 +80,8 @@ def test_a_bad_file_is_no_cache_and_an_unwritable_place_no_error(tmp_path):
 
 
 def test_the_file_keeps_one_runs_texts_beyond_its_limit(monkeypatch):
-    compiled = codecache.Compiled({f"x{i} = {i}": compile(f"x{i} = {i}", "<string>", "exec") for i in range(3)})
+    compiled = codecache.Compiled({f"x{i} = {i}": marshal.dumps(compile(f"x{i} = {i}", "<string>", "exec"))
+                                   for i in range(3)})
     compiled.exec("x1 = 1", {})
     assert len(compiled.kept()) == 3
     monkeypatch.setattr(codecache, "MAX_TEXTS", 2)
@@ -97,12 +102,22 @@ def test_only_the_console_script_installs_it():
 def test_the_file_is_read_when_the_first_text_comes(tmp_path):
     """A process that defines no dataclass (``meshplan --help``) reads nothing; the first text reads the file."""
     path = tmp_path / "methods.marshal"
-    codecache.write_codes(str(path), {"x = 1": compile("x = 1", "<string>", "exec", dont_inherit=True)})
+    codecache.write_codes(str(path), {"x = 1": marshal.dumps(compile("x = 1", "<string>", "exec", dont_inherit=True))})
     compiled = codecache.Compiled(path=str(path))
     assert compiled.codes == {}
     space: dict = {}
     compiled.exec("x = 1", space)
     assert space["x"] == 1 and compiled.compiled == 0 and list(compiled.codes) == ["x = 1"]
+
+
+def test_a_text_whose_bytes_hold_no_code_is_compiled_afresh():
+    """Bytes that do not load, or load as something else, are no cache: the text is compiled and its bytes kept."""
+    compiled = codecache.Compiled({"x = 1": b"\x00not marshal", "y = 2": marshal.dumps((1, 2))})
+    space: dict = {}
+    compiled.exec("x = 1", space)
+    compiled.exec("y = 2", space)
+    assert (space["x"], space["y"], compiled.compiled) == (1, 2, 2)
+    assert marshal.loads(compiled.codes["y = 2"]) == compile("y = 2", "<string>", "exec", dont_inherit=True)
 
 
 PRESET = 'name = "x"\nsource = "a table"\nflops = 9.89e14\nsizes = [1, 2, 4]\n[tier]\nbw = 4.5e11\nfree = true\n'

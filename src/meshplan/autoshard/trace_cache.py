@@ -22,7 +22,6 @@ import importlib.util
 import os
 import pickle
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -120,6 +119,8 @@ def save_trace(key: str, trace: Any) -> None:
 def write_whole(path: Path, data: bytes) -> None:
     """``data`` written to a temporary file beside ``path`` and renamed to it (a reader sees the old file or the whole
     new one); a folder that cannot be written keeps nothing. highs.py keeps its bases with it."""
+    import tempfile  # noqa: PLC0415  (and its random and shutil: only a request that writes, not one that reads)
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".part")
