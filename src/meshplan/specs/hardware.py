@@ -23,6 +23,7 @@ from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, require_fields, unknown_field
 from meshplan.files import PRESETS, derived, parse_toml, read_preset, read_text
+from meshplan.specs.allreduce_table import AllReduceTable
 from meshplan.specs.architectures import ARCHITECTURES
 from meshplan.specs.mesh import Tier, TierSpec, build_tiers, check_tiers
 from meshplan.units import MiB, parse_quantity
@@ -138,6 +139,7 @@ class Cluster:
     interpreter_host: float = 0.0  # its time for interpreter-bound Python (serve engines' loops); 0: python_host
     # tier 0's NCCL collectives by NCCL's protocol constants; False: by tier 0's calibrated latency (protocols.py)
     nccl_protocols: bool = True
+    allreduce_table: AllReduceTable | None = None  # tier 0's all-reduce as measured (specs/allreduce_table.py)
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
