@@ -14,8 +14,10 @@ AR_GPU{2,4,8}_1M_1024M_LUT) reads 45 / 56 / 93 µs for 2 MiB over 2 / 4 / 8 GPUs
               t(g, n_max) · n / n_max above the largest (the largest row's algorithm bandwidth),
 
 over the running maximum of the rows in n (a larger message is never priced faster, as tests/test_properties
-requires of every collective). A group size with no rows keeps NCCL's model. No number here is fitted: the rows are
-the system's measurement, carried with their source (meshplan_validation.source_vtrain holds vTrain's).
+requires of every collective). A group size with no rows keeps NCCL's model, and so do the serving engines' TP
+all-reduce (collectives/allreduce.py, their own kernels' measured cost) and every other collective. No number here is
+fitted: the rows are the system's measurement, carried with their source (meshplan_validation.source_vtrain holds
+vTrain's).
 """
 
 from __future__ import annotations
