@@ -10,7 +10,7 @@ AR_GPU{2,4,8}_1M_1024M_LUT) reads 45 / 56 / 93 µs for 2 MiB over 2 / 4 / 8 GPUs
 
     t(g, n) = the measured time at n where n is a measured size of g ranks,
               linear between the two measured sizes around n,
-              t(g, n_min) below the smallest (the latency floor nccl-tests shows there),
+              NCCL's model below the smallest, at most t(g, n_min) (no row says what it costs there),
               t(g, n_max) · n / n_max above the largest (the largest row's algorithm bandwidth),
 
 over the running maximum of the rows in n (a larger message is never priced faster, as tests/test_properties
@@ -56,11 +56,13 @@ def curve(table: AllReduceTable, group: int) -> tuple[np.ndarray, np.ndarray]:
     return sizes, np.maximum.accumulate(np.array([t for _, t in pairs], dtype=float))
 
 
-def curve_seconds(sizes: np.ndarray, times: np.ndarray, nbytes: Num) -> Num:
-    """One group's time for ``nbytes`` from its measured curve (module docstring's t(g, n))."""
+def curve_seconds(sizes: np.ndarray, times: np.ndarray, nbytes: Num, priced: Num) -> Num:
+    """One group's time for ``nbytes`` from its measured curve (module docstring's t(g, n)); ``priced``, NCCL's model,
+    below the smallest size, capped at the smallest row's time."""
     n = np.asarray(nbytes, dtype=float)
     inside = np.interp(n, sizes, times)  # np.interp holds the end values outside the measured sizes
     out = np.where(n > sizes[-1], times[-1] * n / sizes[-1], inside)
+    out = np.where(n < sizes[0], np.minimum(priced, times[0]), out)
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -73,5 +75,5 @@ def measured_all_reduce(table: AllReduceTable, nbytes: Num, group: Num, priced: 
         if not np.any(hit):
             continue
         sizes, times = curve(table, k)
-        out = np.where(hit, curve_seconds(sizes, times, nbytes), out)
+        out = np.where(hit, curve_seconds(sizes, times, nbytes, priced), out)
     return float(out) if np.ndim(out) == 0 else out
