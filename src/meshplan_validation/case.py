@@ -106,6 +106,8 @@ def _map_run(record: dict[str, Any], hybrid: bool) -> Case:
     hardware, implied = hardware_section(record)
     cluster, hw_notes = _reading("hardware", map_cluster, hardware)
     plan, stack, plan_notes = _reading("parallel", map_plan, record, model, cluster)
+    if source_defaults(record).allreduce_table is not None:  # the source's own node, its all-reduce as measured
+        cluster = replace(cluster, allreduce_table=source_defaults(record).allreduce_table)
     notes += hw_notes + implied + plan_notes
     if source_defaults(record).vocab_floor and plan.tp > 1:  # the source's model: V // tp rows a rank
         model = replace(model, vocab_size=model.vocab_size // plan.tp * plan.tp)

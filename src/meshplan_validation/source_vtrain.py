@@ -25,10 +25,21 @@ benchmarks/measure/small_work_graph.py; data/measured/2026-11-29-vtrain-release-
   ShardedGptLogit: 25,128 at tp 2, so its logit GEMMs are aligned there and odd, 50,257, only at tp 1), and its
   causal mask built on the GPU in ShardedGptModel.forward, outside the traced modules (no CPU mask:
   sources.MDS_CPU_MASK_1024 is Megatron-DeepSpeed's, not this trace's).
+- Every all-reduce of the graph, the layers' TP CommNodes (``_add_tp_communication``: b x s x h fp16 bytes over the
+  tp ranks) and the gradient's, is timed by ``compute_comm_time`` from the node's own nccl-tests tables
+  (trace/a100/AR_GPU{n}_1M_1024M_LUT: the time of the size rounded to whole MiB), not by a model of NCCL: the
+  cluster carries those rows (``VTRAIN_ALLREDUCE``, data/measured/2026-11-29-vtrain-a100-allreduce.csv, the sizes the
+  released plans need; specs/allreduce_table.py). At small messages they read 1.7-2.2 x NCCL's tuner (2 MiB over 8
+  GPUs: 93 us against 53). Above 1024 MiB vTrain divides the size by the 1024-MiB row's bus bandwidth (no ring factor);
+  the table prices it at that row's algorithm bandwidth instead (a gradient of tp 1, h2048 at dp >= 2 only).
 """
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
+from meshplan.specs.allreduce_table import AllReduceTable
 from meshplan.specs.stack import load_stack
 
 VTRAIN_TENSOR = 0.0  # WU nodes: apex FusedAdam's kernels, no per-tensor host loop
@@ -36,6 +47,17 @@ VTRAIN_MICROBATCH = 0.0  # the causal mask is GPU work outside the traced module
 VTRAIN_COLLECTIVE_HOST = 0.0  # the traces hold no collective call: the TP all-reduces are the graph's CommNodes
 VTRAIN_VOCAB = 1  # no vocabulary padding: vocab_size // tp rows a rank (SourceDefaults.vocab_floor)
 
+VTRAIN_LUT = Path(__file__).resolve().parents[2] / "data" / "measured" / "2026-11-29-vtrain-a100-allreduce.csv"
+
+
+def read_table(path: Path = VTRAIN_LUT) -> AllReduceTable:
+    """The node's nccl-tests rows as predictor.get_allreduce_LUT reads them (the time column it keeps)."""
+    with path.open() as f:
+        rows = tuple((int(r["gpus"]), float(r["size_bytes"]), int(r["time_ns"]) * 1e-9) for r in csv.DictReader(f))
+    return AllReduceTable(rows, source="VIA-Research/vTrain f8dda847 trace/a100/AR_GPU{2,4,8}_1M_1024M_LUT")
+
+
+VTRAIN_ALLREDUCE = read_table()
 VTRAIN_STACK = load_stack("megatron-deepspeed").with_(
     name="megatron-deepspeed-megatron-optimizer", optimizer_wrapper="stated", tensor_host=VTRAIN_TENSOR,
     tensor_sharded=True, microbatch_host=VTRAIN_MICROBATCH, collective_host=VTRAIN_COLLECTIVE_HOST,

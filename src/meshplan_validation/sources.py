@@ -11,8 +11,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from meshplan.cost.wrappers import DEEPSPEED_FP16
+from meshplan.specs.allreduce_table import AllReduceTable
 from meshplan.specs.stack import Stack, load_stack
-from meshplan_validation.source_vtrain import VTRAIN_STACK, VTRAIN_WHY
+from meshplan_validation.source_vtrain import VTRAIN_ALLREDUCE, VTRAIN_STACK, VTRAIN_WHY
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,9 @@ class SourceDefaults:
     # Plan.lora_targets, the source's default (the tables do not state it): every attention and MLP linear
     # (Megatron-Bridge / NeMo 2 peft.LoRA), unless the stack's LoRA adapts the QKV projection only
     lora_targets: str = "all"
-    # a pipeline whose record states neither vp nor its schedule interleaves (the smallest v dividing the layers per
-    # stage) rather than running plain 1F1B
+    # a pipeline stating neither vp nor its schedule interleaves (the least v dividing a stage's layers), not 1F1B
     interleaved: bool = False
-    # the stack's attention is PyTorch's scaled_dot_product_attention, whose kernel depends on the PyTorch release
-    # (SDPA_CUDNN_FROM; map_kernels.attention_kernel)
+    # attention by PyTorch's SDPA, whose kernel depends on its release (SDPA_CUDNN_FROM; map_kernels.attention_kernel)
     sdpa: bool = False
     # the peak memory its runs report: "allocated" (torch.cuda.max_memory_allocated, Estimate.peak_memory),
     # "reserved" (the caching allocator's reserved peak, Estimate.reserved_memory: torchtitan logs
@@ -58,6 +57,7 @@ class SourceDefaults:
     timed_recompute: bool = True
     # the model holds vocab_size // tp vocabulary rows a rank, unpadded (vTrain's ShardedGptModel), not V / tp
     vocab_floor: bool = False
+    allreduce_table: AllReduceTable | None = None  # the source's node's all-reduce as measured (Cluster's)
 
 
 # PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
@@ -194,8 +194,8 @@ MDS_CPU_MASK_1024 = 1.14e-3
 MDS_FP16_QUEUED = 14.5e-6 + 0.2e-6 + 3 * 0.1e-6
 MDS_FP16_TENSOR = MDS_FP16_QUEUED + 14.5e-6 + 0.6e-6 + 5 * 0.2e-6 + 11 * 0.1e-6
 # What vTrain's released times hold (their scope, not Megatron's step as counted above): source_vtrain.py
-VTRAIN = SourceDefaults("vTrain (Megatron-DeepSpeed, Megatron's optimizer)", r"^vtrain", VTRAIN_STACK,
-                        False, 0, 2, "full", VTRAIN_WHY, timed_recompute=False, vocab_floor=True)
+VTRAIN = SourceDefaults("vTrain (Megatron-DeepSpeed, Megatron's optimizer)", r"^vtrain", VTRAIN_STACK, False, 0, 2,
+                        "full", VTRAIN_WHY, timed_recompute=False, vocab_floor=True, allreduce_table=VTRAIN_ALLREDUCE)
 
 
 SOURCES: tuple[SourceDefaults, ...] = (

@@ -130,6 +130,11 @@ def tier0_busbw(cluster: Cluster, group: Num, eff: Efficiency) -> Num:
 
 
 def tier0_time(kind: str, nbytes: Num, group: Num, cluster: Cluster, eff: Efficiency) -> Num:
-    """Seconds of a ``kind`` (NCCL_KINDS) whose ``group`` lies inside ``cluster``'s tier 0 (module docstring)."""
-    return nccl_time(kind, nbytes, group, tier0_busbw(cluster, group, eff), tier0_latency(cluster),
-                     library(cluster.accelerator.architecture))
+    """Seconds of a ``kind`` (NCCL_KINDS) whose ``group`` lies inside ``cluster``'s tier 0 (module docstring); an
+    all-reduce of a group the cluster's measured table holds at its measurement (specs/allreduce_table.py)."""
+    priced = nccl_time(kind, nbytes, group, tier0_busbw(cluster, group, eff), tier0_latency(cluster),
+                       library(cluster.accelerator.architecture))
+    if kind != "all_reduce" or cluster.allreduce_table is None:
+        return priced
+    from meshplan.specs.allreduce_table import measured_all_reduce  # only a cluster with rows (tests/test_startup.py)
+    return measured_all_reduce(cluster.allreduce_table, nbytes, group, priced)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from meshplan import ranges
 from meshplan.errors import SpecError
@@ -26,6 +26,9 @@ from meshplan.files import PRESETS, derived, parse_toml, read_preset, read_text
 from meshplan.specs.architectures import ARCHITECTURES
 from meshplan.specs.mesh import Tier, TierSpec, build_tiers, check_tiers
 from meshplan.units import MiB, parse_quantity
+
+if TYPE_CHECKING:  # a cluster's measured all-reduce; imported by its users only (tests/test_startup.py)
+    from meshplan.specs.allreduce_table import AllReduceTable
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "fp4")
 
@@ -73,9 +76,7 @@ class Accelerator:
     allreduce_measured: float = 0.0
     l2_bandwidth: float = 0.0  # L2 cache read bandwidth, bytes/s (serve: re-read KV heads, iteration.py); 0 unstated
     l2_dies: int = 1  # dies with an L2 of their own, workgroups dealt round-robin over them (MI300X: 8 XCDs)
-    # a large device-to-device copy's sustained bandwidth / hbm_bandwidth as measured on this GPU (BabelStream Copy):
-    # streaming kernels run that much slower than on the NVIDIA parts Efficiency.memory describes (roofline.py,
-    # ``stream_bandwidth``); 0 → not measured, as those parts
+    # BabelStream Copy's sustained bandwidth / hbm_bandwidth here, which slows streaming kernels (roofline.py); 0: none
     hbm_copy_share: float = 0.0
     # beside the caching allocator (device_memory.py): the CUDA context with its kernels, NCCL's buffers a communicator
     # of two ranks / of more holds; A100's by default (a100-40gb.toml's sources), for a GPU with none measured its own
@@ -138,6 +139,7 @@ class Cluster:
     interpreter_host: float = 0.0  # its time for interpreter-bound Python (serve engines' loops); 0: python_host
     # tier 0's NCCL collectives by NCCL's protocol constants; False: by tier 0's calibrated latency (protocols.py)
     nccl_protocols: bool = True
+    allreduce_table: AllReduceTable | None = None  # tier 0's all-reduce as measured (specs/allreduce_table.py)
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
