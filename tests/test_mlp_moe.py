@@ -77,3 +77,55 @@ def test_the_all_gather_dispatcher_moves_the_tokens_once_each_way():
     assert not [o for o in allgather if o.name.startswith("moe/etp_")]
     assert _records(allgather, "moe/permute")["fwd"] == a * 2 * (k * t) * h  # fused: 2R, R = k·T
     assert _records(alltoall, "moe/permute")["fwd"] == a * 2 * (k * t // 8) * h  # R = k·T/t
+
+
+def test_the_received_rows_are_sorted_by_local_expert_and_back_under_the_all_to_all_dispatcher():
+    """Megatron-Core's alltoall dispatcher with E/ep > 1 local experts regroups the R rows it receives by local expert
+    and back (token_dispatcher.py sort_chunks_by_idxs, cost/moe_permute.local_sort): T = 2048 tokens, k = 2,
+    R = 4096 rows of h = 1024: two sorts a pass, each reading and writing R·h·a = 8 MiB, plus the float32
+    probabilities read and written once: 4·R·h·a + 2·R·f = 33,587,200 bytes, forward and backward alike."""
+    model, r, h, a = ModelSpec(**MIXTRAL), 4096, 1024, ACT_BYTES
+    ops = moe_layer(model, Plan(micro_batch=1, dp=4, ep=4), Stack())  # 8 experts / ep 4 = 2 local experts
+    moved = 4 * r * h * a + 2 * r * 4
+    assert moved == 33_587_200
+    assert _records(ops, "moe/sort_chunks") == {"fwd": moved, "bwd_x": moved}
+    # one local expert has nothing to regroup; the all-gather and flex dispatchers permute straight into expert
+    # order; an eager stack's experts are not Megatron-Core's
+    assert _records(moe_layer(model, Plan(micro_batch=1, dp=8, ep=8), Stack()), "moe/sort_chunks") == {"fwd": 0.0,
+                                                                                                      "bwd_x": 0.0}
+    for stack in (Stack(moe_dispatcher="allgather"), Stack(moe_dispatcher="flex"), Stack(fusion="eager")):
+        assert not _records(moe_layer(model, Plan(micro_batch=1, dp=4, ep=4), stack), "moe/sort_chunks")
+
+
+def test_fp8_experts_pad_their_rows_to_the_gemm_alignment_and_unpad_the_output():
+    """TEGroupedMLP pads each local expert's rows for fp8 / fp4 GEMMs (Fp8Padding) and unpads the output
+    (Fp8Unpadding), cost/moe_permute.fp8_padding: R = 4096 rows of h = 1024, two copies a pass each reading and
+    writing R·h·a, and the probabilities' padding: 4·R·h·a + 2·R·f bytes a pass; none in bf16, none for a fused
+    grouped MLP (expert_gemm "grouped") and none for an eager stack."""
+    model, r, h, a = ModelSpec(**MIXTRAL), 4096, 1024, ACT_BYTES
+    moved = 4 * r * h * a + 2 * r * 4
+    for precision in ("fp8", "mxfp8", "fp4"):
+        ops = moe_layer(model, Plan(micro_batch=1, precision=precision), Stack())
+        assert _records(ops, "moe/experts/fp8_pad") == {"fwd": moved, "bwd_x": moved}
+    assert not _records(moe_layer(model, Plan(micro_batch=1), Stack()), "moe/experts/fp8_pad")
+    for stack in (Stack(expert_gemm="grouped"), Stack(fusion="eager")):
+        assert not _records(moe_layer(model, Plan(micro_batch=1, precision="fp8"), stack), "moe/experts/fp8_pad")
+
+
+def test_the_rows_moved_around_the_experts_grow_with_the_tokens_and_never_with_the_expert_parallel_size():
+    """Property (cost/moe_permute.local_sort, fp8_padding): over micro-batches 1-8, ep 1-8 and the 16-bit and
+    fp8 precisions, the sort's and the padding's bytes never fall when a micro-batch grows (more routed rows), and
+    never rise when ep grows (the same rows a rank, fewer local experts: the sort stops at one)."""
+    model = ModelSpec(**MIXTRAL)
+
+    def moved(mbs: int, ep: int, precision: str) -> float:
+        ops = moe_layer(model, Plan(micro_batch=mbs, dp=8, ep=ep, precision=precision), Stack())
+        return sum(o.nbytes for o in ops if o.name in ("moe/sort_chunks", "moe/experts/fp8_pad"))
+
+    for precision in ("bf16", "fp8"):
+        for ep in (1, 2, 4, 8):
+            row = [moved(mbs, ep, precision) for mbs in (1, 2, 4, 8)]
+            assert row == sorted(row) and row[-1] > 0 or (precision, ep) == ("bf16", 8)
+        for mbs in (1, 4):
+            col = [moved(mbs, ep, precision) for ep in (1, 2, 4, 8)]
+            assert col == sorted(col, reverse=True)

@@ -68,23 +68,44 @@ def test_deepseek_v3_dispatches_through_deepep_where_its_recipe_says(group, gpu,
 
 
 
-@pytest.mark.parametrize(("group", "ep", "dispatcher"), [
-    ("megatron_bridge_26.04", 16, "flex"),  # PR #2477: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, hybridep
-    ("megatron_bridge_26.04.01", 16, "flex"),
-    ("megatron_bridge_26.06", 16, "flex"),  # v0.5.0: the same base config
-    ("megatron_bridge_26.02.01", 8, "alltoall"),  # ep 8 inside one node (pp 2, vp 12): nothing to forward
-    ("megatron_bridge_25.11", 8, "alltoall"),
+@pytest.mark.parametrize(("group", "ep", "backend"), [
+    ("megatron_bridge_26.04", 16, "hybridep"),  # PR #2477: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, hybridep
+    ("megatron_bridge_26.04.01", 16, "hybridep"),
+    ("megatron_bridge_26.06", 16, "hybridep"),  # v0.5.0: the same base config
+    ("megatron_bridge_26.02.01", 8, "deepep"),  # v0.3.0's H100 config: pp 2, vp 12, ep 8, deepep (one node)
+    ("megatron_bridge_26.02", 8, "deepep"),
+    ("megatron_bridge_25.11", 8, ""),  # v0.2.0 names no backend: the all-to-all dispatcher
 ])
-def test_qwen3_30b_on_h100_dispatches_through_hybridep_from_26_04(group, ep, dispatcher):
+def test_qwen3_30b_on_h100_dispatches_through_the_recipes_flex_backend(group, ep, backend):
     pp, vp = (1, None) if ep == 16 else (2, 12)  # the records' layouts
     case = map_run(record(group=group, model=QWEN3_30B, precision="fp8",
                           hardware={"gpu": "H100", "num_gpus": 16, "gpus_per_node": 8},
                           parallel={"tp": 1, "pp": pp, "vp": vp, "ep": ep, "micro_batch_size": 1,
                                     "global_batch_size": 1024}))
-    assert case.stack.moe_dispatcher == dispatcher
-    assert any("hybridep" in note for note in case.assumptions) is (dispatcher == "flex")
+    assert case.stack.moe_dispatcher == ("flex" if backend else "alltoall")
+    assert any("hybridep" in note for note in case.assumptions) is (backend == "hybridep")
     # priced at HybridEP's own H100 table (0.539 of the NIC over 2 nodes), not DeepEP's (0.43)
-    assert case.stack.flex_backend == ("hybridep" if dispatcher == "flex" else "deepep")
+    assert case.stack.flex_backend == (backend or "deepep")
+
+
+@pytest.mark.parametrize(("group", "gpu", "model", "dispatcher"), [
+    # qwen3_workload_base_configs.py @ v0.3.0 on: the GB200 / GB300 Qwen3 configs and B300's Qwen3-30B set hybridep
+    ("megatron_bridge_26.02", "GB200", QWEN3_30B, "flex"),
+    ("megatron_bridge_26.04", "GB300", QWEN3_30B, "flex"),
+    ("megatron_bridge_26.06", "GB200", QWEN3_235B, "flex"),
+    ("megatron_bridge_26.02", "B300", QWEN3_235B, "alltoall"),  # B300's Qwen3-235B: none until v0.5.0
+    ("megatron_bridge_26.02", "B300", QWEN3_30B, "flex"),
+    ("megatron_bridge_25.11", "GB200", QWEN3_30B, "alltoall"),  # v0.2.0: no backend
+    ("megatron_bridge_26.02", "B200", QWEN3_30B, "alltoall"),  # v0.3.0's B200 config: none
+    ("megatron_bridge_26.02.01", "B200", QWEN3_30B, "flex"),  # v0.3.1: mbs 4 and hybridep
+])
+def test_qwen3_on_blackwell_runs_the_flex_dispatcher_where_its_recipe_names_a_backend(group, gpu, model, dispatcher):
+    case = map_run(record(group=group, model=model, precision="mxfp8",
+                          hardware={"gpu": gpu, "num_gpus": 8, "gpus_per_node": 8 if "GB" not in gpu else 4},
+                          parallel={"tp": 1, "pp": 1, "vp": None, "ep": 8, "micro_batch_size": 1,
+                                    "global_batch_size": 512}))
+    assert case.stack.moe_dispatcher == dispatcher
+    assert dispatcher == "alltoall" or case.stack.flex_backend == "hybridep"
 
 
 @pytest.mark.parametrize(("group", "gpu", "overlap"), [

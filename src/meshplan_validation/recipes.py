@@ -160,12 +160,28 @@ FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
      "v0.5.0 / 26.06): QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, moe_a2a_overlap=False, "
      "moe_flex_dispatcher_backend='hybridep', and qwen3_30b_a3b_pretrain_config_h100 moe_token_dispatcher_type "
      "'flex' (26.08 on: src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py the same)"),
+    # inside one NVLink domain the flex dispatcher forwards nothing; mapped still, since it permutes once after its
+    # exchange where the all-to-all dispatcher also sorts the rows it receives (cost/moe_permute.local_sort)
+    (r"megatron_bridge_(26\.(0[2-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-(235b-a22b|30b-a3b) gb[23]00\b", "hybridep",
+     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 (26.02), v0.4.0, "
+     "v0.5.0: QWEN3_235B_A22B_ and QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_ / _GB300_* moe_flex_dispatcher_backend="
+     "'hybridep', which training/flex_dispatcher_backend.py apply_flex_dispatcher_backend turns into "
+     "moe_token_dispatcher_type 'flex' (v0.3.1 on: qwen3_llm_pretrain.py sets 'flex' itself)"),
+    (r"megatron_bridge_(26\.(0[2-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-30b-a3b b300\b", "hybridep",
+     "the same files: QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_* moe_flex_dispatcher_backend='hybridep' from v0.3.0"),
+    (r"megatron_bridge_(26\.02\.\d+|26\.(0[3-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-30b-a3b b200\b", "hybridep",
+     "the same files: QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1 micro_batch_size=4, "
+     "moe_flex_dispatcher_backend='hybridep' from v0.3.1 (the 26.02.01 table's mbs 4; v0.3.0's, mbs 1, sets none)"),
+    (r"megatron_bridge_26\.02\S*\s.*qwen3-30b-a3b h100\b.*\bep8\b", "deepep",
+     "the same file @ v0.3.0: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 pp 2, vp 12, ep 8, "
+     "moe_flex_dispatcher_backend='deepep' (the 26.02 and 26.02.01 tables' layout)"),
 )
 
 
 def dispatcher(record: dict[str, Any], model: ModelSpec, ep: int = 1) -> tuple[str, str]:
-    """The release recipe's flex dispatcher backend where it forwards through the nodes (``FLEX_DISPATCH``):
-    ("deepep" or "hybridep", why), else ("", "")."""
+    """The release recipe's flex dispatcher backend (``FLEX_DISPATCH``): ("deepep" or "hybridep", why), else
+    ("", ""). The flex dispatcher forwards a token once per other node it hits, and permutes once after its
+    exchange."""
     if not model.is_moe:
         return "", ""
     key = recipe_key(record, record.get("precision") or "", f"ep{ep}")

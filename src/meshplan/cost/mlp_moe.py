@@ -23,7 +23,7 @@ from meshplan.cost.blocks import (
     tp_exit,
 )
 from meshplan.cost.eager import eager_op
-from meshplan.cost.moe_permute import gather_dispatch, permutation, rows_seen
+from meshplan.cost.moe_permute import fp8_padding, gather_dispatch, local_sort, permutation, rows_seen
 from meshplan.cost.records import ACT_BYTES, Dims, OpCost
 from meshplan.cost.shapes import fc1_width
 from meshplan.specs.model import ModelSpec
@@ -108,6 +108,8 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += permutation(d.stack, tokens, permuted, h)
     # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
     local = model.num_experts / plan.ep
+    # the received rows regrouped by local expert and back, and padded to the fp8 GEMMs' alignment (moe_permute.py)
+    ops += local_sort(d.stack, rows, h, local) + fp8_padding(d.stack, plan.precision, rows, h)
     ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
                                    groups=local, width=h), d.stack, local)
     ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp, local)

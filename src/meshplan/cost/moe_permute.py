@@ -26,15 +26,37 @@ Dispatchers (Megatron-Core --moe-token-dispatcher-type; its TransformerConfig de
 permutes the Tg = T/t tokens this GPU routes before the all-to-all, so R = k·Tg; ``allgather`` gathers the tokens of
 the whole etp·ep group first and permutes those, Tg = etp·ep·T/t, keeping the rows of its own experts,
 R = k·etp·T/t (balanced routing).
+
+Around the experts, Megatron-Core (``stack.fusion = "fused"``) moves the R rows twice more on each side:
+- ``local_sort``: the all-to-all dispatcher's "permutation 2" (megatron/core/transformer/moe/token_dispatcher.py
+  @ core_v0.16.1, MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess): the rows arrive grouped by
+  source rank and, with more than one local expert, ``sort_chunks_by_idxs`` regroups them by local expert (with
+  their probabilities) before the experts and back to source-rank order before the combine; Transformer Engine's
+  fused_sort_chunks_by_index(_with_probs) under --moe-permute-fusion, a split and a cat otherwise: each reads and
+  writes the R rows (and the float32 probabilities), forward and, as the inverse sort of the gradient, backward.
+  The all-gather dispatcher permutes straight into local-expert order, and the flex dispatcher permutes once after
+  its exchange (the ``moe/permute`` record), so neither runs it.
+- ``fp8_padding``: with fp8 / fp4 GEMMs TEGroupedMLP pads each local expert's rows to the GEMMs' alignment
+  (megatron/core/transformer/moe/experts.py @ core_v0.16.1, TEGroupedMLP.forward: quantization_padding of the rows
+  and of the probabilities, quantization_unpadding of the output), Transformer Engine's Fp8Padding / Fp8Unpadding
+  (transformer_engine/pytorch/module/fp8_padding.py, fp8_unpadding.py @ v2.8: fused_multi_row_padding into a new
+  tensor, 16 rows, 32 under MXFP8, skipped only when every expert's count is already aligned, which random or
+  learned routing does not give: the benchmark's forced balance draws random logits, moe_utils.RandomSTE).
+  Megatron-Core's default moe_router_padding_for_fp8 = False, which the Megatron-Bridge Qwen3, DeepSeek and GPT-OSS
+  recipes keep (src/megatron/bridge/recipes/qwen/qwen3_moe.py @ v0.4.0; unset up to v0.3.x); with it True the router
+  pads the routing map instead and this copy does not run (not a stack field yet). Forward: the rows padded (read
+  and write R·h), the output unpadded (the same); backward the reverse of each. The few padding rows are neglected.
+  Not on a fused grouped MLP (``expert_gemm = "grouped"``: Transformer Engine's fused kernel reads the rows as they
+  are) nor on eager stacks' experts.
 """
 
 from __future__ import annotations
 
 from meshplan.cost.blocks import collective, elementwise
-from meshplan.cost.records import ACT_BYTES, FP32, OpCost
+from meshplan.cost.records import ACT_BYTES, FP32, LOW_PRECISION_BYTES, OpCost
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num
+from meshplan.xp import Num, where
 
 
 def rows_seen(plan: Plan, stack: Stack, routed: Num, topk: int) -> tuple[Num, Num]:
@@ -74,3 +96,26 @@ def gather_dispatch(plan: Plan, tokens: Num, h: Num) -> list[OpCost]:
             collective("moe/combine", "fwd", "reduce_scatter", size, "etp_ep", group),
             collective("moe/combine", "bwd_x", "all_gather", size, "etp_ep", group),
             collective("moe/dispatch", "bwd_x", "reduce_scatter", size, "etp_ep", group)]
+
+
+def local_sort(stack: Stack, rows: Num, h: Num, local: Num) -> list[OpCost]:
+    """The all-to-all dispatcher's sort of ``rows`` received rows, h wide, by ``local`` experts and back (module
+    docstring): per pass two sorts, each reading and writing the rows; the dispatch side's carries the float32
+    probabilities too. None for one local expert (``local`` <= 1), other dispatchers or eager stacks."""
+    mode = stack.moe_dispatcher_mode
+    if not stack.fusion_mode.fused or mode.gathers_tokens or mode.forwards:
+        return []
+    moved = where(local > 1, 2 * (2 * rows * h * ACT_BYTES) + 2 * rows * FP32, 0.0)
+    return [OpCost("moe/sort_chunks", "fwd", "memory", 0.0, moved),
+            OpCost("moe/sort_chunks", "bwd_x", "memory", 0.0, moved)]
+
+
+def fp8_padding(stack: Stack, precision: str, rows: Num, h: Num) -> list[OpCost]:
+    """TEGroupedMLP's padding of ``rows`` routed rows, h wide, to the fp8 / fp4 GEMMs' alignment and the unpadding
+    of its output (module docstring): per pass two copies, each reading and writing the rows, and the float32
+    probabilities' padding forward and their gradient's unpadding backward."""
+    if precision not in LOW_PRECISION_BYTES or not stack.fusion_mode.fused or stack.expert_gemm_mode.grouped:
+        return []
+    moved = 2 * (2 * rows * h * ACT_BYTES) + 2 * rows * FP32
+    return [OpCost("moe/experts/fp8_pad", "fwd", "memory", 0.0, moved),
+            OpCost("moe/experts/fp8_pad", "bwd_x", "memory", 0.0, moved)]

@@ -51,10 +51,10 @@ RECOMPUTE_MODULES: dict[str, Recompute] = {
     # sequence-parallel gather, the activation and fc2 with its reduce-scatter run again
     "mlp": Recompute(("mlp/norm", "mlp/fc1", "mlp/act", "mlp/fc2"), ("mlp/fc1", "mlp/act", "mlp/fc2"),
                      ("mlp/tp_in", "mlp/tp_out")),
-    # checkpoint(moe_layer, norm output): router, latent projections, permutation, dispatch, experts, combine and
-    # shared experts run again; only the norm output the router keeps stays saved
+    # checkpoint(moe_layer, norm output): router, latent projections, permutation (the local sort too), dispatch,
+    # experts, combine and shared experts run again; only the norm output the router keeps stays saved
     "moe": Recompute(("moe/router", "moe/latent_in", "moe/latent_out", "moe/permute", "moe/unpermute",
-                      "moe/experts/", "moe/shared/"),
+                      "moe/sort_chunks", "moe/experts/", "moe/shared/"),
                      ("moe/latent_in", "moe/latent_out", "moe/experts/", "moe/shared/"),
                      ("moe/shared_tp_in", "moe/shared_tp_out"), all_to_all=True),
     "shared_experts": Recompute(("moe/shared/",), ("moe/shared/act", "moe/shared/fc2"),
