@@ -85,12 +85,10 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     if latent:  # a latent MoE projects the routed tokens down before the dispatch (and back after the combine)
         ops += gemm("moe/latent_in", routed, model.hidden_size, latent, d, saved=0.0)
     h = model.moe_width  # the width the all-to-alls carry and the experts see
-    # the rows this rank's tokens become: routed x k dropless, else bounded by the experts' capacity (token_drop.py)
-    slots = token_drop.routed_rows(plan, routed, k, model.num_experts)
+    slots = token_drop.routed_rows(plan, routed, k, model.num_experts)  # routed x k, or capacity-bound
     rows = slots * plan.etp
     tokens, permuted = rows_seen(plan, d.stack, routed, k)
-    if plan.moe_expert_capacity_factor is not None:  # on the alltoall dispatcher only (token_drop.problems)
-        permuted = slots
+    permuted = permuted if plan.moe_expert_capacity_factor is None else slots  # alltoall only (token_drop.problems)
     if d.stack.moe_dispatcher_mode.gathers_tokens:
         ops += gather_dispatch(plan, tokens, h)
     else:
