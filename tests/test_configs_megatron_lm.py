@@ -296,3 +296,31 @@ def test_the_flex_dispatcher_is_written_as_megatron_lm_runs_it_and_read_back(tmp
     single = replace(_basic_plan("qwen3-30b-a3b"), tp=1, ep=1, dp=8, sequence_parallel=False)
     with pytest.raises(SpecError, match="TPxEP > 1"):
         emit("megatron", load_model("qwen3-30b-a3b"), single, stack)
+
+
+def test_token_drop_is_written_as_megatron_lm_runs_it_and_read_back(tmp_path, megatron):
+    """A plan that drops tokens (Plan.moe_expert_capacity_factor, padded or not: specs/token_drop.py) is written as
+    --moe-expert-capacity-factor (with --moe-pad-expert-input-to-capacity), which Megatron-LM builds into its
+    TransformerConfig, and reads back as the same plan; a dropless plan writes neither; the padding alone is refused
+    by Megatron-Core (TransformerConfig: "moe_expert_capacity_factor must be set") and by meshplan's check."""
+    name = "qwen3-30b-a3b"
+    base = replace(_basic_plan(name), ep=8)
+    plans = [base.with_(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True),
+             base.with_(moe_expert_capacity_factor=1.25)]
+    texts = [emit("megatron", load_model(name), plan, MCORE) for plan in plans]
+    assert "--moe-expert-capacity-factor 1.0" in texts[0] and "--moe-pad-expert-input-to-capacity" in texts[0]
+    assert "--moe-pad-expert-input-to-capacity" not in texts[1]
+    assert "capacity" not in emit("megatron", load_model(name), base, MCORE)
+    pad_alone = texts[0].replace("--moe-expert-capacity-factor 1.0", "")
+    cases = [_case(tmp_path, t, base.num_gpus, f"token drop {i}") for i, t in enumerate([*texts, pad_alone])]
+    *verdicts, refused = [v for _, v in _verdicts(megatron, cases)]
+    assert [v["capacity"] for v in verdicts] == [[1.0, True], [1.25, False]], verdicts
+    assert not refused["ok"] and "moe_expert_capacity_factor must be set" in refused["error"], refused
+    for plan, text in zip(plans, texts, strict=True):
+        assert read("megatron", load_model(name), plan.num_gpus, text=text) == (plan, MCORE)
+    # Megatron-Bridge's overrides: the same TransformerConfig fields, read back alike
+    nemo = emit("nemo", load_model(name), plans[0], load_stack("megatron-bridge"))
+    assert "model.moe_expert_capacity_factor=1.0" in nemo and "model.moe_pad_expert_input_to_capacity=true" in nemo
+    assert read("nemo", load_model(name), plans[0].num_gpus, text=nemo)[0] == plans[0]
+    with pytest.raises(SpecError, match="writes dropless MoE only"):
+        emit("torchtitan", load_model(name), plans[0], load_stack("torchtitan"))

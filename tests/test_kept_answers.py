@@ -102,7 +102,8 @@ UNREAD = {"dp": 16, "cp": 2, "sequence_parallel": True, "micro_batch": 4, "globa
           "recompute": "full", "recompute_layers": 2, "recompute_modules": ("mlp",), "stage_recompute": ("full",) * 4,
           "stage_offload": (1,) * 4, "offload_optimizer": True, "offload_activations": True, "offload_layers": 1,
           "precision": "fp8", "optimizer": "sgd", "grad_bytes": 2, "placement": ("pp", "dp", "cp", "tp2", "tp"),
-          "summa_panels": 3, "dp_mode": "ps", "servers": 4, "collectives": "mst", "offload_weights": True}
+          "summa_panels": 3, "dp_mode": "ps", "servers": 4, "collectives": "mst", "offload_weights": True,
+          "moe_expert_capacity_factor": 1.0, "moe_pad_expert_input_to_capacity": True}
 
 
 @pytest.mark.parametrize(("name", "plan"), [

@@ -202,3 +202,37 @@ def test_qwen3_30b_recipes_capture_cuda_graphs_as_their_workload_config_says(gro
                           parallel={"tp": 1, "pp": 1, "vp": None, "ep": 8, "micro_batch_size": 1,
                                     "global_batch_size": 512}))
     assert case.stack.cuda_graphs is graphed
+
+
+@pytest.mark.parametrize(("group", "model", "gpu", "dropped"), [
+    ("megatron_bridge_25.09", QWEN3_30B, "H100", True),  # run_script.py @ v0.1.0rc3: Qwen3 on every GPU
+    ("megatron_bridge_25.09", QWEN3_235B, "B200", True),
+    ("megatron_bridge_25.09", QWEN3_235B, "GB200", True),
+    ("megatron_bridge_25.11", QWEN3_235B, "B200", False),  # v0.2.0 helpers.py: --use_tokendrop opt-in
+    ("megatron_bridge_26.04", QWEN3_30B, "H100", False),
+])
+def test_the_25_09_recipes_drop_tokens_at_capacity_1_padded(group, model, gpu, dropped):
+    """Megatron-Bridge's 25.09 scripts call apply_moe_token_drop(recipe.model) for Qwen3 (and DeepSeek-V3 on
+    B200 / GB200), whose defaults are capacity factor 1.0 padded to capacity (moe_token_drop.py @ v0.1.0rc3); later
+    releases run dropless."""
+    case = map_run(record(group=group, model=model, precision="fp8",
+                          hardware={"gpu": gpu, "num_gpus": 64, "gpus_per_node": 8 if gpu != "GB200" else 4},
+                          parallel={"tp": 1, "pp": 4, "vp": None, "ep": 8, "micro_batch_size": 1,
+                                    "global_batch_size": 1024}))
+    factor, padded = case.plan.moe_expert_capacity_factor, case.plan.moe_pad_expert_input_to_capacity
+    assert (factor, padded) == ((1.0, True) if dropped else (None, False))
+    assert any("token-drop MoE" in note for note in case.assumptions) is dropped
+
+
+@pytest.mark.parametrize(("gpu", "dropped"), [("B200", True), ("GB200", True), ("H100", False)])
+def test_deepseek_v3_drops_tokens_where_use_tokendrop_defaults_on(gpu, dropped):
+    """run_script.py @ v0.1.0rc3: use_tokendrop = gpu in (b200, gb200); H100 runs DeepEP, dropless."""
+    model = {"name": "DeepSeek-V3", "arch": "moe", "num_layers": 61, "hidden_size": 7168, "num_heads": 128,
+             "num_kv_heads": None, "ffn_hidden_size": 18432, "moe_ffn_hidden_size": 2048, "num_experts": 256,
+             "moe_topk": 8, "shared_expert_ffn": 2048, "attention": "MLA (q_lora_rank 1536, kv_lora_rank 512)",
+             "vocab_size": None, "seq_length": 4096}
+    case = map_run(record(group="megatron_bridge_25.09", model=model, precision="fp8",
+                          hardware={"gpu": gpu, "num_gpus": 256, "gpus_per_node": 4 if gpu == "GB200" else 8},
+                          parallel={"tp": 1, "pp": 4, "vp": 4, "ep": 64, "micro_batch_size": 1,
+                                    "global_batch_size": 2048}))  # the 25.09 GB200 record's layout
+    assert (case.plan.moe_expert_capacity_factor is not None) is dropped

@@ -230,6 +230,9 @@ RANGES: dict[str, Range] = {
     "iteration_host": Range(0, 1.0, "s", "host seconds per training step outside the optimizer: a few ms of logging "
                             "(specs/stack.py); 1 s is 100x that", "none counted"),
     "summa_panels": Range(1, _WIDTH, "", "at most the hidden size", "max(tp, tp2)"),
+    "moe_expert_capacity_factor": Range(0.01, 1024, "", "Megatron-Bridge's 25.09 recipes: 1.0, GShard / Switch "
+                                        "1.0-2.0; past experts / topk nothing is dropped (1,024: every expert count "
+                                        "trained)"),
     # ---- serving (serve/): ServePlan, Workload, Engine --------------------------------------------------------------
     "dpa": Range(1, MAX_GPUS, "", "a parallel axis is at most the cluster"),
     "batch": Range(1, MAX_SIZE, "", "sequences in flight per instance: the int32 index bound"),

@@ -12,6 +12,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan_validation import recipes
 from meshplan_validation.layouts import end_stage_layers
 from meshplan_validation.map_kernels import (
     attention_kernel,
@@ -100,8 +101,11 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     flash, fusion = kernels(record, model, src, notes)
     overlap_ep, expert_gemm, offload_layers, flex = recipe_settings(record, model, layout["ep"], notes)
     kernel = attention_kernel(record, src, flash, precision, notes)
+    factor, padded, drop_note = recipes.token_drop(record, model)
+    notes += [drop_note] if drop_note else []
     plan = {"sequence_parallel": sp, "finetune": mode, "lora_rank": lora_rank, "lora_targets": lora_targets,
-            "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers}
+            "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers,
+            "moe_expert_capacity_factor": factor, "moe_pad_expert_input_to_capacity": padded}
     stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_ep": overlap_ep, "flash_attention": flash,
              "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,
              "cuda_graphs": graphs(record, src, notes),

@@ -237,6 +237,32 @@ def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
                           "(TE GroupedLinear, Megatron-Core dropless token dispatcher)")
 
 
+# Megatron-Bridge performance recipes that drop tokens (Plan.moe_expert_capacity_factor, specs/token_drop.py): the
+# 25.09 scripts (scripts/performance/run_script.py @ v0.1.0rc3 bf71eba07, the 25.09 NeMo container's) call
+# ``apply_moe_token_drop(recipe.model)`` for Qwen3 30B-A3B and 235B-A22B on every GPU and for DeepSeek-V3 where
+# ``use_tokendrop`` defaults on, B200 and GB200 (H100 runs DeepEP, dropless); its defaults are capacity factor 1.0 with
+# the experts' input padded to capacity (src/megatron/bridge/training/utils/moe_token_drop.py @ bf71eba07:
+# moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True). From 25.11 (v0.2.0 utils/helpers.py) token
+# drop is opt-in (--use_tokendrop, default None) and the published recipes run dropless. (regex on "group model gpu",
+# factor, padded)
+TOKEN_DROP: tuple[tuple[str, float, bool], ...] = (
+    (r"megatron_bridge_25\.09\S*\s(qwen3-30b-a3b|qwen3-235b-a22b) ", 1.0, True),
+    (r"megatron_bridge_25\.09\S*\sdeepseek-v3 g?b200\b", 1.0, True),
+)
+
+
+def token_drop(record: dict[str, Any], model: ModelSpec) -> tuple[float | None, bool, str]:
+    """The release recipe's MoE capacity factor and padding (``TOKEN_DROP``), with its note; (None, False, "")
+    dropless."""
+    key = recipe_key(record)
+    for pattern, factor, padded in TOKEN_DROP if model.is_moe else ():
+        if re.search(pattern, key):
+            return factor, padded, (f"token-drop MoE, capacity factor {factor:g}{', padded to capacity' * padded} "
+                                    "(Megatron-Bridge run_script.py / apply_moe_token_drop @ v0.1.0rc3, the 25.09 "
+                                    "scripts)")
+    return None, False, ""
+
+
 # ---- Megatron-Bridge recipes: CUDA graphs ------------------------------------------------------------------------
 # Which performance recipes capture CUDA graphs (Stack.cuda_graphs). The perf harness applies a workload config's
 # cuda_graph_impl / cuda_graph_scope only where the config sets them (scripts/performance/utils/utils.py

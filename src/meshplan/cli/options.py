@@ -67,7 +67,8 @@ def _option(fld: dataclasses.Field, dest: str, default: Any) -> Any:
         return click.option(name, dest, default=None, help=text)
     if choices:
         return click.option(name, dest, type=click.Choice(choices), default=None, help=text)
-    return click.option(name, dest, type=float if fld.type == "float" else int, default=None, help=text)
+    number = float if fld.type.removesuffix(" | None") == "float" else int
+    return click.option(name, dest, type=number, default=None, help=text)
 
 
 def plan_options(f: Any) -> Any:

@@ -63,7 +63,7 @@ from meshplan.configs.common import (
 )
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.layout import layout_string, stage_layers_of
-from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments
+from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments, capacity_factor
 from meshplan.configs.megatron_rules import check_rules
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
@@ -92,7 +92,7 @@ _SCALING = {"delayed": "delayed", "current": "tensorwise"}
 def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, Any]]:
     """The parallel layout's arguments (refusing what Megatron-LM cannot run); layers per rank as Megatron-Core's
     custom pipeline layout (configs/layout.py)."""
-    check_layout(plan.with_(stage_layers=()), _NAME)
+    check_layout(plan.with_(stage_layers=()), _NAME, drops_tokens=True)
     if plan.zero > 1:
         raise refuse(_NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
     if plan.offload_activations:
@@ -263,7 +263,10 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         global_batch=_int(options, "--global-batch-size", 0), zero=int("--use-distributed-optimizer" in options),
         offload_optimizer="--optimizer-cpu-offload" in options, **_recompute(options),
         precision=_precision(options), grad_bytes=2 if "--grad-reduce-in-bf16" in options else 4,
-        optimizer=_optimizer(options))
+        optimizer=_optimizer(options),
+        moe_expert_capacity_factor=capacity_factor(options.get("--moe-expert-capacity-factor"),
+                                                   "megatron config: --moe-expert-capacity-factor"),
+        moe_pad_expert_input_to_capacity="--moe-pad-expert-input-to-capacity" in options)
     return Plan(**{**fields, **extra_plan}), _stack(options, extra_stack)
 
 

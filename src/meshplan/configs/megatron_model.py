@@ -12,6 +12,7 @@ The arguments: ``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--n
 ``--attention-dropout``, ``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--rotary-base``,
 ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
 ``--moe-layer-freq``, ``--moe-token-dispatcher-type``, ``--moe-flex-dispatcher-backend`` (with flex),
+``--moe-expert-capacity-factor`` and ``--moe-pad-expert-input-to-capacity`` (token drop: specs/token_drop.py),
 ``--moe-router-score-function``,
 ``--moe-router-enable-expert-bias``, ``--moe-router-pre-softmax`` (top-1 routing: TransformerConfig refuses a softmax
 over the one chosen expert, transformer_config.py:1634-1641), ``--multi-latent-attention``, ``--q-lora-rank``,
@@ -32,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.configs.common import refuse
+from meshplan.errors import SpecError
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import extras_on, padded_vocab
 from meshplan.specs.plan import Plan
@@ -54,6 +56,8 @@ MEGATRON_ARGUMENT = {
          "moe_shared_expert_intermediate_size": "--moe-shared-expert-intermediate-size",
          "moe_layer_freq": "--moe-layer-freq", "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
          "moe_flex_dispatcher_backend": "--moe-flex-dispatcher-backend",
+         "moe_expert_capacity_factor": "--moe-expert-capacity-factor",
+         "moe_pad_expert_input_to_capacity": "--moe-pad-expert-input-to-capacity",
          "moe_router_score_function": "--moe-router-score-function",
          "moe_router_enable_expert_bias": "--moe-router-enable-expert-bias",
          "moe_router_pre_softmax": "--moe-router-pre-softmax",
@@ -67,7 +71,7 @@ MEGATRON_ARGUMENT = {
 # only with --moe-enable-deepep (token_dispatcher.py MoEFlexTokenDispatcher: "DeepEP is not enabled. Please set
 # --moe-enable-deepep")
 _WHEN_TRUE = frozenset(("gated_linear_unit", "add_qkv_bias", "qk_layernorm", "moe_router_enable_expert_bias",
-                        "multi_latent_attention", "moe_router_pre_softmax"))
+                        "multi_latent_attention", "moe_router_pre_softmax", "moe_pad_expert_input_to_capacity"))
 _WHEN_FALSE = frozenset(("add_bias_linear", "share_embeddings_and_output_weights"))
 _POSITIONS = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
 # what meshplan's model may have that no argument above builds (ModelSpec field -> what it is)
@@ -90,7 +94,11 @@ def _moe(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "moe_ffn_hidden_size": model.moe_ffn_hidden_size,
         "moe_shared_expert_intermediate_size": model.shared_expert_ffn_size or None,
         "moe_token_dispatcher_type": stack.moe_dispatcher,
-        "moe_flex_dispatcher_backend": stack.flex_backend if forwards else None}
+        "moe_flex_dispatcher_backend": stack.flex_backend if forwards else None,
+        # token drop (Plan.moe_expert_capacity_factor; TransformerConfig's own fields, transformer_config.py:765-769
+        # @ core_v0.17.0): written only where the plan drops tokens, so a dropless plan's arguments are as before
+        "moe_expert_capacity_factor": plan.moe_expert_capacity_factor,
+        "moe_pad_expert_input_to_capacity": plan.moe_pad_expert_input_to_capacity or None}
     if model.first_k_dense_layers or model.moe_layer_freq != 1:  # one 0 (dense) or 1 (MoE) a layer
         fields["moe_layer_freq"] = [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
     if model.router_bias and model.is_mla:  # DeepSeek-V3's router: sigmoid scores with a score-correction bias
@@ -163,6 +171,18 @@ def vocabulary(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[int | None, 
     if vocab % plan.tp:
         return None, f"tp={plan.tp} does not divide the vocabulary {vocab}: Megatron pads it"
     return vocab // plan.tp, ""
+
+
+def capacity_factor(text: Any, where: str) -> float | None:
+    """A written ``moe_expert_capacity_factor``: a number, negative or "None" dropless as TransformerConfig takes it
+    (transformer_config.py:1105-1107 @ core_v0.16.1: a negative factor becomes None)."""
+    if text is None or str(text).lower() in ("none", "null"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{where}={text} must be a number (the MoE capacity factor) or None") from None
+    return None if value < 0 else value
 
 
 def arguments(fields: dict[str, Any], num_heads: int) -> list[tuple[str, Any]]:

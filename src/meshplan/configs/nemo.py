@@ -24,6 +24,8 @@ The model's shape: the same TransformerConfig / GPTModelProvider fields as Megat
 ``add_bias_linear``, ``add_qkv_bias``, ``qk_layernorm``, ``hidden_dropout``, ``attention_dropout``,
 ``share_embeddings_and_output_weights``, ``position_embedding_type``, ``rotary_base``, ``num_moe_experts``,
 ``moe_router_topk``, ``moe_ffn_hidden_size``, ``moe_shared_expert_intermediate_size``, ``moe_layer_freq`` (a list),
+``moe_expert_capacity_factor`` and ``moe_pad_expert_input_to_capacity`` (token drop, where the plan drops tokens: the
+fields Megatron-Bridge's apply_moe_token_drop sets, training/utils/moe_token_drop.py @ v0.1.0rc3),
 ``moe_token_dispatcher_type`` (with flex: ``moe_flex_dispatcher_backend`` and ``moe_shared_expert_overlap`` false,
 as Megatron-Bridge's own ``apply_flex_dispatcher_backend`` sets them: training/flex_dispatcher_backend.py, 0.3.1;
 Megatron-Core refuses the shared-expert overlap that DeepSeek's recipe sets under any dispatcher but alltoall,
@@ -58,7 +60,7 @@ from meshplan.configs.common import (
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron import CP_COMM_TYPE
-from meshplan.configs.megatron_model import architecture
+from meshplan.configs.megatron_model import architecture, capacity_factor
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.model import ModelSpec
@@ -77,7 +79,8 @@ _MIXED_PRECISION = {("bf16", "delayed"): "bf16_mixed", ("fp16", "delayed"): "fp1
 
 def _check(plan: Plan, stack: Stack) -> str:
     """The mixed_precision preset, after refusing what Megatron-Bridge cannot run."""
-    check_layout(plan.with_(stage_layers=()), _NAME)  # per-rank layers: its TransformerConfig's layout
+    # per-rank layers: its TransformerConfig's layout
+    check_layout(plan.with_(stage_layers=()), _NAME, drops_tokens=True)
     if plan.zero > 1:
         raise refuse(_NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
     schedule = default_schedule(plan.vpp)
@@ -242,7 +245,10 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         recompute_modules=tuple(values.get("model.recompute_modules", "[core_attn]").strip("[]").split(",")),
         offload_activations=_flag(values, "model.cpu_offloading"),
         offload_layers=_int(values, "model.cpu_offloading_num_layers", 0), precision=precision,
-        grad_bytes=4 if _flag(values, "ddp.grad_reduce_in_fp32", True) else 2, optimizer=_optimizer(values)),
+        grad_bytes=4 if _flag(values, "ddp.grad_reduce_in_fp32", True) else 2, optimizer=_optimizer(values),
+        moe_expert_capacity_factor=capacity_factor(values.get("model.moe_expert_capacity_factor"),
+                                                   "nemo config: model.moe_expert_capacity_factor"),
+        moe_pad_expert_input_to_capacity=_flag(values, "model.moe_pad_expert_input_to_capacity")),
         **extra_plan})
     stack = load_stack(_PRESET).with_(
         overlap_dp=_flag(values, "ddp.overlap_grad_reduce"), overlap_tp=_flag(values, "comm_overlap.tp_comm_overlap"),

@@ -26,6 +26,7 @@ from meshplan.cost.eager import eager_op
 from meshplan.cost.moe_permute import fp8_padding, gather_dispatch, local_sort, permutation, rows_seen
 from meshplan.cost.records import ACT_BYTES, Dims, OpCost
 from meshplan.cost.shapes import fc1_width
+from meshplan.specs import token_drop
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -84,12 +85,14 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     if latent:  # a latent MoE projects the routed tokens down before the dispatch (and back after the combine)
         ops += gemm("moe/latent_in", routed, model.hidden_size, latent, d, saved=0.0)
     h = model.moe_width  # the width the all-to-alls carry and the experts see
-    rows = routed * k * plan.etp
+    slots = token_drop.routed_rows(plan, routed, k, model.num_experts)  # routed x k, or capacity-bound
+    rows = slots * plan.etp
     tokens, permuted = rows_seen(plan, d.stack, routed, k)
+    permuted = permuted if plan.moe_expert_capacity_factor is None else slots  # alltoall only (token_drop.problems)
     if d.stack.moe_dispatcher_mode.gathers_tokens:
         ops += gather_dispatch(plan, tokens, h)
     else:
-        sent = routed * k * h * a
+        sent = slots * h * a
         # a forwarding dispatcher (DeepEP / HybridEP) sends a token once per other node it hits (dispatch.py)
         forwards = d.stack.moe_dispatcher_mode.forwards
         for phase in ("fwd", "bwd_x"):
@@ -110,9 +113,10 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     local = model.num_experts / plan.ep
     # the received rows regrouped by local expert and back, and padded to the fp8 GEMMs' alignment (moe_permute.py)
     ops += local_sort(d.stack, rows, h, local) + fp8_padding(d.stack, plan.precision, rows, h)
+    synced = not token_drop.host_known(plan)  # padded to capacity: the split sizes are the host's (token_drop.py)
     ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
-                                   groups=local, width=h), d.stack, local)
-    ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp, local)
+                                   groups=local, width=h), d.stack, local, synced)
+    ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp, local, synced)
     ops += experts_eager(model, d, rows, model.moe_ffn_hidden_size / plan.etp)
     if latent:
         ops += gemm("moe/latent_out", routed, latent, model.hidden_size, d)
@@ -124,7 +128,8 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     return ops
 
 
-def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local: Num = 1.0) -> list[OpCost]:
+def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local: Num = 1.0,
+                      synced: bool = True) -> list[OpCost]:
     """What Megatron-Core's TEGroupedMLP (the per-expert path, ``stack.expert_gemm = "per_expert"``) runs as eager
     PyTorch kernels around its fused ones, ``rows`` routed rows of F = ``ffn`` (per etp shard) on this GPU, in bf16
     (the router's probabilities keep the activations' dtype without moe_router_dtype; GPTOSSProvider sets none):
@@ -143,7 +148,8 @@ def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local
       a cat (2H), then the bias gradient (a product and its column sum, 3H). fc1's bias is added in the grouped
       GEMM (Transformer Engine GroupedLinear, skip_bias_add false), for free. Its list comprehension runs per
       ``local`` expert after the tokens-per-expert sync, so the host launches each piece's kernels
-      (``BIAS_KERNELS``) at the stack's cost per kernel, a floor as ``host_launched``'s.
+      (``BIAS_KERNELS``) at the stack's cost per kernel, a floor as ``host_launched``'s (none where ``synced`` is
+      false: as there).
     A fused grouped MLP (``"grouped"``: Transformer Engine's CuTeDSL kernel applies the clamp and the scaled bias
     in its epilogues) runs none of these, nor does a stack of eager PyTorch (``stack.fusion = "eager"``), whose
     experts are not Megatron-Core's (``eager_layer``), nor Megatron-LM's module code of 2020-22 (``"jit"``), which
@@ -156,7 +162,7 @@ def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local
         ops += [OpCost("moe/experts/act/clamp", "fwd", "memory", 0.0, 8 * ffn * rows * a, 2 * ffn * rows * a),
                 OpCost("moe/experts/act/clamp", "bwd_x", "memory", 0.0, 10 * ffn * rows * a)]
     if model.linear_bias:
-        per_kernel = stack.host.per_kernel
+        per_kernel = stack.host.per_kernel if synced else 0.0
         ops += [OpCost("moe/experts/fc2/bias", phase, "memory", 0.0, n * h * rows * a,
                        launches=BIAS_KERNELS[phase][0] * local + BIAS_KERNELS[phase][1], launch_host=per_kernel)
                 for phase, n in (("fwd", 6), ("bwd_x", 5), ("bwd_w", 3))]
@@ -210,7 +216,7 @@ EXPERT_KERNELS = {("fc1", "fwd"): 1.0, ("act", "fwd"): 1.0, ("fc2", "fwd"): 1.0,
 TE_LINEAR = 100.0 / 37.0
 
 
-def host_launched(ops: list[OpCost], stack: Stack, groups: Num) -> list[OpCost]:
+def host_launched(ops: list[OpCost], stack: Stack, groups: Num, synced: bool = True) -> list[OpCost]:
     """Mark the per-expert path's kernels (``stack.expert_gemm = "per_expert"``, ``groups`` local experts) as
     launched by the host, ``EXPERT_KERNELS`` per expert and record, each at the stack's cost per kernel
     (``HostCost.per_kernel``; a GEMM issued through a Transformer Engine Linear, Megatron-Core's, ``TE_LINEAR`` times
@@ -221,10 +227,15 @@ def host_launched(ops: list[OpCost], stack: Stack, groups: Num) -> list[OpCost]:
     then run one by one from Python. After the sync the CPU has no lead, so the GPU waits on these launches whenever
     an expert's kernels are shorter than the host's time to issue them (roofline.op_time's floor: launches ×
     ``launch_host``). With low precision each GEMM's quantization is one launch more per expert
-    (``low_precision_casts`` gives those cast ops their own launches)."""
+    (``low_precision_casts`` gives those cast ops their own launches).
+
+    Token drop padded to capacity (``synced`` false: specs/token_drop.py) splits the rows by sizes the host already
+    holds (MoEAlltoAllTokenDispatcher's drop_and_pad: no device-to-host copy, no synchronisation), so the host keeps
+    its lead: the same launches, in the pass's host time (step/host.launches), with no floor of their own
+    (``launch_host`` 0)."""
     if stack.expert_gemm_mode.grouped:
         return ops
-    per_kernel = stack.host.per_kernel
+    per_kernel = stack.host.per_kernel if synced else 0.0
     out = []
     for op in ops:
         count = EXPERT_KERNELS.get((op.name.rsplit("/", 1)[-1], op.phase), 0.0)

@@ -184,6 +184,15 @@ class Plan:
     # ZeRO-Infinity's parameter offload (Rajbhandari et al. 2021): the weights live in host memory, fetched a layer at a
     # time over the host link beside each forward and backward pass (channels.weight_fetch, memory.model_states)
     offload_weights: bool = field(default=False, metadata=_opt("weights in host memory, fetched per layer"))
+    # token-drop MoE (Megatron-Core TransformerConfig moe_expert_capacity_factor / moe_pad_expert_input_to_capacity,
+    # --moe-expert-capacity-factor / --moe-pad-expert-input-to-capacity): a training choice of the run (it changes
+    # what the model computes), priced by specs/token_drop.py; None: dropless
+    moe_expert_capacity_factor: float | None = field(default=None, metadata=_opt(
+        "MoE token drop: each expert takes at most ceil(tokens x topk / experts x this) of a rank's routed rows",
+        default_help="none: dropless"))
+    moe_pad_expert_input_to_capacity: bool = field(default=False, metadata=_opt(
+        "with --moe-expert-capacity-factor: every expert's rows padded to its capacity (split sizes known on the "
+        "host: no tokens-per-expert sync)"))
     tags: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -267,6 +276,9 @@ class Plan:
             parts.append(f"ps={self.servers or self.num_gpus}")
         if self.collectives != "nccl":
             parts.append(f"collectives={self.collectives}")
+        if self.moe_expert_capacity_factor is not None:
+            pad = "-padded" * self.moe_pad_expert_input_to_capacity
+            parts.append(f"capacity{pad}={self.moe_expert_capacity_factor:g}")
         shown = [a for a in self.placement if getattr(self, a) > 1]
         if shown != [a for a in DENSE_AXES if getattr(self, a) > 1]:
             parts.append("placement=" + ",".join(shown))
