@@ -59,13 +59,7 @@ def nic_share(nodes: Num, nic: float, backend: str = "deepep") -> Num:
     log_nodes, shares = _points(backend, float(nic))
     if isinstance(nodes, np.ndarray):  # a search's plans
         return np.interp(np.log2(np.maximum(nodes, 1.0)), log_nodes, shares)
-    x = math.log2(max(float(nodes), 1.0))
-    if x <= log_nodes[0]:
-        return shares[0]
-    for x0, x1, s0, s1 in zip(log_nodes, log_nodes[1:], shares, shares[1:], strict=False):
-        if x <= x1:
-            return s0 + (s1 - s0) * (x - x0) / (x1 - x0)
-    return shares[-1]
+    return float(np.interp(math.log2(max(float(nodes), 1.0)), log_nodes, shares))
 
 
 @cache
