@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from meshplan.collectives.comm import Collective
 from meshplan.collectives.dispatch import dispatch_time, forwarded_time, node_miss
 from meshplan.collectives.price import collective_time
 from meshplan.serve.engine import load_engine
@@ -18,10 +19,17 @@ from meshplan.serve.plan import Workload
 from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
+from meshplan.xp import Num
 
 H100 = load_system("h100")
 TOKENS, K, E, HIDDEN = 8192, 8, 256, 7168  # DeepSeek-V3's routing (top-8 of 256) and width, fp8 dispatch
 SENT = TOKENS * K * HIDDEN  # bytes of every copy one GPU sends
+
+
+def a2a(group: int, experts: Num = E, backend: str = "deepep") -> Collective:
+    """The dispatch (or combine) of ``SENT`` bytes over ``group`` ranks of the ep axis, k = 8 copies a token, which
+    ``backend``'s kernels forward where ``experts`` > 0 (what cost/mlp_moe.py builds for a flex stack)."""
+    return Collective("all_to_all", SENT, "ep", group, copies=K, experts=experts, backend=backend)
 
 
 def test_a_token_misses_a_node_with_the_hypergeometric_zero_term():
@@ -46,7 +54,7 @@ def test_forwarding_sends_a_token_once_to_each_node_it_hits():
     assert plain == pytest.approx(SENT * 24 / 32 / 45e9 + latency)
     network = TOKENS * HIDDEN * 3 * (1 - node_miss(E, K, 64)) / (0.863 * 50e9)
     assert network > SENT * 7 / 8 / 360e9  # the network, not NVLink, sets the time
-    assert forwarded_time(SENT, K, E, 32, 1, cluster) == pytest.approx(network + latency)
+    assert forwarded_time(a2a(32, E), 1, cluster) == pytest.approx(network + latency)
     assert network + latency == pytest.approx(3.725e-3, rel=1e-3)
 
 
@@ -69,7 +77,7 @@ def test_deepep_share_of_the_nic_is_priced_by_the_nodes_spanned():
     # at 0.43 of the NIC; a larger group never prices the share lower
     cluster = H100.cluster(16)
     network = TOKENS * HIDDEN * (1 - node_miss(128, K, 64)) / (0.43 * 50e9)
-    assert forwarded_time(SENT, K, 128, 16, 1, cluster) == pytest.approx(network + 7 * 3e-6 + 5e-6)
+    assert forwarded_time(a2a(16, 128), 1, cluster) == pytest.approx(network + 7 * 3e-6 + 5e-6)
 
 
 def test_the_two_node_kernel_limit_is_absolute_and_the_nic_bound_points_scale_with_the_nic():
@@ -104,7 +112,7 @@ def test_hybridep_is_priced_at_its_own_h100_table():
     cluster = H100.cluster(16)
     share = (54.47 + 53.35) / 4 / 50
     network = TOKENS * HIDDEN * (1 - node_miss(128, K, 64)) / (share * 50e9)
-    assert forwarded_time(SENT, K, 128, 16, 1, cluster, backend="hybridep") == pytest.approx(
+    assert forwarded_time(a2a(16, 128, "hybridep"), 1, cluster) == pytest.approx(
         network + 7 * 3e-6 + 5e-6)
 
 
@@ -122,7 +130,7 @@ def test_inside_one_node_forwarding_is_the_plain_all_to_all():
     """EP8 on one node: no network, every copy over NVLink either way: 7/8 of 470 MB at 360 GB/s."""
     cluster = H100.cluster(8)
     plain = collective_time("all_to_all", SENT, 8, 1, cluster)
-    assert forwarded_time(SENT, K, E, 8, 1, cluster) == pytest.approx(plain)
+    assert forwarded_time(a2a(8, E), 1, cluster) == pytest.approx(plain)
 
 
 @pytest.mark.parametrize("backend", ["deepep", "hybridep"])
@@ -134,16 +142,16 @@ def test_forwarding_is_never_slower_than_every_copy_and_never_slowed_by_bandwidt
     from dataclasses import replace
 
     cluster = H100.cluster(gpus)
-    forwarded = forwarded_time(SENT, K, E, gpus, 1, cluster, backend=backend)
+    forwarded = forwarded_time(a2a(gpus, E, backend), 1, cluster)
     plain = collective_time("all_to_all", SENT, gpus, 1, cluster)
     assert forwarded <= plain
     last = forwarded
     for scale in (0.25, 0.5, 1.5, 2.0, 4.0):
         scaled = replace(cluster, tiers=tuple(replace(t, bandwidth=t.bandwidth * scale) for t in cluster.tiers))
-        time = forwarded_time(SENT, K, E, gpus, 1, scaled, backend=backend)
+        time = forwarded_time(a2a(gpus, E, backend), 1, scaled)
         assert time <= last * (1 + 1e-12) if scale > 1 else time >= forwarded  # a kernel-bound time: constant
         last = time if scale > 1 else last
-    mixed = dispatch_time(SENT, K, np.array([E, 0.0]), gpus, 1, cluster, backend=backend)
+    mixed = dispatch_time(a2a(gpus, np.array([E, 0.0]), backend), 1, cluster)
     assert mixed[0] == pytest.approx(forwarded) and mixed[1] == pytest.approx(plain)
 
 

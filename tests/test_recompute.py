@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from conftest import gpt
 from meshplan.cli import main
 from meshplan.cost.flops import attention_flops_per_token, module_flops_per_token, recompute_flops_per_token
 from meshplan.cost.layers import dense_layer, moe_layer
-from meshplan.cost.recompute import rerun_by
+from meshplan.cost.recompute import rerun_by, rerun_part, runs_again
 from meshplan.cost.records import ACT_BYTES
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
@@ -189,3 +190,12 @@ def test_cli_estimate_takes_recompute_modules(capsys):
     import json
 
     assert json.loads(capsys.readouterr().out)["plan"]["recompute_modules"] == ["core_attn", "moe_act"]
+
+
+def test_runs_again_one_spelling():
+    """The one "no rerun" test (recompute.runs_again) that passes.py's recompute time and host.py's launches share:
+    a plain 0 (False from a named module's mask, 0.0 from the per-op policy) runs nothing again, so rerun_part's
+    0.0 is skipped; True, a share and an array (a search's for-loop experts) run something."""
+    assert not runs_again(False) and not runs_again(0.0) and not runs_again(0)
+    assert runs_again(True) and runs_again(1.0) and runs_again(0.5) and runs_again(np.array([0.0, 0.5]))
+    assert rerun_part(False, 3.0) == 0.0 and rerun_part(True, 3.0) == 3.0 and rerun_part(0.5, 3.0) == 1.5

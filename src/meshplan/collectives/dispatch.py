@@ -42,11 +42,12 @@ Example: DeepSeek-V3 (E = 256, k = 8) over 32 H100s in 4 nodes: a token misses a
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
 
-from meshplan.collectives.comm import Layout, split_group, split_time, tier_bandwidths
+from meshplan.collectives.comm import Collective, Layout, split_group, split_time, tier_bandwidths
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.stack_variants import choice_of
@@ -59,13 +60,7 @@ def nic_share(nodes: Num, nic: float, backend: str = "deepep") -> Num:
     log_nodes, shares = _points(backend, float(nic))
     if isinstance(nodes, np.ndarray):  # a search's plans
         return np.interp(np.log2(np.maximum(nodes, 1.0)), log_nodes, shares)
-    x = math.log2(max(float(nodes), 1.0))
-    if x <= log_nodes[0]:
-        return shares[0]
-    for x0, x1, s0, s1 in zip(log_nodes, log_nodes[1:], shares, shares[1:], strict=False):
-        if x <= x1:
-            return s0 + (s1 - s0) * (x - x0) / (x1 - x0)
-    return shares[-1]
+    return float(np.interp(math.log2(max(float(nodes), 1.0)), log_nodes, shares))
 
 
 @cache
@@ -91,18 +86,19 @@ def node_miss(experts: Num, copies: int, per_node: Num) -> Num:
     return miss
 
 
-def forwarded_time(nbytes: Num, copies: int, experts: Num, group: Num, layout: Layout, cluster: Cluster,
-                   eff: Efficiency = DEFAULT, backend: str = "deepep") -> Num:
-    """Seconds of a dispatch (or combine) whose tokens cross each tier beyond the node once per node they hit
-    (module docstring). ``nbytes``: the bytes of every copy one GPU sends, as the plain all-to-all's."""
-    return forwarded_split(nbytes, copies, experts, group, split_group(cluster, group, layout), cluster, eff, backend)
+def forwarded_time(c: Collective, layout: Layout, cluster: Cluster, eff: Efficiency = DEFAULT) -> Num:
+    """Seconds of a dispatch (or combine) ``c`` whose tokens cross each tier beyond the node once per node they hit
+    (module docstring): ``c.nbytes`` the bytes of every copy one GPU sends, as the plain all-to-all's, ``c.copies``
+    each token's k, ``c.experts`` the routed experts E, over ``c.group`` ranks laid out as ``layout``, at the rate of
+    its forwarding kernels (``c.backend``: Stack.flex_backend)."""
+    return forwarded_split(c, split_group(cluster, c.group, layout), cluster, eff)
 
 
-def forwarded_split(nbytes: Num, copies: int, experts: Num, group: Num, parts: list[Num], cluster: Cluster,
-                    eff: Efficiency = DEFAULT, backend: str = "deepep") -> Num:
+def forwarded_split(c: Collective, parts: list[Num], cluster: Cluster, eff: Efficiency = DEFAULT) -> Num:
     """``forwarded_time`` of a group already split over the tiers (``parts``: comm.split_group)."""
     tiers = cluster.tiers
     bandwidths = tier_bandwidths(parts, cluster, eff)
+    nbytes, copies, experts, group = c.nbytes, c.copies, c.experts, c.group
     node = parts[0]
     token = nbytes / copies
     hit = 1.0 - node_miss(experts, copies, experts * node / group)
@@ -112,7 +108,7 @@ def forwarded_split(nbytes: Num, copies: int, experts: Num, group: Num, parts: l
     for g, b, tier in zip(parts[1:], bandwidths[1:], tiers[1:], strict=True):
         outer = inner * g
         # the backend's rate on this tier's NIC over the nodes the group spans, at most NCCL's
-        share = nic_share(group / node, tier.bandwidth, backend)
+        share = nic_share(group / node, tier.bandwidth, c.backend)
         forwarded = minimum(1.0, share / eff.network) if eff.network > 0 else 1.0
         slowest = maximum(slowest, token * (outer - inner) / node * hit / (b * forwarded))
         latency = latency + (g - 1) * tier.latency
@@ -120,22 +116,20 @@ def forwarded_split(nbytes: Num, copies: int, experts: Num, group: Num, parts: l
     return latency + slowest
 
 
-def dispatch_time(nbytes: Num, copies: int, experts: Num, group: Num, layout: Layout, cluster: Cluster,
-                  eff: Efficiency = DEFAULT, backend: str = "deepep") -> Num:
-    """A MoE dispatch or combine of ``copies`` copies a token: forwarded through each node (``forwarded_time``)
-    where ``experts`` > 0 (DeepEP's normal kernels; E, the routed experts), else the plain all-to-all of every
-    copy (comm.split_time)."""
-    return dispatch_split(nbytes, copies, experts, group, split_group(cluster, group, layout), cluster, eff, backend)
+def dispatch_time(c: Collective, layout: Layout, cluster: Cluster, eff: Efficiency = DEFAULT) -> Num:
+    """A MoE dispatch or combine ``c`` of ``c.copies`` copies a token: forwarded through each node
+    (``forwarded_time``) where ``c.experts`` > 0 (DeepEP's normal kernels; E, the routed experts), else the plain
+    all-to-all of every copy (comm.split_time)."""
+    return dispatch_split(c, split_group(cluster, c.group, layout), cluster, eff)
 
 
-def dispatch_split(nbytes: Num, copies: int, experts: Num, group: Num, parts: list[Num], cluster: Cluster,
-                   eff: Efficiency = DEFAULT, backend: str = "deepep") -> Num:
+def dispatch_split(c: Collective, parts: list[Num], cluster: Cluster, eff: Efficiency = DEFAULT) -> Num:
     """``dispatch_time`` of a group already split over the tiers (``parts``: comm.split_group)."""
-    forwarding = np.asarray(experts) > 0
+    forwarding = np.asarray(c.experts) > 0
     if forwarding.all():  # every plan forwards (one prompt iteration): no plain all-to-all to price
-        return forwarded_split(nbytes, copies, experts, group, parts, cluster, eff, backend)
-    plain = split_time("all_to_all", nbytes, group, parts, cluster, eff)
+        return forwarded_split(c, parts, cluster, eff)
+    plain = split_time("all_to_all", c.nbytes, c.group, parts, cluster, eff)
     if not forwarding.any():
         return plain
-    safe = where(forwarding, experts, float(copies))  # a plan without forwarding: any E ≥ k keeps the product finite
-    return where(forwarding, forwarded_split(nbytes, copies, safe, group, parts, cluster, eff, backend), plain)
+    safe = where(forwarding, c.experts, float(c.copies))  # a plan without forwarding: any E ≥ k keeps it finite
+    return where(forwarding, forwarded_split(replace(c, experts=safe), parts, cluster, eff), plain)

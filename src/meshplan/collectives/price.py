@@ -91,7 +91,7 @@ def split_seconds(c: Collective, parts: list[Num], cluster: Cluster, eff: Effici
     if c.kind == "all_reduce" and c.axis == "tp" and library.engine_kernels and engine_kernel_priced(cluster):
         return tp_all_reduce(c.nbytes, c.group, parts, cluster, eff, custom=True)
     if c.kind == "all_to_all" and c.copies > 1 and bool(np.any(np.asarray(c.experts) > 0)):
-        return dispatch_split(c.nbytes, c.copies, c.experts, c.group, parts, cluster, eff, c.backend)
+        return dispatch_split(c, parts, cluster, eff)
     return ALGORITHMS[library.algorithm].time(c.kind, c.nbytes, c.group, parts, cluster, eff)
 
 

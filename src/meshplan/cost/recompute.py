@@ -151,6 +151,12 @@ def _zero(x: Num) -> bool:
     return type(x) in (bool, int, float) and x == 0
 
 
+def runs_again(share: Num) -> bool:
+    """Whether an op whose share run again is ``share`` (``rerun_by``: a bool, a float or an array) runs again at
+    all: not for a plain 0 (False, 0.0), which callers skip, so that sums stay scalar; an array counts as some."""
+    return not _zero(share)
+
+
 def rerun_part(share: Num, x: Num) -> Num:
     """``x`` (an op's time, FLOPs or launches) times the share of it run again (``rerun_by``): ``x`` itself for all
     of it and 0.0 for none, so that sums stay scalar and exact where no share is partial."""

@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from meshplan.cost.recompute import rerun_by, rerun_part
+from meshplan.cost.recompute import rerun_by, rerun_part, runs_again
 from meshplan.cost.records import OpCost
 from meshplan.cost.tensors import Tensors, stepped
 from meshplan.cost.wrappers import partitioned_zero, wrapped
@@ -182,7 +182,7 @@ def host_times(ops: list[OpCost], plan: Plan, host: HostCost, recompute: str,
         hooks["b"] = hooks["b"] + hooks["f"]
     elif recompute == "selective":
         for op, share in zip(ops, rerun_by(ops, plan.recompute_modules), strict=True):
-            if share is not False and not (type(share) is float and share == 0.0):
+            if runs_again(share):
                 n = rerun_part(share, count_of(op))  # all or a share of its kernels (per-op SAC's for-loop experts)
                 count["b"], cost["b"] = count["b"] + n, cost["b"] + n * per_launch(op, host)
     if host.cuda_graphs:

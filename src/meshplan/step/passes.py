@@ -52,7 +52,7 @@ import numpy as np
 from meshplan.collectives.comm import split_group
 from meshplan.collectives.groups import axis_layout
 from meshplan.collectives.price import LIBRARIES, PricedOnce
-from meshplan.cost.recompute import RECOMPUTE_MODULES, rerun_by, rerun_part, tp_rerun_by
+from meshplan.cost.recompute import RECOMPUTE_MODULES, rerun_by, rerun_part, runs_again, tp_rerun_by
 from meshplan.cost.records import OpCost
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -325,8 +325,8 @@ def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stac
     exposed: Num
     redo = gemm = behind = exposed = 0.0
     for op, t, share in zip(ops, times, rerun_by(ops, modules), strict=True):
-        part = rerun_part(share, t)  # all, none or a share of its kernels (per-op SAC's for-loop experts)
-        if not _none(part):
+        if runs_again(share):
+            part = rerun_part(share, t)  # all or a share of its kernels (per-op SAC's for-loop experts)
             redo = redo + part
             if op.kind == "gemm":
                 gemm = gemm + part
