@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from dataclasses import replace
+from functools import cache
 
 import numpy as np
 import pytest
@@ -95,16 +96,26 @@ def traced():
     return trace_module(build_preset(TINY, 2), [((16, 32), "int64")], param_dtype="bfloat16")
 
 
+@pytest.fixture(scope="module")
+def planned(traced):
+    """The problem on ``gpus`` H100s, its limit (0.6 of the unconstrained plan's peak) and the cold plan under it,
+    made once per mesh for the module: each test asks before it patches anything (plan is a pure function of the
+    problem; each plan starts its own warm-start scope, highs.warm_starts, and the cache is off, conftest.py)."""
+    @cache
+    def made(gpus: int) -> tuple:
+        blocks = find_blocks(traced, layers=4)
+        problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(gpus)),
+                                DEFAULT)
+        limit = 0.6 * plan(problem, 1e15).memory.peak
+        return problem, limit, plan(problem, limit)
+    return made
+
+
 @pytest.mark.parametrize("gpus", [16, 64])
-def test_plans_are_those_linprog_found(traced, gpus, monkeypatch):
+def test_plans_are_those_linprog_found(planned, gpus, monkeypatch):
     """A 2-layer trace of a 4-layer Llama on 16 and 64 H100s, under a memory limit that the unconstrained plan
     exceeds (the Lagrangian's rounds and their LPs): the plan, its objective and price are linprog's."""
-    blocks = find_blocks(traced, layers=4)
-    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(gpus)),
-                            DEFAULT)
-    free = plan(problem, 1e15)
-    limit = 0.6 * free.memory.peak
-    fast = plan(problem, limit)
+    problem, limit, fast = planned(gpus)
     objectives = [ilp.solve(problem, 1, []).objective]
     monkeypatch.setattr(highs, "_bindings", lambda: None)  # linprog answers every relaxation
     slow = plan(problem, limit)
@@ -197,15 +208,12 @@ def _counted(made, iterations: list):
 
 
 @pytest.mark.parametrize("gpus", [16, 64])
-def test_rounds_carried_by_name_reach_the_cold_optimum(traced, gpus, monkeypatch):
+def test_rounds_carried_by_name_reach_the_cold_optimum(planned, gpus, monkeypatch):
     """The 4-layer Llama under a memory limit (the Lagrangian's rounds, whose programs keep different strategies):
     rounds that start from the last round's basis carried by name (highs._carried) end at the objective of a cold
     start to HiGHS' own tolerance (1e-7 on a reduced cost, the costs of order 1: ilp._unit; 2.5e-9 apart here since
     reduce.py's Goldstein sweep shapes the programs), at the same plan, and take fewer simplex iterations in all."""
-    blocks = find_blocks(traced, layers=4)
-    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(gpus)),
-                            DEFAULT)
-    limit = 0.6 * plan(problem, 1e15).memory.peak
+    problem, limit, _ = planned(gpus)
     seen: dict[str, list] = {"objective": [], "carried": [], "iterations": []}
     solve_ilp, carried, bindings = ilp.solve, highs._carried, highs._bindings()
     made = bindings._Highs
@@ -243,16 +251,12 @@ def test_costs_go_to_highs_scaled_by_a_power_of_two():
     assert ilp._unit(np.zeros(3)) == 1.0
 
 
-def test_a_pinned_plan_starts_from_the_plans_first_round(traced, monkeypatch):
+def test_a_pinned_plan_starts_from_the_plans_first_round(planned, monkeypatch):
     """as_written.py's second plan (a few parameters pinned) starts its first round from the plan's first round's
     basis (Sharding.basis, by name): the same plan and objectives as a plan that starts cold."""
     from meshplan.autoshard.solve import replicated_choice
 
-    blocks = find_blocks(traced, layers=4)
-    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(16)),
-                            DEFAULT)
-    limit = 0.6 * plan(problem, 1e15).memory.peak
-    found = plan(problem, limit)
+    problem, limit, found = planned(16)
     assert found.basis is not None
     params = [k for k, node in sorted(problem.nodes.items()) if node.kind == "param"][:3]
     pinned = {k: {replicated_choice(problem)[k]} for k in params}
@@ -266,18 +270,14 @@ def test_a_pinned_plan_starts_from_the_plans_first_round(traced, monkeypatch):
     assert seeded.choice != found.choice
 
 
-def test_a_program_solved_before_starts_at_its_optimum(traced, tmp_path, monkeypatch):
+def test_a_program_solved_before_starts_at_its_optimum(planned, tmp_path, monkeypatch):
     """A plan's programs' optimal bases and rounds' answers kept on disk (highs._solved_path, highs.kept_round,
     MESHPLAN_CACHE): planned again, each round's answer is read back and nothing is solved; where a round's answer is
     not kept, the rounds read before it are solved first (highs.catch_up) and each round's program starts at its own
     optimal basis, HiGHS ending there without an iteration, at the same vertex (the same objectives, every round's, and
     the same plan); a record of another size, or none, is a cold start as before; ``MESHPLAN_CACHE=off`` keeps
     nothing."""
-    blocks = find_blocks(traced, layers=4)
-    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(16)),
-                            DEFAULT)
-    limit = 0.6 * plan(problem, 1e15).memory.peak
-    cold = plan(problem, limit)  # the cache is off under tests (conftest.py)
+    problem, limit, cold = planned(16)  # the cache is off under tests (conftest.py)
     assert cold.rounds > 2
     seen: dict[str, list] = {"objective": [], "iterations": []}
     solve_ilp, bindings = ilp.solve, highs._bindings()
@@ -323,19 +323,15 @@ def test_a_program_solved_before_starts_at_its_optimum(traced, tmp_path, monkeyp
     assert highs._solved_dir() is None
 
 
-def test_a_plan_read_back_starts_its_pinned_plan_alike(traced, tmp_path, monkeypatch):
+def test_a_plan_read_back_starts_its_pinned_plan_alike(planned, tmp_path, monkeypatch):
     """A plan whose rounds were all read back (highs.kept_round) has solved no first round: its basis is solved when
     a pinned plan (as_written.py's) first needs it (highs.first_basis), and that plan is the one that starts from a
     plan solved cold."""
     from meshplan.autoshard.solve import replicated_choice
 
-    blocks = find_blocks(traced, layers=4)
-    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(16)),
-                            DEFAULT)
-    limit = 0.6 * plan(problem, 1e15).memory.peak
+    problem, limit, cold = planned(16)
     params = [k for k, node in sorted(problem.nodes.items()) if node.kind == "param"][:3]
     pinned = {k: {replicated_choice(problem)[k]} for k in params}
-    cold = plan(problem, limit)
     seeded = plan(problem, limit, allowed=pinned, start=cold.basis)
     monkeypatch.setenv("MESHPLAN_CACHE", str(tmp_path))
     plan(problem, limit)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from dataclasses import replace
+from functools import cache
 
 import numpy as np
 import pytest
@@ -96,7 +97,7 @@ from meshplan.autoshard.highs import Relaxed  # noqa: E402
 from meshplan.autoshard.memory import Accounting  # noqa: E402
 from meshplan.autoshard.mesh import device_mesh  # noqa: E402
 from meshplan.autoshard.problem import build_problem  # noqa: E402
-from meshplan.autoshard.solve import _penalty, plan, start_points  # noqa: E402
+from meshplan.autoshard.solve import _penalty, price, start_points  # noqa: E402
 from meshplan.autoshard.torch_models import build_preset  # noqa: E402
 from meshplan.specs.efficiency import DEFAULT  # noqa: E402
 from meshplan.specs.hardware import load_system  # noqa: E402
@@ -107,6 +108,15 @@ LLAMA = replace(load_model("llama3-8b"), name="tiny", num_layers=4, hidden_size=
 WIDE = replace(LLAMA, name="wide", hidden_size=128, num_heads=8, num_kv_heads=8, ffn_hidden_size=512, vocab_size=512)
 
 
+@cache
+def _traced(spec):
+    """A 2-layer trace's dataflow and blocks, once per model: the cases of two meshes share it (the trace is the
+    model's alone; the mesh enters at build_problem)."""
+    traced = trace_module(build_preset(spec, 2), [((16, 32), "int64")], param_dtype="bfloat16")
+    blocks = find_blocks(traced, layers=4)
+    return flow(traced, blocks.block_of), blocks
+
+
 @pytest.mark.parametrize(("spec", "gpus"), [(LLAMA, 16), (LLAMA, 64), (WIDE, 8), (WIDE, 64)])
 def test_the_shrunk_program_has_the_same_objective(spec, gpus, monkeypatch):
     """A 2-layer trace on H100s; memory unpriced, then priced at 0.1 to 1000 times the step's seconds per byte of the
@@ -115,19 +125,17 @@ def test_the_shrunk_program_has_the_same_objective(spec, gpus, monkeypatch):
     on a reduced cost, costs of order 1: ilp._unit) where both LP relaxations are integral, and never exceeds it by
     more where branch and bound answers (within ilp.MIP_GAP of the optimum, either), on a program with fewer
     columns in all."""
-    traced = trace_module(build_preset(spec, 2), [((16, 32), "int64")], param_dtype="bfloat16")
-    blocks = find_blocks(traced, layers=4)
-    problem = build_problem(flow(traced, blocks.block_of), blocks, device_mesh(load_system("h100").cluster(gpus)),
-                            DEFAULT)
+    dataflow, blocks = _traced(spec)
+    problem = build_problem(dataflow, blocks, device_mesh(load_system("h100").cluster(gpus)), DEFAULT)
     accounting = Accounting(problem)
     rows = {p: accounting.row(p) for p in start_points(problem)}
-    free = plan(problem, 1e15)
-    scale = free.step_time / free.memory.peak
-    penalties = [None] + [_penalty(rows, scale * f) for f in (0.1, 1.0, 10.0, 1000.0)]
     first, integral = ilp._relaxation_first, []
     monkeypatch.setattr(ilp, "_relaxation_first",
                         lambda *a: integral.append(isinstance(found := first(*a), Relaxed)) or found)
-    shrunk = [ilp.solve(problem, 1, [], penalty=p) for p in penalties]
+    free = ilp.solve(problem, 1, [])  # memory unpriced: solve.plan's first round, which plan(problem, 1e15) returns
+    scale = price(problem, free.choice).step(1) / accounting.evaluate(free.choice).peak
+    penalties = [None] + [_penalty(rows, scale * f) for f in (0.1, 1.0, 10.0, 1000.0)]
+    shrunk = [free] + [ilp.solve(problem, 1, [], penalty=p) for p in penalties[1:]]
     monkeypatch.setattr(reductions, "_goldstein", lambda profile, blocks, held: np.arange(len(profile)))
     monkeypatch.setattr(reductions, "_KEPT", {})  # the strategies kept, remembered by profile: not the shrunk ones
     monkeypatch.setattr(reductions, "_SAME", {})  # nor by the arrays' identity
