@@ -129,3 +129,21 @@ def test_the_rows_moved_around_the_experts_grow_with_the_tokens_and_never_with_t
         for mbs in (1, 4):
             col = [moved(mbs, ep, precision) for ep in (1, 2, 4, 8)]
             assert col == sorted(col, reverse=True)
+
+
+def test_no_fp8_padding_where_every_expert_count_is_aligned_already():
+    """Transformer Engine's Fp8Padding copies nothing when every count is aligned (fp8_padding.py @ v2.8, "no padding
+    needed"): a HybridEP dispatch pads inside (hybrid_ep_dispatch's pad_multiple), DeepEP's does not; padded to
+    capacity, each expert's count is capacity·etp·ep. Mixtral (8 experts, top-2), R = 4096 routed rows at ep 1:
+    capacity = ceil(4096 / 8 x F) = 512 at F = 1 (512 = 16 x 32: aligned at 16 and 32 rows) and ceil(512 x 1.01)
+    = 518 at F = 1.01 (518 = 16 x 32 + 6: not aligned, the copy runs over the 8 x 518 = 4,144 slots)."""
+    model, h, a = ModelSpec(**MIXTRAL), 1024, ACT_BYTES
+    fp8 = Plan(micro_batch=1, precision="fp8")
+    for backend, copies in (("deepep", True), ("hybridep", False)):
+        ops = moe_layer(model, fp8, Stack(moe_dispatcher="flex", flex_backend=backend))
+        assert bool(_records(ops, "moe/experts/fp8_pad")) is copies
+    for factor, pad, slots in ((1.0, True, None), (1.01, True, 8 * 518), (1.0, False, 4096)):
+        plan = Plan(micro_batch=1, precision="mxfp8", moe_expert_capacity_factor=factor,
+                    moe_pad_expert_input_to_capacity=pad)
+        got = _records(moe_layer(model, plan, Stack()), "moe/experts/fp8_pad")
+        assert got == ({} if slots is None else {p: 4 * slots * h * a + 2 * slots * 4 for p in ("fwd", "bwd_x")})

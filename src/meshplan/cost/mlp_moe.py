@@ -23,7 +23,14 @@ from meshplan.cost.blocks import (
     tp_exit,
 )
 from meshplan.cost.eager import eager_op
-from meshplan.cost.moe_permute import fp8_padding, gather_dispatch, local_sort, permutation, rows_seen
+from meshplan.cost.moe_permute import (
+    fp8_padding,
+    gather_dispatch,
+    local_sort,
+    permutation,
+    quantization_align,
+    rows_seen,
+)
 from meshplan.cost.records import ACT_BYTES, Dims, OpCost
 from meshplan.cost.shapes import fc1_width
 from meshplan.specs import token_drop
@@ -109,15 +116,7 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     # token permutation around the exchange (Megatron-Core MoE token dispatcher: permute before dispatch,
     # unpermute + probability-weighted sum after combine), as the stack runs it (moe_permute.py)
     ops += permutation(d.stack, tokens, permuted, h)
-    # E/e local experts, each an (etp·k·T/t · e/E)-row GEMM: grouped GEMMs (balanced routing)
-    local = model.num_experts / plan.ep
-    # the received rows regrouped by local expert and back, and padded to the fp8 GEMMs' alignment (moe_permute.py)
-    ops += local_sort(d.stack, rows, h, local) + fp8_padding(d.stack, plan.precision, rows, h)
-    synced = not token_drop.host_known(plan)  # padded to capacity: the split sizes are the host's (token_drop.py)
-    ops += host_launched(mlp_gemms("moe/experts", model, rows, model.moe_ffn_hidden_size / plan.etp, d,
-                                   groups=local, width=h), d.stack, local, synced)
-    ops += grouped_mlp_eager(model, d.stack, rows, model.moe_ffn_hidden_size / plan.etp, local, synced)
-    ops += experts_eager(model, d, rows, model.moe_ffn_hidden_size / plan.etp)
+    ops += _experts(model, plan, d, routed, rows, h)
     if latent:
         ops += gemm("moe/latent_out", routed, latent, model.hidden_size, d)
     if model.shared_expert_ffn_size:
@@ -126,6 +125,21 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         ops += tp_exit("moe/shared_tp_out", model, plan, d)
     ops += residual("moe/residual", model, d)
     return ops
+
+
+def _experts(model: ModelSpec, plan: Plan, d: Dims, routed: Num, rows: Num, h: Num) -> list[OpCost]:
+    """The E/e local experts, each an (etp·k·T/t · e/E)-row GEMM (grouped GEMMs, balanced routing), with the received
+    rows regrouped by local expert and back and padded to the fp8 GEMMs' alignment (moe_permute.py) where the
+    dispatch or the capacity has not aligned them already."""
+    local, ffn = model.num_experts / plan.ep, model.moe_ffn_hidden_size / plan.etp
+    stack = d.stack
+    aligned = (stack.moe_dispatcher_mode.forwards and stack.flex_backend_mode.pads_for_quantization) or \
+        token_drop.aligned(plan, routed, model.moe_topk, model.num_experts, quantization_align(plan.precision))
+    ops = local_sort(stack, rows, h, local) + fp8_padding(stack, plan.precision, rows, h, aligned)
+    synced = not token_drop.host_known(plan)  # padded to capacity: the split sizes are the host's (token_drop.py)
+    ops += host_launched(mlp_gemms("moe/experts", model, rows, ffn, d, groups=local, width=h), stack, local, synced)
+    ops += grouped_mlp_eager(model, stack, rows, ffn, local, synced)
+    return ops + experts_eager(model, d, rows, ffn)
 
 
 def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local: Num = 1.0,

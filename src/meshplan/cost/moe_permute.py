@@ -110,12 +110,24 @@ def local_sort(stack: Stack, rows: Num, h: Num, local: Num) -> list[OpCost]:
             OpCost("moe/sort_chunks", "bwd_x", "memory", 0.0, moved)]
 
 
-def fp8_padding(stack: Stack, precision: str, rows: Num, h: Num) -> list[OpCost]:
+def quantization_align(precision: str) -> int:
+    """The rows an fp8 / fp4 grouped GEMM's experts are padded to: 32 under MXFP8 and FP4, 16 under other fp8
+    recipes (Megatron-LM core_v0.16.1 moe_utils.get_align_size_for_quantization, fp8_utils.get_fp8_align_size,
+    fp4_utils.get_fp4_align_size)."""
+    return 32 if precision in ("mxfp8", "fp4") else 16
+
+
+def fp8_padding(stack: Stack, precision: str, rows: Num, h: Num, aligned: Num = False) -> list[OpCost]:
     """TEGroupedMLP's padding of ``rows`` routed rows, h wide, to the fp8 / fp4 GEMMs' alignment and the unpadding
     of its output (module docstring): per pass two copies, each reading and writing the rows, and the float32
-    probabilities' padding forward and their gradient's unpadding backward."""
-    if precision not in LOW_PRECISION_BYTES or not stack.fusion_mode.fused or stack.expert_gemm_mode.grouped:
+    probabilities' padding forward and their gradient's unpadding backward. None where every expert's count is
+    ``aligned`` already (Fp8Padding's "no padding needed": a HybridEP dispatch that pads, a token drop padded to an
+    aligned capacity)."""
+    if (aligned is True or precision not in LOW_PRECISION_BYTES or not stack.fusion_mode.fused
+            or stack.expert_gemm_mode.grouped):
         return []
     moved = 2 * (2 * rows * h * ACT_BYTES) + 2 * rows * FP32
+    if aligned is not False:  # aligned at some of a search's sizes only
+        moved = where(aligned, 0.0, moved)
     return [OpCost("moe/experts/fp8_pad", "fwd", "memory", 0.0, moved),
             OpCost("moe/experts/fp8_pad", "bwd_x", "memory", 0.0, moved)]

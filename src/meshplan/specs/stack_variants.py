@@ -279,6 +279,10 @@ class FlexBackend:
     kernel: tuple[tuple[float, float], ...]
     nic: tuple[tuple[float, float], ...]
     source: str
+    # pads each local expert's rows to the fp8 / fp4 GEMMs' alignment inside its dispatch (hybrid_ep_dispatch's
+    # pad_multiple, Megatron-LM core_v0.16.1 token_dispatcher.py _HybridEPManager:1042-1047), so TEGroupedMLP's
+    # Fp8Padding finds every count aligned and copies nothing (cost/moe_permute.py fp8_padding)
+    pads_for_quantization: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -320,7 +324,7 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # 57.69 / 57.46 and 49.97 / 49.77 GB/s: 3/4 and 7/8 of it on the NIC), the NIC's; 16-bit rows, as
         # meshplan prices the dispatch (cost/mlp_moe.py)
         FlexBackend(name="hybridep", kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
-                    nic=((4.0, 0.8636), (8.0, 0.8727)),
+                    nic=((4.0, 0.8636), (8.0, 0.8727)), pads_for_quantization=True,
                     source="deepseek-ai/DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md (H100 table), "
                            "DeepEP/tests/test_hybrid_ep.py, DeepEP/tests/utils.py count_rdma_send_from_routing_map "
                            "(the sender's own node counted)")),

@@ -59,6 +59,16 @@ def host_known(plan: Plan) -> bool:
     return plan.moe_expert_capacity_factor is not None and plan.moe_pad_expert_input_to_capacity
 
 
+def aligned(plan: Plan, routed: Num, topk: int, experts: int, align: int) -> Num:
+    """Every local expert's count a multiple of ``align`` rows: padded to capacity, each expert's count is
+    capacity x etp x ep (token_dispatcher.py core_v0.14.0:453-465, the tp group there the expert-tensor one), which
+    Transformer Engine's Fp8Padding then leaves as it is (cost/moe_permute.py fp8_padding)."""
+    if not host_known(plan):
+        return False
+    count = capacity(plan, routed, topk, experts) * plan.etp * plan.ep
+    return count % align == 0 if isinstance(count, float) else np.mod(count, align) == 0
+
+
 def problems(model: ModelSpec, plan: Plan, dispatcher: str) -> list[str]:
     """What the check of a plan refuses about its token drop (module docstring), each one line with its values."""
     factor, pad = plan.moe_expert_capacity_factor, plan.moe_pad_expert_input_to_capacity
