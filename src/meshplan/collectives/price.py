@@ -121,14 +121,19 @@ class PricedOnce:
     group's on the caller's cluster and plan: one ``PricedOnce`` serves one cluster, plan, efficiency and library
     (parts._timed: all groups of a plan's ops)."""
 
-    __slots__ = ("_seen",)
+    __slots__ = ("_scope", "_seen")
 
     def __init__(self) -> None:
+        self._scope: tuple[Cluster, Efficiency, Library] | None = None  # the first call's: every call's (asserted)
         # by kind, axis, group, copies, experts and backend: each collective priced and its price (the collective
         # held here, so that the ids of its arrays in the key are not reused while kept)
         self._seen: dict[tuple[object, ...], list[tuple[Collective, Num]]] = {}
 
     def seconds(self, c: Collective, parts: list[Num], cluster: Cluster, eff: Efficiency, library: Library) -> Num:
+        if self._scope is None:
+            self._scope = (cluster, eff, library)
+        scope = self._scope
+        assert scope[0] is cluster and scope[1] is eff and scope[2] is library, "one PricedOnce a cluster and plan"
         key = (c.kind, c.axis, _held(c.group), c.copies, _held(c.experts), c.backend)
         seen = self._seen.setdefault(key, [])
         for other, one in seen:

@@ -43,7 +43,7 @@ Around the experts, Megatron-Core (``stack.fusion = "fused"``) moves the R rows 
   tensor, 16 rows, 32 under MXFP8, skipped only when every expert's count is already aligned, which random or
   learned routing does not give: the benchmark's forced balance draws random logits, moe_utils.RandomSTE).
   Megatron-Core's default moe_router_padding_for_fp8 = False, which the Megatron-Bridge Qwen3, DeepSeek and GPT-OSS
-  recipes keep (src/megatron/bridge/recipes/qwen/qwen3_moe.py @ v0.4.0; unset up to v0.3.x); with it True the router
+  recipes keep (src/megatron/bridge/recipes/qwen/qwen3_moe.py: False in v0.3.1 and v0.4.0, unset in v0.2.0 and v0.3.0); with it True the router
   pads the routing map instead and this copy does not run (not a stack field yet). Forward: the rows padded (read
   and write R·h), the output unpadded (the same); backward the reverse of each. The few padding rows are neglected.
   Not on a fused grouped MLP (``expert_gemm = "grouped"``: Transformer Engine's fused kernel reads the rows as they
