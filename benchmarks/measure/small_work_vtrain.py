@@ -55,7 +55,10 @@ def vtrain_section(records: Sequence[dict[str, Any]] | None = None, results: Seq
            f"`data/validation/vtrain_single_node_dev.jsonl`: {len(records)} runs released for issue 79 (four GPTs of "
            "12 or 20 layers, hidden 1024 or 2048, on one 8 x A100 node under Megatron-DeepSpeed; data/validation/"
            "README.md says where they come from). No constant is fitted on them: every figure here is out of "
-           "source. Sweeps: the runs of one model, GPU count and global batch "
+           "source. Their all-reduces are priced at their node's own nccl-tests rows, as vTrain's graph times them "
+           "(data/measured/2026-11-29-vtrain-a100-allreduce.csv, Cluster.allreduce_table): a measurement of that "
+           "machine, which no preset system carries, so an A100 estimate without such rows prices its all-reduces "
+           "by NCCL's model. Sweeps: the runs of one model, GPU count and global batch "
            "(benchmarks/measure/small_work_sweeps.py).",
            "", *STATS_HEAD, stats_row("all", summary["all"])]
     out += [stats_row(f"tp {k}", s) for k, s in summary["by_tp"].items()]
