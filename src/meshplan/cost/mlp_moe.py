@@ -95,7 +95,7 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     slots = token_drop.routed_rows(plan, routed, k, model.num_experts)  # routed x k, or capacity-bound
     rows = slots * plan.etp
     tokens, permuted = rows_seen(plan, d.stack, routed, k)
-    permuted = permuted if plan.moe_expert_capacity_factor is None else slots  # alltoall only (token_drop.problems)
+    permuted = permuted if plan.moe_expert_capacity_factor is None else slots  # alltoall only (token_drop.refusals)
     if d.stack.moe_dispatcher_mode.gathers_tokens:
         ops += gather_dispatch(plan, tokens, h)
     else:

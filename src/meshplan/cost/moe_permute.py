@@ -41,11 +41,13 @@ Around the experts, Megatron-Core (``stack.fusion = "fused"``) moves the R rows 
   and of the probabilities, quantization_unpadding of the output), Transformer Engine's Fp8Padding / Fp8Unpadding
   (transformer_engine/pytorch/module/fp8_padding.py, fp8_unpadding.py @ v2.8: fused_multi_row_padding into a new
   tensor, 16 rows, 32 under MXFP8, skipped only when every expert's count is already aligned, which random or
-  learned routing does not give: the benchmark's forced balance draws random logits, moe_utils.RandomSTE).
+  learned routing does not give: the benchmark's forced balance draws random logits, moe_utils.RandomSTE; a
+  HybridEP dispatch pads inside and a token drop padded to an aligned capacity gives aligned counts: no copy).
   Megatron-Core's default moe_router_padding_for_fp8 = False, which the Megatron-Bridge Qwen3, DeepSeek and GPT-OSS
-  recipes keep (src/megatron/bridge/recipes/qwen/qwen3_moe.py: False in v0.3.1 and v0.4.0, unset in v0.2.0 and v0.3.0); with it True the router
-  pads the routing map instead and this copy does not run (not a stack field yet). Forward: the rows padded (read
-  and write R·h), the output unpadded (the same); backward the reverse of each. The few padding rows are neglected.
+  recipes keep (src/megatron/bridge/recipes/qwen/qwen3_moe.py: False in v0.3.1 and v0.4.0, unset in v0.2.0 and
+  v0.3.0); with it True the router pads the routing map instead and this copy does not run (not a stack field yet).
+  Forward: the rows padded (read and write R·h), the output unpadded (the same); backward the reverse of each. The
+  few padding rows are neglected.
   Not on a fused grouped MLP (``expert_gemm = "grouped"``: Transformer Engine's fused kernel reads the rows as they
   are) nor on eager stacks' experts.
 """

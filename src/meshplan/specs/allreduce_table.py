@@ -49,7 +49,7 @@ class AllReduceTable:
 
 
 @lru_cache(maxsize=64)
-def curve(table: AllReduceTable, group: int) -> tuple[np.ndarray, np.ndarray]:
+def group_curve(table: AllReduceTable, group: int) -> tuple[np.ndarray, np.ndarray]:
     """The group's measured sizes (ascending) and their times as the running maximum (module docstring)."""
     pairs = sorted((n, t) for g, n, t in table.rows if g == group)
     sizes = np.array([n for n, _ in pairs], dtype=float)
@@ -74,6 +74,6 @@ def measured_all_reduce(table: AllReduceTable, nbytes: Num, group: Num, priced: 
         hit = g == k
         if not np.any(hit):
             continue
-        sizes, times = curve(table, k)
+        sizes, times = group_curve(table, k)
         out = np.where(hit, curve_seconds(sizes, times, nbytes, priced), out)
     return float(out) if np.ndim(out) == 0 else out

@@ -70,7 +70,7 @@ def check(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack: Stack = 
     reasons += _check_grid(model, plan, stack)
     reasons += _check_pipeline(model, plan)
     reasons += _check_experts(model, plan) + _check_ep_overlap(model, plan, stack)
-    reasons += token_drop.problems(model, plan, stack.moe_dispatcher)
+    reasons += token_drop.refusals(model, plan, stack.moe_dispatcher)
     reasons += _check_hybrid(model, plan, stack)
     if model.index_topk and (plan.cp > 1 or layout_of(plan.tensor_layout).grid):
         reasons.append(f"cp={plan.cp}, tensor_layout={plan.tensor_layout!r}: DeepSeek Sparse Attention (index_topk) "

@@ -21,7 +21,7 @@ Sources (Megatron-LM, tag core_v0.14.0 @ 23e00ed, the Megatron-Core of the 25.09
   factor as None and refuses the padding without a factor; Megatron-Bridge's ``apply_moe_token_drop``
   (src/megatron/bridge/training/utils/moe_token_drop.py @ v0.1.0rc3 bf71eba) asserts the alltoall dispatcher.
   meshplan prices the all-to-all dispatcher's token drop only (the flex dispatcher's HybridEP padding and the
-  all-gather dispatcher are refused, ``problems``).
+  all-gather dispatcher are refused, ``refusals``).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def aligned(plan: Plan, routed: Num, topk: int, experts: int, align: int) -> Num
     return count % align == 0 if isinstance(count, float) else np.mod(count, align) == 0
 
 
-def problems(model: ModelSpec, plan: Plan, dispatcher: str) -> list[str]:
+def refusals(model: ModelSpec, plan: Plan, dispatcher: str) -> list[str]:
     """What the check of a plan refuses about its token drop (module docstring), each one line with its values."""
     factor, pad = plan.moe_expert_capacity_factor, plan.moe_pad_expert_input_to_capacity
     if factor is None:  # TransformerConfig refuses it too (module docstring)
