@@ -87,7 +87,7 @@ NOT_HELD = {
     # -2 %: the same layout measures 13-15 % slower than Megatron-Bridge 25.09 on Llama3-8B, a software release no
     # source sizes; 25.02's H100 GPT3-175B reads -0.2 %, so not the release's recipes on every GPU) and
     # Megatron-Bridge's 36 (GPT-OSS-120B +20-101 % by release, B300 Qwen3-235B +86 %, 25.11 DeepSeek-V3 /
-    # Qwen3-235B +31 / +32 %, 25.09's token-drop DeepSeek-V3 +44 / +50 % and Qwen3-235B +21 / +28 %, priced without
+    # Qwen3-235B +31 / +32 %, 25.09's token-drop DeepSeek-V3 +47 / +52 % and Qwen3-235B +26 / +33 %, priced without
     # the tokens-per-expert sync their padded split does not make, specs/token_drop.py; one layout measures 16-24 %
     # apart across releases). Either left out, B200 holds fewer than 20 runs and takes the unseen multiplier times
     # its neighbours' widest band.
