@@ -47,7 +47,6 @@ class AllReduceTable:
         return tuple(sorted({g for g, _, _ in self.rows}))
 
 
-
 @lru_cache(maxsize=64)
 def group_curve(table: AllReduceTable, group: int) -> tuple[np.ndarray, np.ndarray]:
     """The group's measured sizes (ascending) and their times as the running maximum (module docstring)."""

@@ -66,7 +66,7 @@ def aligned(plan: Plan, routed: Num, topk: int, experts: int, align: int) -> Num
     if not host_known(plan):
         return False
     count = capacity(plan, routed, topk, experts) * plan.etp * plan.ep
-    return count % align == 0 if isinstance(count, float) else np.mod(count, align) == 0
+    return count % align == 0  # a bool, or one a size where the sizes are a search's
 
 
 def refusals(model: ModelSpec, plan: Plan, dispatcher: str) -> list[str]:
