@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import shlex
 import sys
 import types
@@ -182,7 +183,7 @@ def test_megatron_core_refuses_a_layout_its_config_cannot_hold():
 
 
 def _overrides(text: str) -> dict[str, dict[str, object]]:
-    """Megatron-Bridge's ``section.key=value`` overrides (Hydra-style: true / false, ints, [a,b] lists)."""
+    """Megatron-Bridge's ``section.key=value`` overrides (Hydra-style: true / false, ints, floats, [a,b] lists)."""
     out: dict[str, dict[str, object]] = {}
     for line in text.splitlines():
         if line.startswith("#") or "=" not in line or "." not in line.split("=", 1)[0]:
@@ -192,6 +193,8 @@ def _overrides(text: str) -> dict[str, dict[str, object]]:
         typed: object = {"true": True, "false": False}.get(value, value)
         if isinstance(typed, str) and typed.lstrip("-").isdigit():
             typed = int(typed)
+        elif isinstance(typed, str) and re.fullmatch(r"-?\d+\.\d*(e-?\d+)?|-?\d+e-?\d+", typed):
+            typed = float(typed)
         elif isinstance(typed, str) and typed.startswith("["):
             typed = [v.strip() for v in typed.strip("[]").split(",") if v.strip()]
         out.setdefault(section, {})[name] = typed
@@ -240,3 +243,22 @@ def test_megatron_core_builds_the_flex_dispatcher_of_the_megatron_bridge_overrid
     with pytest.raises(ValueError, match="moe_shared_expert_overlap only works with alltoall"):
         _transformer_config(_shape(model) | overrides | {"moe_shared_expert_intermediate_size": 1024,
                                                          "moe_shared_expert_overlap": True})
+
+
+def test_megatron_core_builds_the_token_drop_of_the_megatron_bridge_overrides():
+    """A token-drop plan's overrides (Plan.moe_expert_capacity_factor 1.0, padded to capacity, as Megatron-Bridge's
+    apply_moe_token_drop sets them) build Megatron-Core's TransformerConfig with those two fields and read back; the
+    padding alone is refused by TransformerConfig as by meshplan's check (specs/token_drop.py refusals)."""
+    from dataclasses import replace
+
+    from meshplan.configs import read
+
+    model, plans = _plans("megatron-bridge", "qwen3-30b-a3b", 16, 128)
+    plan = replace(plans[0].plan, moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
+    text = emit("nemo", model, plan, plans[0].stack)
+    overrides = _overrides(text)["model"]
+    config = _transformer_config(_shape(model) | overrides)
+    assert (config.moe_expert_capacity_factor, config.moe_pad_expert_input_to_capacity) == (1.0, True)
+    assert read("nemo", model, 16, text=text) == (plan, plans[0].stack)
+    with pytest.raises(ValueError, match="moe_expert_capacity_factor"):
+        _transformer_config(_shape(model) | overrides | {"moe_expert_capacity_factor": None})
