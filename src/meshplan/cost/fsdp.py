@@ -93,11 +93,11 @@ def lead_params(model: ModelSpec, plan: Plan) -> tuple[Num, Num]:
 
 def lead_times(model: ModelSpec, plan: Plan, stack: Stack | None, gather: Num, seconds: Callable[[Num], Num]
                ) -> tuple[Num, Num]:
-    """Seconds a drained forward and backward pass (``stack.drained_passes``: forward, or both) gather alone:
+    """Seconds a drained forward and backward pass (``stack.drained_passes``: forward, or both or layers) gather alone:
     ``seconds`` (of one all-gather of so many parameters) of ``lead_params``' units, a call each (the root unit then
     the first layer; the last layer), never more than the whole ``gather``; (0, 0) for a stack that drains none."""
     drained = stack.drained_passes if stack else "none"
     if drained == "none":
         return 0.0, 0.0
     root, layer = (seconds(n) for n in lead_params(model, plan))
-    return minimum(gather, root + layer), (minimum(gather, layer) if drained == "both" else 0.0)
+    return minimum(gather, root + layer), (minimum(gather, layer) if drained in ("both", "layers") else 0.0)

@@ -39,7 +39,7 @@ FP8_SCALING, PROJECTIONS, OPTIMIZER_WRAPPERS = (variants.FP8_SCALING_NAMES, vari
 PIPELINE_RUNTIMES, CP_COMM = variants.names_of("pipeline_runtime"), variants.names_of("cp_comm")
 MOE_PERMUTE, MOE_DISPATCHER = variants.names_of("moe_permute"), variants.names_of("moe_dispatcher")
 FLEX_BACKENDS = variants.names_of("flex_backend")
-DRAINED_PASSES = ("none", "forward", "both")  # Stack.drained_passes: which passes of a micro-batch start drained
+DRAINED_PASSES = ("none", "forward", "both", "layers")  # Stack.drained_passes: which passes start drained
 
 def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
     return field(default=default, metadata={"choices": choices, "help": help})
@@ -190,7 +190,8 @@ class Stack:
     drained_passes: str = _choice(
         "none", DRAINED_PASSES, "the passes of every micro-batch that start from an empty GPU queue, behind a host "
         "synchronisation of the training loop: forward (the loss read after each backward, loss.item()), both (a "
-        "Python branch on a device tensor between the forward and the backward too) or none; a drained pass cannot "
+        "Python branch on a device tensor between the forward and the backward too), layers (both, and every layer's "
+        "and end's pass a flow line from an empty queue: step/host.py) or none; a drained pass cannot "
         "gather its first weights behind the pass before it, so that all-gather runs alone (step/channels.py)")
     cuda_graphs: bool = _flag(False, "the layers are captured as CUDA graphs (Megatron-Core --cuda-graph-impl, "
                                      "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
@@ -297,6 +298,7 @@ class Stack:
         return HostCost(per_kernel=self.host_dispatch, per_collective=self.collective_host,
                         per_region=self.region_host, compiled=self.compiled, cuda_graphs=self.cuda_graphs,
                         blocking_collectives=self.blocking_collectives, blocking_launches=self.blocking_launches,
+                        drained_layers=self.drained_passes == "layers",
                         hidden_tp=self.overlap_tp, source=" ".join(x for x in (self.name, self.version, self.source)
                                                                     if x))
 

@@ -33,6 +33,11 @@ kernel before it is issued. Two bounds:
   H + G (the GPU waits H).
   BigScience trained BLOOM so (bigscience-workshop/bigscience train/tr11-176B-ml/README.md, "Important environment
   variables": the workaround for a hang at 40+ nodes).
+- every layer's pass from an empty queue (``host.drained_layers``, Stack.drained_passes "layers"): each pass of a layer
+  (and of the embedding and head) is priced as its flow line from an empty queue, not at the lead's steady state
+  max(H, G), as a graph made of one layer's trace taken between host-side work repeats it (sources.VTRAIN: vTrain's
+  profiler flushes its records at every module's start and end, and its embedding synchronises, so its traced layer
+  starts with nothing queued); its collectives close segments only where the host also waits for them.
 The pass takes max(G, H), G the pass's GPU time after the overlap rules, and where the host waits for its collectives
 the larger of that and Σ_s (q_s + c_s) (``host_idle``); each is non-increasing in every rate and
 non-decreasing in the host's cost, so the step stays monotone (step/passes.py's docstring).
@@ -269,7 +274,7 @@ def segment_time(ops: list[OpCost], times: list[Num], host: HostCost,
             if op.collective is not None and not exposed(op, host):
                 issued = issued + h  # hidden behind compute: its call only, neither GPU time nor a sync
             elif op.collective is not None:
-                closes = np.asarray(op.collective.group) > 1
+                closes = (np.asarray(op.collective.group) > 1) & host.blocking_collectives  # else a kernel of the line
                 synced, issued, gpu_s = np.logical_or(synced, closes), issued + h, gpu_s + t
                 # the collective starts once issued and once the GPU is through the segment; the host waits for it
                 # to finish, so it issues nothing while it runs: its time follows the queue, it does not hide in it
@@ -277,6 +282,7 @@ def segment_time(ops: list[OpCost], times: list[Num], host: HostCost,
                 issued, done = where(closes, 0.0, issued), where(closes, 0.0, maximum(issued, done) + t)
             else:
                 (issued, done), gpu_s = queue_step(issued, done, n, h, t), gpu_s + t
+        synced = np.logical_or(synced, host.drained_layers)  # every layer's pass from an empty queue
         if np.ndim(synced) == 0:
             synced = bool(synced)
         out[ph] = where(synced, total + maximum(issued, done), maximum(host_s, gpu_s))
@@ -321,7 +327,7 @@ def host_idle(ops: list[OpCost], times: list[Num], plan: Plan, host: HostCost, r
     if host.blocking_launches:  # each launch waits for its kernel: the host's time and the GPU's add up
         return issued
     whole = {ph: maximum(0.0, issued[ph] - gpu[ph]) for ph in "fb"}
-    if host.cuda_graphs or not host.blocking_collectives:  # no sync inside the pass: the lead carries through
+    if host.cuda_graphs or not (host.blocking_collectives or host.drained_layers):  # no sync: the lead carries
         return whole
     seg = segment_time(ops, times, host, count_of)
     if recompute == "full":
