@@ -76,7 +76,8 @@ VTRAIN_STACK = load_stack("megatron-deepspeed").with_(
 VTRAIN_WHY = (
     "vTrain's released single-node times are its own execution graph's (src/predictor.py), not a timed "
     "Megatron-DeepSpeed step: per micro-batch its one-layer model's traced kernels (the module code and host costs of "
-    "the megatron-deepspeed preset, vocabulary unpadded, vocab_size // tp rows a rank) with each layer's four TP "
+    "the megatron-deepspeed preset, vocabulary unpadded, vocab_size // tp rows a rank; each pass from an empty "
+    "queue, as traced between the profiler's flushes) with each layer's four TP "
     "all-reduces after its kernels, no recompute (none on the last pipeline rank, whose time sets the step; the "
     "others' hides in their wait for the gradient); once a step the exposed fp16 gradient all-reduce and apex "
     "FusedAdam's kernels, no per-tensor host loop and no CPU causal mask")
