@@ -14,8 +14,9 @@ no recompute at the last rank) is split:
   step/passes.time_ops): the GPU seconds of the GEMMs (the QKV, output and MLP projections), of the attention core
   (scores, softmax, context) and of the rest (norms, residuals, activation), the host seconds of the pass's launches
   (step/host: launches x per_launch + the records' own), the exposed all-reduces, and ``restart``: what the priced
-  layer holds beyond max(H, G) per pass plus the all-reduces (the flow line restarting after each all-reduce the
-  host waits for, ``stack.blocking_collectives``, step/host.segment_time).
+  layer holds beyond max(H, G) per pass plus the all-reduces (flow lines from an empty queue, step/host.segment_time:
+  after each all-reduce the host waits for, ``stack.blocking_collectives``, and from every pass's start under
+  ``stack.drained_passes`` "layers", vTrain's scope since 2026-11-30).
 
 ``python benchmarks/measure/small_work_cell_parts.py`` prints the table. tests/test_small_work_cell_parts.py shows the
 arithmetic on made-up ops.
