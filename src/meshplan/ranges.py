@@ -220,6 +220,8 @@ RANGES: dict[str, Range] = {
                          "on an H200 host, specs/stack.py); 100 ms is 300x that", "no compiled region"),
     "expert_tensors": Range(1, 16, "", "stacked expert tensors a layer: 2-3 in the frameworks that stack them",
                             "an fc1 and an fc2 per local expert"),
+    "dglu_slowdown": Range(1, 100, "", "times the grouped MLP's backward GLU kernel takes: 10 in one release "
+                           "(cudnn-frontend#256); 100 is 10x that"),
     "tensor_host": Range(0, 0.001, "s", "host seconds per parameter tensor per optimizer step: 0-220 us (up to 15 "
                          "eager ops and Python loop passes per tensor, specs/stack.py); 1 ms is 4x that", "none"),
     "tensor_host_queued": Range(0, 0.001, "s", "the part of tensor_host issued before the step's first "

@@ -202,13 +202,15 @@ def op_time(op: OpCost, acc: Accelerator, precision: str, eff: Efficiency) -> Nu
     separate kernels (the scores round-trip through HBM between them). Kernels the host launches with the GPU waiting
     on it (``op.launches``, the per-expert MoE path of dropless MoE) take at least the host's time to issue them:
     ``launch_host`` each (the stack's cost per kernel, mlp_moe.host_launched; not scaled by Cluster.python_host:
-    mlp_moe.TE_LINEAR says why)."""
+    mlp_moe.TE_LINEAR says why). A kernel a release regressed (``op.slowdown``) takes that many times its time."""
     if op.variant == "unfused":
         time = compute_time(op, acc, precision, eff) + memory_time(op, acc, eff)
     else:
         time = work_time(compute_time(op, acc, precision, eff), memory_time(op, acc, eff), eff)
     if acc.gemm_overhead or acc.kernel_overhead or acc.attention_overhead:  # 0: times untouched
         time = overhead(op, acc, eff) + time
+    if type(op.slowdown) is not float or op.slowdown != 1.0:  # a release's regressed kernel (OpCost.slowdown)
+        time = op.slowdown * time
     if op.variant == "unfused":
         return time
     if type(op.launches) is not float or op.launches:  # host-launched kernels: the GPU cannot outrun the CPU

@@ -103,12 +103,14 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     kernel = attention_kernel(record, src, flash, precision, notes)
     factor, padded, drop_note = recipes.token_drop(record, model)
     notes += [drop_note] if drop_note else []
+    dglu, dglu_note = recipes.dglu_slowdown(record)
+    notes += [dglu_note] if dglu_note else []
     plan = {"sequence_parallel": sp, "finetune": mode, "lora_rank": lora_rank, "lora_targets": lora_targets,
             "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers,
             "moe_expert_capacity_factor": factor, "moe_pad_expert_input_to_capacity": padded}
     stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_ep": overlap_ep, "flash_attention": flash,
              "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,
-             "cuda_graphs": graphs(record, src, notes),
+             "cuda_graphs": graphs(record, src, notes), "dglu_slowdown": dglu,
              **({"moe_dispatcher": "flex", "flex_backend": flex} if flex else {})}
     return plan, stack
 

@@ -237,6 +237,23 @@ def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
                           "(TE GroupedLinear, Megatron-Core dropless token dispatcher)")
 
 
+# Releases whose grouped MLP's backward GLU kernel regressed (Stack.dglu_slowdown): (regex on "group model gpu
+# precision", times, source). cudnn-frontend#256: grouped_gemm_dglu_wrapper_sm100 (MoEGroupedGemmDgluDbiasKernel,
+# block-scaled) "became 10x slower between cudnn-frontend v1.23.0 and v1.24.0" on GPT-OSS-20B's dGeGLU; Megatron-
+# Bridge's performance-summary.md (@ b03c72c9c / 75aba37c9) marks its 26.06.01 GPT-OSS 120B MXFP8 rows "a known issue
+# (cudnn-frontend#256)", and its #5028 measures that container's GPT-OSS 20B GB200 MXFP8 step 421.1 -> 627.3 ms.
+DGLU_SLOWDOWN = ((r"megatron_bridge_26\.06\.01\s.*gpt-oss\S* \S+ mxfp8", 10.0, "cudnn-frontend#256"),)
+
+
+def dglu_slowdown(record: dict[str, Any]) -> tuple[float, str]:
+    """The times ``DGLU_SLOWDOWN`` gives the release's grouped backward GLU kernel (1: none), with its note."""
+    key = recipe_key(record, record.get("precision") or "")
+    for pattern, times, why in DGLU_SLOWDOWN:
+        if re.search(pattern, key):
+            return times, f"the grouped MLP's backward GLU kernel at {times:g}x its time ({why})"
+    return 1.0, ""
+
+
 # Megatron-Bridge performance recipes that drop tokens (Plan.moe_expert_capacity_factor, specs/token_drop.py): the
 # 25.09 scripts (scripts/performance/run_script.py @ v0.1.0rc3 bf71eba07, the 25.09 NeMo container's) call
 # ``apply_moe_token_drop(recipe.model)`` for Qwen3 30B-A3B and 235B-A22B on every GPU and for DeepSeek-V3 where

@@ -137,9 +137,26 @@ def _experts(model: ModelSpec, plan: Plan, d: Dims, routed: Num, rows: Num, h: N
         token_drop.aligned(plan, routed, model.moe_topk, model.num_experts, quantization_align(plan.precision))
     ops = local_sort(stack, rows, h, local) + fp8_padding(stack, plan.precision, rows, h, aligned)
     synced = not token_drop.host_known(plan)  # padded to capacity: the split sizes are the host's (token_drop.py)
-    ops += host_launched(mlp_gemms("moe/experts", model, rows, ffn, d, groups=local, width=h), stack, local, synced)
+    experts = host_launched(mlp_gemms("moe/experts", model, rows, ffn, d, groups=local, width=h), stack, local, synced)
+    ops += dglu_regressed(experts, stack)
     ops += grouped_mlp_eager(model, stack, rows, ffn, local, synced)
     return ops + experts_eager(model, d, rows, ffn)
+
+
+# The records of the grouped MLP's backward GLU kernel: Transformer Engine's CuTeDSL grouped MLP (expert_gemm
+# "grouped") runs fc2's data-gradient GEMM with the gated activation's gradient and fc2's bias gradient in its epilogue
+# as one kernel (cudnn-frontend grouped_gemm_dglu_wrapper_sm100: MoEGroupedGemmDgluDbiasKernel).
+DGLU_RECORDS = (("moe/experts/fc2", "bwd_x"), ("moe/experts/act", "bwd_x"))
+
+
+def dglu_regressed(ops: list[OpCost], stack: Stack) -> list[OpCost]:
+    """``ops`` with the grouped MLP's backward GLU kernel (``DGLU_RECORDS``) at ``stack.dglu_slowdown`` times its
+    time: a release's regression of that kernel, as its maintainers state it (cudnn-frontend#256: 10x slower from
+    cudnn-frontend 1.24.0, which the 26.06.01 NeMo container ships; meshplan_validation/recipes.DGLU_SLOWDOWN). Only
+    the fused grouped path runs that kernel; the per-expert path's GEMMs and activation are other kernels."""
+    if stack.dglu_slowdown == 1.0 or not stack.expert_gemm_mode.grouped:
+        return ops
+    return [replace(op, slowdown=stack.dglu_slowdown) if (op.name, op.phase) in DGLU_RECORDS else op for op in ops]
 
 
 def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local: Num = 1.0,

@@ -77,6 +77,9 @@ class OpCost:
     # host seconds, on an x86 DGX host, to issue each of ``launches``: the stack's cost per kernel
     # (HostCost.per_kernel), times what the module that issues it costs beyond a kernel (mlp_moe.EXPERT_KERNELS)
     launch_host: Num = 0.0
+    # a kernel a release runs at this many times the time its work takes (a regression its maintainers state:
+    # Stack.dglu_slowdown, cost/mlp_moe.dglu_regressed); roofline.op_time multiplies its time
+    slowdown: Num = 1.0
     # kernels the record stands for when the stack launches them one by one (an eager aten op sequence of
     # cost/eager.py: one per aten op; unfused attention's GEMMs and softmax): the GPU pays a t₀ for each
     # (roofline.overhead) and the host issues each (step/passes.launches)

@@ -82,6 +82,10 @@ class Stack:
                                            "TorchScript-fused bias-GeLU and bias-dropout-add; cost/eager.py)")
     expert_gemm: str = _choice("per_expert", EXPERT_GEMM, "MoE expert GEMMs: per_expert (launched by the host "
                                                           "after the tokens-per-expert sync) or grouped (one kernel)")
+    dglu_slowdown: float = field(default=1.0, metadata={
+        "help": "the grouped MLP's backward GLU kernel (fc2's data gradient fused with the gated activation's and the "
+                "bias gradient: expert_gemm grouped) at this many times its time, a release's regression "
+                "(cost/mlp_moe.dglu_regressed); 1: none"})
     fp8_scaling: str = _choice("delayed", FP8_SCALING, "fp8 scales from the amax history (delayed) or from the "
                                                       "tensor itself (current: one more read before each cast)")
     varlen_attention: bool = _flag(False, "flash-attn's varlen interface: rows packed and unpacked around the kernel")
