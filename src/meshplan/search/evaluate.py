@@ -38,6 +38,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_over
+from meshplan.xp import stable_order
 
 PLAN_CHUNK = 16384  # plans timed at once
 FIRST_CHUNK = 1024  # plans timed at once while the k-th best time is unknown (every key they use is priced)
@@ -152,7 +153,7 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
     and ``memory``, computed once for all its placements) in blocks, likely winners first so that the threshold
     tightens early: the block's feasibility is counted (``_fit``), then the plans that can still reach the top k are
     built and timed (``_time_rows``)."""
-    order = np.argsort(bound, kind="stable")
+    order = stable_order(bound)  # np.argsort(bound, kind="stable"), from the faster unstable sort
     for block in _chunks(order, SIZE_BLOCK):
         fits, peak = _fit(model, space, _Rows(pool, block), memory, sized.count[block], result)
         fitting = None if result.explored is not None else memory.counts[block, FITS] > 0  # any setting fits
