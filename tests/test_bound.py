@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+import numpy as np
+
 from meshplan.estimate import estimate
 from meshplan.search import evaluate as evaluate_module
 from meshplan.search import search
@@ -17,6 +19,7 @@ from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
+from meshplan.xp import stable_order
 from test_search import SMALL
 
 
@@ -54,3 +57,23 @@ def test_the_lower_bound_holds_for_every_plan_and_setting():
         c = (kernels.fwd + kernels.bwd)[units.shape_of[i]]
         if plan.pp > 1:
             assert bound[i] > plan.grad_accum * layers * c * (1 + 1 / plan.grad_accum / plan.vpp)
+
+
+def test_the_bounds_order_is_numpys_stable_argsort():
+    """evaluate scores the size combinations by their bound, in ``xp.stable_order``: NumPy's unstable argsort with
+    each run of equal values put back in index order, which must be ``np.argsort(kind="stable")`` element for element.
+    E.g. values [2, 1, 2, 1]: the unstable sort may give [3, 1, 2, 0]; the runs {1: [3, 1]} and {2: [2, 0]} put back
+    in index order give [1, 3, 0, 2], the stable sort's. Drawn: values in no order (few ties), many ties (NumPy's own
+    stable sort then), NaNs (last, together), -0.0 beside 0.0 (equal), whole numbers, and arrays below the size where
+    NumPy's own sort is used."""
+    rng = np.random.default_rng(83)
+    assert stable_order(np.array([2.0, 1.0, 2.0, 1.0] * 1024))[:4].tolist() == [1, 3, 5, 7]
+    for n in (0, 1, 5, 2047, 2048, 5000, 91_546):
+        draws = {"distinct": rng.random(n) * 1e3,
+                 "some ties": np.where(rng.random(n) < 0.01, 7.0, rng.random(n)),
+                 "many ties": np.round(rng.random(n) * 50) / 7,
+                 "nan": np.where(rng.random(n) < 0.005, np.nan, rng.random(n)),
+                 "signed zeros": np.where(rng.random(n) < 0.002, rng.choice([0.0, -0.0], n), rng.random(n)),
+                 "integers": rng.integers(0, 10 * n + 1, n)}
+        for name, values in draws.items():
+            assert np.array_equal(stable_order(values), np.argsort(values, kind="stable")), (n, name)

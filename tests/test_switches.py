@@ -83,3 +83,34 @@ def test_estimate_refuses_what_the_named_framework_cannot_run(capsys, extra, pro
     assert code == 0 and problem in json.loads(out)["refused_by_framework"]
     code, _, _ = _cli(capsys, *base, "--framework", "any")
     assert code == 0
+
+
+def test_the_twin_searches_of_a_job_build_its_size_rows_and_pool_once():
+    """candidates.mode_pool: the expert-GEMM twins of a job (workers._evaluate_task) differ in the stack alone, which
+    neither the size rows nor the pool reads, so the second takes the first's objects and counts the build
+    rejections the first counted (e.g. 'interleaved: pp does not divide the micro-batches', the same number); a space
+    that differs in what they read (the global batch) builds its own, the same as a fresh build."""
+    import numpy as np  # noqa: PLC0415
+
+    from meshplan.search.candidates import mode_pool  # noqa: PLC0415
+    from meshplan.search.combos import valid_combos  # noqa: PLC0415
+    from meshplan.search.tally import Tally  # noqa: PLC0415
+
+    cluster = load_system("h100").cluster(64)
+    per, grouped = (Space(global_batch=256, stack=CORE.with_(expert_gemm=g)) for g in ("per_expert", "grouped"))
+    combos, _ = valid_combos(NEXT, cluster, per)
+    mode = next(iter(per.modes()))
+    layout_combos = [c for c in combos if c.layout == mode[0]]
+    made: list = []
+    first, again, alone = Tally(), Tally(), Tally()
+    built = mode_pool(mode, layout_combos, cluster, per, first, made)
+    taken = mode_pool(mode, layout_combos, cluster, grouped, again, made)
+    fresh = mode_pool(mode, layout_combos, cluster, grouped, alone)
+    assert built is not None and taken is not None and fresh is not None
+    assert taken[0] is built[0] and taken[1] is built[1]  # the same objects: nothing built again
+    assert first.counts == again.counts == alone.counts and first.examples == again.examples == alone.examples
+    for name in ("tp", "pp", "micro_batch", "ep", "placement_id"):
+        assert np.array_equal(getattr(fresh[1], name), getattr(built[1], name))
+    assert np.array_equal(fresh[0].count, built[0].count)
+    other = mode_pool(mode, layout_combos, cluster, Space(global_batch=512, stack=grouped.stack), Tally(), made)
+    assert other is not None and other[1] is not built[1] and made[0][1] is other  # built anew, and kept

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,12 +22,11 @@ from meshplan.pipeline.registry import gpipe, schedule_of
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.search.best import Best, simplicities
 from meshplan.search.bound import BOUND_SLACK, lower_bound
-from meshplan.search.candidates import Sized, expand, size_rows
+from meshplan.search.candidates import Sized, expand, mode_pool
 from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits, Panels
 from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED_FIRST, GroupMemory, group_memory
-from meshplan.search.placements import PLACEMENTS
 from meshplan.search.scoring import grid_times
 from meshplan.search.space import Space
 from meshplan.search.tally import Tally
@@ -38,6 +37,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
 from meshplan.units import fmt_over
+from meshplan.xp import stable_order
 
 PLAN_CHUNK = 16384  # plans timed at once
 FIRST_CHUNK = 1024  # plans timed at once while the k-th best time is unknown (every key they use is priced)
@@ -64,6 +64,7 @@ class Start:
 
     explore: Explored | None = None
     memo: dict[tuple[str, int], GroupMemory] = field(default_factory=dict)
+    made: list[Any] = field(default_factory=list)  # the job's size rows and pool, a twin's too (candidates.mode_pool)
 
 
 def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, cluster: Cluster, space: Space,
@@ -71,19 +72,13 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     """Build and score the candidates of one tensor ``mode`` (layout, sequence parallelism) and size combinations;
     with ``start.explore`` (a fresh one), also keep a sample of the plans and the Pareto front (explore.py)."""
     start = Start() if start is None else start
-    explore, layout, sp = start.explore, *mode
+    explore, layout = start.explore, mode[0]
     result = Part(Best(top_k, search_band(model, cluster, space)), explored=explore)
     first_mode = next(m for m in space.modes() if m[0] == layout) == mode  # tally build rejections once
-    sized = size_rows(combos, cluster, space, result.tally if first_mode else Tally())
-    if sized is None:
+    made = mode_pool(mode, combos, cluster, space, result.tally if first_mode else Tally(), start.made)
+    if made is None:
         return result
-    columns = {k: v for k, v in sized.columns.items() if k != "layout"}
-    base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-    rows = _every(np.flatnonzero(base.tp > 1), len(base)) if sp else slice(None)
-    if not isinstance(rows, slice) and not len(rows):
-        return result
-    pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
-    sized = replace(sized, columns=columns).select(rows)  # without the layout column
+    sized, pool = made  # one row per size combination, without the layout column
     works = tuple(w for w, _ in by_work(pool, space.stack, space.zero, space.offload_optimizer) if w)
     units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff, works)
     by_algorithm = {"nccl": units}  # the layers' collectives priced per algorithm (Plan.collectives: comm.fastest_time)
@@ -152,7 +147,7 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
     and ``memory``, computed once for all its placements) in blocks, likely winners first so that the threshold
     tightens early: the block's feasibility is counted (``_fit``), then the plans that can still reach the top k are
     built and timed (``_time_rows``)."""
-    order = np.argsort(bound, kind="stable")
+    order = stable_order(bound)  # np.argsort(bound, kind="stable"), from the faster unstable sort
     for block in _chunks(order, SIZE_BLOCK):
         fits, peak = _fit(model, space, _Rows(pool, block), memory, sized.count[block], result)
         fitting = None if result.explored is not None else memory.counts[block, FITS] > 0  # any setting fits

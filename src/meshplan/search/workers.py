@@ -290,18 +290,19 @@ def ignore_interrupts() -> None:
 def _evaluate_task(searches: list[tuple[list[Job], list[Combo], tuple]], task: tuple[tuple[int, ...], int]
                    ) -> list[Part]:
     """The parts of a task's searches for its job, in order, the memory passes of the first reused by the next
-    where they hold (evaluate's ``memo``), and the compute-op times of its shapes where the ops are the same
-    (key_store.twin_times)."""
+    where they hold (evaluate's ``memo``), its size rows and their pool too (candidates.mode_pool), and the
+    compute-op times of its shapes where the ops are the same (key_store.twin_times)."""
     memo: dict = {}
+    made: list = []
     with twin_times():
-        return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], memo) for s in task[0]]
+        return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], (memo, made)) for s in task[0]]
 
 
-def _evaluate(job: Job, combos: list[Combo], args: tuple, memo: dict) -> Part:
+def _evaluate(job: Job, combos: list[Combo], args: tuple, shared: tuple[dict, list]) -> Part:
     model, cluster, space, top_k, eff, explored = args
     fresh = None if explored is None else Explored(explored.rate, explored.seed, explored.fits_only)
     return evaluate(job.mode, [combos[i] for i in job.combos], model, cluster, space, top_k, eff,
-                    Start(explore=fresh, memo=memo))
+                    Start(explore=fresh, memo=shared[0], made=shared[1]))
 
 
 def _finish_shared(s: int, parts: list[Part], here: int) -> Any:
