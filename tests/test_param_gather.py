@@ -72,6 +72,10 @@ def test_a_synchronous_gather_never_shortens_the_step_and_only_adds_data_paralle
     ("megatron_bridge_25.11", None, "H100", "fp8", False),
     ("megatron_bridge_25.09", LLAMA31_405B, "B200", "mxfp8", False),  # the 25.09 scripts do not set it
     ("megatron_bridge_26.02", LLAMA31_405B, "GB200", "mxfp8", False),  # nor the 26.02 ones (v0.3.0)
+    # v0.5.0 (26.06): the GB200 NVFP4 V2 recipe calls disable_param_gather_overlap; 26.04's (v0.4.0) does not
+    ("megatron_bridge_26.06", LLAMA31_405B, "GB200", "nvfp4", True),
+    ("megatron_bridge_26.04", LLAMA31_405B, "GB200", "nvfp4", False),
+    ("megatron_bridge_26.06", LLAMA31_405B, "GB200", "mxfp8", False),
 ])
 def test_the_25_11_mxfp8_recipes_leave_the_weight_gather_synchronous(group, model, gpu, precision, synchronous):
     over = {"model": model} if model else {}

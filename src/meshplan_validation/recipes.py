@@ -92,8 +92,7 @@ def overlap_tp_off(record: dict[str, Any]) -> str:
     return next((why for pattern, why in TP_OVERLAP_OFF if re.search(pattern, key)), "")
 
 
-# Megatron-Bridge recipes that leave the distributed optimizer's weight all-gather synchronous after the optimizer
-# step (overlap_param_gather=False → Stack.overlap_param_gather): (regex on "group model gpu precision", source).
+# Recipes leaving the weight all-gather synchronous (overlap_param_gather=False): ("group model gpu precision", source)
 PARAM_GATHER_OFF: tuple[tuple[str, str], ...] = (
     (r"megatron_bridge_25\.11\S* (llama3-70b|llama3\.1-405b) (b200|gb200|gb300) mxfp8",
      "Megatron-Bridge scripts/performance/configs/llama3/llama3_llm_pretrain.py and llama31/llama31_llm_pretrain.py "
@@ -102,6 +101,10 @@ PARAM_GATHER_OFF: tuple[tuple[str, str], ...] = (
     (r"megatron_bridge_25\.11\S* deepseek-v3 (gb200|gb300) mxfp8",
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_llm_pretrain.py @ v0.2.0 (7af9601): "
      "deepseek_v3_gb300_config / _gb200_config, fp8_mx: overlap_param_gather = False (not the B200 config)"),
+    (r"megatron_bridge_26\.06 llama3\.1-405b gb200 nvfp4",
+     "Megatron-Bridge scripts/performance/configs/llama/llama31_llm_pretrain.py @ v0.5.0 (fcbb603, the 26.06 "
+     "scripts) llama31_405b_pretrain_config_gb200: nvfp4 with config_variant v2 (256 GPUs, GBS 1536: "
+     "LLAMA31_405B_PRETRAIN_CONFIG_GB200_NVFP4_V2) calls disable_param_gather_overlap (issue #3714: peak memory)"),
 )
 
 
