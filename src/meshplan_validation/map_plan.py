@@ -94,6 +94,9 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     p = record.get("parallel") or {}
     sp, overlap_tp = tensor_parallel(record, src, layout["tp"], precision, notes)
     dp_overlap = overlap_dp(p, src, notes)
+    gather_off = recipes.param_gather_off(record)
+    if gather_off and dp_overlap:
+        notes.append(f"weight all-gather after the optimizer step, before the first forward pass ({gather_off})")
     mode, lora_rank, lora_targets = finetune(record, p, src, notes)
     # Composer FSDP mixed_precision PURE: bf16 reduce; DeepSpeed's fp16 engine: fp16 gradients (SourceDefaults)
     pure = str(p.get("mp_mode") or "").upper() == "PURE"
@@ -108,7 +111,8 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     plan = {"sequence_parallel": sp, "finetune": mode, "lora_rank": lora_rank, "lora_targets": lora_targets,
             "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers,
             "moe_expert_capacity_factor": factor, "moe_pad_expert_input_to_capacity": padded}
-    stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_ep": overlap_ep, "flash_attention": flash,
+    stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_param_gather": not gather_off,
+             "overlap_ep": overlap_ep, "flash_attention": flash,
              "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,
              "cuda_graphs": graphs(record, src, notes), "dglu_slowdown": dglu,
              **({"moe_dispatcher": "flex", "flex_backend": flex} if flex else {})}

@@ -92,6 +92,28 @@ def overlap_tp_off(record: dict[str, Any]) -> str:
     return next((why for pattern, why in TP_OVERLAP_OFF if re.search(pattern, key)), "")
 
 
+# Recipes leaving the weight all-gather synchronous (overlap_param_gather=False): ("group model gpu precision", source)
+PARAM_GATHER_OFF: tuple[tuple[str, str], ...] = (
+    (r"megatron_bridge_25\.11\S* (llama3-70b|llama3\.1-405b) (b200|gb200|gb300) mxfp8",
+     "Megatron-Bridge scripts/performance/configs/llama3/llama3_llm_pretrain.py and llama31/llama31_llm_pretrain.py "
+     "@ v0.2.0-v0.2.2 (7af9601, the 25.11 scripts), the 70B and 405B B200 / GB200 / GB300 configs: 'if precision == "
+     "\"fp8_mx\": # keeping this eanbled causes NaN grad norm', overlap_param_gather = False"),
+    (r"megatron_bridge_25\.11\S* deepseek-v3 (gb200|gb300) mxfp8",
+     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_llm_pretrain.py @ v0.2.0 (7af9601): "
+     "deepseek_v3_gb300_config / _gb200_config, fp8_mx: overlap_param_gather = False (not the B200 config)"),
+    (r"megatron_bridge_26\.06 llama3\.1-405b gb200 nvfp4",
+     "Megatron-Bridge scripts/performance/configs/llama/llama31_llm_pretrain.py @ v0.5.0 (fcbb603, the 26.06 "
+     "scripts) llama31_405b_pretrain_config_gb200: nvfp4 with config_variant v2 (256 GPUs, GBS 1536: "
+     "LLAMA31_405B_PRETRAIN_CONFIG_GB200_NVFP4_V2) calls disable_param_gather_overlap (issue #3714: peak memory)"),
+)
+
+
+def param_gather_off(record: dict[str, Any]) -> str:
+    """The source of the release's recipe that leaves the weight all-gather synchronous, or ""."""
+    key = recipe_key(record, record.get("precision") or "")
+    return next((why for pattern, why in PARAM_GATHER_OFF if re.search(pattern, key)), "")
+
+
 # Megatron-Bridge recipes that run cuDNN's FP8 attention (fp8_dot_product_attention → Stack.attention_kernel = "fp8"):
 # (regex on "group model gpu precision", source).
 FP8_ATTENTION: tuple[tuple[str, str], ...] = (

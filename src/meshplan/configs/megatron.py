@@ -161,7 +161,8 @@ def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
     if stack.flash_attention and stack.attention_kernel_mode.fp8:
         raise refuse(_NAME, "attention_kernel", "fp8", "its FP8 attention is Transformer Engine's, not an argument")
     args: list[tuple[str, Any]] = [
-        ("--overlap-grad-reduce", stack.overlap_dp), ("--overlap-param-gather", stack.overlap_dp and plan.zero == 1),
+        ("--overlap-grad-reduce", stack.overlap_dp),
+        ("--overlap-param-gather", stack.overlap_dp and stack.overlap_param_gather and plan.zero == 1),
         ("--tp-comm-overlap", stack.overlap_tp and plan.tp > 1),
         ("--no-overlap-p2p-communication", not stack.overlap_pp),
         ("--cp-comm-type", CP_COMM_TYPE[stack.cp_comm]), ("--moe-grouped-gemm", stack.expert_gemm_mode.grouped),

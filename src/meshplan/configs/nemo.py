@@ -112,7 +112,8 @@ def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "model.cpu_offloading": plan.offload_activations,
         "model.cpu_offloading_num_layers": plan.offload_layers if plan.offload_activations else None,
         "mixed_precision": precision, "ddp.grad_reduce_in_fp32": plan.grad_bytes == 4,
-        "ddp.overlap_grad_reduce": stack.overlap_dp, "ddp.overlap_param_gather": stack.overlap_dp and plan.zero == 1,
+        "ddp.overlap_grad_reduce": stack.overlap_dp,
+        "ddp.overlap_param_gather": stack.overlap_dp and stack.overlap_param_gather and plan.zero == 1,
         "comm_overlap.tp_comm_overlap": stack.overlap_tp, "model.overlap_p2p_comm": stack.overlap_pp,
         "model.cp_comm_type": CP_COMM_TYPE[stack.cp_comm], "model.moe_grouped_gemm": stack.expert_gemm_mode.grouped}
     if plan.recompute == "full":

@@ -95,8 +95,14 @@ def lead_times(model: ModelSpec, plan: Plan, stack: Stack | None, gather: Num, s
                ) -> tuple[Num, Num]:
     """Seconds a drained forward and backward pass (``stack.drained_passes``: forward, or both or layers) gather alone:
     ``seconds`` (of one all-gather of so many parameters) of ``lead_params``' units, a call each (the root unit then
-    the first layer; the last layer), never more than the whole ``gather``; (0, 0) for a stack that drains none."""
+    the first layer; the last layer), never more than the whole ``gather``; (0, 0) for a stack that drains none.
+    Where the stack does not overlap the weight all-gather (``stack.overlap_param_gather`` off, ZeRO-1 and 2: Megatron
+    -Core's --overlap-param-gather left off) the first forward pass waits for all of it: DistributedOptimizer
+    .step_with_ready_grads (megatron/core/optimizer/distrib_optimizer.py) then calls every model chunk's
+    start_param_sync right after the optimizer step, synchronously, and no forward starts before it returns."""
     drained = stack.drained_passes if stack else "none"
+    if stack is not None and not stack.overlap_param_gather and drained == "none":
+        return gather, 0.0
     if drained == "none":
         return 0.0, 0.0
     root, layer = (seconds(n) for n in lead_params(model, plan))

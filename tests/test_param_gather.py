@@ -1,0 +1,95 @@
+"""The distributed optimizer's weight all-gather left synchronous (Stack.overlap_param_gather off: Megatron-Core's
+DistributedOptimizer.step_with_ready_grads gathers every chunk right after the optimizer step), and the Megatron-Bridge
+25.11 MXFP8 recipes that leave it so (recipes.PARAM_GATHER_OFF)."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.cost.fsdp import lead_times
+from meshplan.estimate import estimate
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+from meshplan.specs.plan import Plan
+from meshplan.specs.stack import load_stack
+from meshplan.step.channels import _pass
+from meshplan_validation.case import map_run
+from published_helpers import record
+
+SD = 0.189  # the overlap slowdown (efficiency.py, Lee et al. 2025)
+LLAMA31_405B = {"name": "Llama3.1-405B", "arch": "dense", "num_layers": 126, "hidden_size": 16384,
+                "num_heads": 128, "num_kv_heads": 8, "ffn_hidden_size": 53248, "vocab_size": 128000,
+                "seq_length": 8192}
+
+
+def test_a_synchronous_gather_is_the_first_forward_pass_s_lead():
+    model, plan = load_model("llama3-70b"), Plan(dp=8, tp=4, pp=4, global_batch=256)
+    stack = load_stack("megatron-bridge")
+    # overlapped (the default, nothing drained): no lead; left synchronous: the whole gather, and no backward lead
+    assert lead_times(model, plan, stack, 0.25, lambda n: 1.0) == (0.0, 0.0)
+    assert lead_times(model, plan, stack.with_(overlap_param_gather=False), 0.25, lambda n: 1.0) == (0.25, 0.0)
+
+
+def test_the_first_forward_pass_waits_for_the_whole_gather():
+    # the first forward pass of a step: T' = 0.05 s of compute (K = 0.05 s, no layer traffic), D = 0.156 s gather.
+    # Overlapped it hides 0.05 s: max(0, D - T') = 0.106 s exposed, plus the slowdown of the 0.05 s of compute it
+    # overlaps, 0.189 * 0.05 = 0.00945 s: 0.11545 s. Synchronous (lead = D): max(D, D - T') = 0.156 s, + 0.00945 s
+    overlapped, _ = _pass(0.05, 0.05, 0.0, 0.156, 0.0, 1.0, SD, True)
+    synchronous, _ = _pass(0.05, 0.05, 0.0, 0.156, 0.0, 1.0, SD, True, lead=0.156)
+    assert overlapped == pytest.approx(0.106 + 0.00945)
+    assert synchronous == pytest.approx(0.156 + 0.00945)
+
+
+@pytest.mark.parametrize(("system", "n", "plan"), [
+    ("h100", 64, Plan(dp=2, tp=4, pp=8, vpp=5, global_batch=128)),
+    ("b200", 128, Plan(dp=2, tp=4, pp=8, cp=2, vpp=4, global_batch=64)),
+    ("h100", 16, Plan(dp=16, global_batch=64, zero=2)),
+    ("h100", 16, Plan(dp=16, global_batch=64, zero=0)),  # no gather at ZeRO-0: the flag changes nothing
+])
+def test_a_synchronous_gather_never_shortens_the_step_and_only_adds_data_parallel_time(system, n, plan):
+    model, cluster = load_model("llama3-70b"), load_system(system).cluster(n)
+    stack = load_stack("megatron-bridge")
+    on = estimate(model, cluster, plan, stack)
+    off = estimate(model, cluster, plan, stack.with_(overlap_param_gather=False))
+    assert off.step_time >= on.step_time
+    assert {k: v for k, v in off.breakdown.items() if k != "dp"} == {k: v for k, v in on.breakdown.items()
+                                                                      if k != "dp"}
+    if plan.zero == 0:
+        assert off.step_time == on.step_time
+    # without overlap_dp every DP collective runs after the passes anyway: the flag changes nothing
+    plain = stack.with_(overlap_dp=False)
+    assert estimate(model, cluster, plan, plain).step_time == estimate(
+        model, cluster, plan, plain.with_(overlap_param_gather=False)).step_time
+
+
+@pytest.mark.parametrize(("group", "model", "gpu", "precision", "synchronous"), [
+    # v0.2.0-v0.2.2 llama31_llm_pretrain.py / llama3_llm_pretrain.py: fp8_mx -> overlap_param_gather = False
+    ("megatron_bridge_25.11", LLAMA31_405B, "B200", "mxfp8", True),
+    ("megatron_bridge_25.11", LLAMA31_405B, "GB200", "mxfp8", True),
+    ("megatron_bridge_25.11_blackwell_ultra", LLAMA31_405B, "GB300", "mxfp8", True),
+    ("megatron_bridge_25.11", None, "GB200", "mxfp8", True),  # Llama3-70B
+    ("megatron_bridge_25.11", LLAMA31_405B, "B200", "fp8", False),  # FP8-CS keeps the overlap
+    ("megatron_bridge_25.11", None, "H100", "fp8", False),
+    ("megatron_bridge_25.09", LLAMA31_405B, "B200", "mxfp8", False),  # the 25.09 scripts do not set it
+    ("megatron_bridge_26.02", LLAMA31_405B, "GB200", "mxfp8", False),  # nor the 26.02 ones (v0.3.0)
+    # v0.5.0 (26.06): the GB200 NVFP4 V2 recipe calls disable_param_gather_overlap; 26.04's (v0.4.0) does not
+    ("megatron_bridge_26.06", LLAMA31_405B, "GB200", "nvfp4", True),
+    ("megatron_bridge_26.04", LLAMA31_405B, "GB200", "nvfp4", False),
+    ("megatron_bridge_26.06", LLAMA31_405B, "GB200", "mxfp8", False),
+])
+def test_the_25_11_mxfp8_recipes_leave_the_weight_gather_synchronous(group, model, gpu, precision, synchronous):
+    over = {"model": model} if model else {}
+    case = map_run(record(group=group, precision=precision, **over,
+                          hardware={"gpu": gpu, "num_gpus": 128, "gpus_per_node": 8 if gpu[0] != "G" else 4},
+                          parallel={"tp": 4, "pp": 8, "cp": 2 if model else 1, "vp": 8 if model else 5,
+                                    "micro_batch_size": 1, "global_batch_size": 64}))
+    assert case.stack.overlap_param_gather is (not synchronous)
+    assert any("weight all-gather after the optimizer step" in a for a in case.assumptions) is synchronous
+
+
+def test_an_emitted_megatron_config_says_the_gather_is_not_overlapped():
+    from meshplan.configs.megatron import _stack_args
+
+    plan, stack = Plan(dp=8, tp=4, zero=1, global_batch=64), load_stack("megatron-bridge")
+    assert ("--overlap-param-gather", True) in _stack_args(stack, plan)
+    assert ("--overlap-param-gather", False) in _stack_args(stack.with_(overlap_param_gather=False), plan)
