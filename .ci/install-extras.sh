@@ -60,6 +60,11 @@ wait "$parsers_pid"
 # start (the CLI, the benchmark scripts, each gloo rank) would otherwise compile meshplan's sources again (~0.7 s of
 # CPU each); Python still recompiles any file edited since.
 .venv/bin/python -m compileall -q -j 0 src benchmarks tests >/dev/null
+# and the frameworks' parsers the tests import in a child process (tests/framework_parsers.py): .ci/parsers.py unpacks
+# their Python files only, so every such child compiled each module it imports (vLLM's and SGLang's child: 16.1 s of
+# CPU, 12.6 s with their bytecode; Megatron-LM's: 9.0, 8.5; measured on copies at load 12). About 45 s of CPU the
+# first time, then a check of each file's time stamp.
+.venv/bin/python -m compileall -q -j 0 .venv/framework-parsers/engines .venv/framework-parsers/megatron-lm >/dev/null
 # and, for the same reason, the code of the methods dataclasses writes (meshplan/cli/codecache.py: kept beside the
 # bytecode, never written where PYTHONDONTWRITEBYTECODE is set): one plan, with bytecode writing on for it alone
 PYTHONDONTWRITEBYTECODE= .venv/bin/meshplan plan --model llama3-70b --system h100 --gpus 1024 --global-batch 512 \

@@ -65,13 +65,22 @@ def layer(module: str) -> int:
     raise AssertionError(f"{module} is in no layer: add it to LAYERS in {__file__}")
 
 
+@cache
+def import_statements(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The import statements of ``path``, anywhere in its file, in ``ast.walk``'s order: each file parsed once per
+    process for the checks that read them (the import graph, the private names, the scripts' imports; a full parse
+    of src is a second or two), and only these nodes kept."""
+    tree = ast.parse(path.read_text())
+    return tuple(node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom))
+
+
 def imports(module: str) -> set[str]:
     """The modules of meshplan / meshplan_validation / meshplan_research that ``module`` imports, anywhere in its
     file."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in import_statements(path):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -150,7 +159,7 @@ def private_imports(module: str) -> list[str]:
     meshplan_validation / meshplan_research (``from meshplan.x import _helper``): a private name is its module's
     own."""
     found = []
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+    for node in import_statements(MODULES[module]):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("meshplan", *OUTSIDE):
             found += [f"{node.module}.{a.name}" for a in node.names
                       if a.name.startswith("_") and not a.name.startswith("__")]
@@ -198,7 +207,7 @@ MEASUREMENT_EXCEPTIONS = {
 def top_names(path: Path) -> set[str]:
     """The first name of every absolute import in ``path``, anywhere in the file."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in import_statements(path):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:

@@ -19,6 +19,7 @@ in a keyed table."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -37,10 +38,23 @@ CORE = Path(__file__).resolve().parents[1] / "src" / "meshplan"
 ATTRIBUTE_CALLS = ("setattr", "__setattr__", "getattr")
 
 
+@cache
+def _tree(path: Path) -> ast.Module:
+    """``path`` parsed once for both source checks below (each reads every module of the core: a second or two of
+    parsing), the trees dropped after this file's tests (``_trees_dropped``)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _trees_dropped():
+    yield
+    _tree.cache_clear()
+
+
 def _names_written(path: Path) -> list[str]:
     """``file:line 'name'`` of each string constant in ``path`` equal to a schedule's name, but an attribute's name
     given to setattr / getattr."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     skip = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and len(node.args) >= 2:
@@ -102,7 +116,7 @@ def _variant_compared(node: ast.expr, path: Path) -> str | None:
 def _names_compared(path: Path) -> list[str]:
     """``file:line code`` of each comparison in ``path`` of a variant's field or preset name with a string."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             if any(_is_text(s) for s in sides) and any(_variant_compared(s, path) for s in sides):
