@@ -152,6 +152,7 @@ def _counts(spaces: list[tuple[Any, ...]], top_k: int, every: Any, rel: Any, as_
         found = [_search(model, priced, space, top_k, every, rel, as_json, shown)]
     else:
         from meshplan.search.key_store import shared_units
+        from meshplan.search.shapes_ahead import shapes_ahead
         from meshplan.search.workers import forked_map
 
         def one(i: int) -> tuple[Any, bool]:
@@ -159,7 +160,9 @@ def _counts(spaces: list[tuple[Any, ...]], top_k: int, every: Any, rel: Any, as_
             return _search(model, priced, space, top_k, every, rel, True, shown)
 
         largest = sorted(range(len(spaces)), key=lambda i: -spaces[i][1].num_gpus)
-        with shared_units(), progress(as_json) as update:
+        # every count's op shapes priced at once before the searches (and any fork): search/shapes_ahead.py
+        ahead = [(model, priced, space) for model, priced, space, _ in spaces] if rel is None else []
+        with shared_units(), shapes_ahead(ahead), progress(as_json) as update:
             found = forked_map(one, largest, update)
     for _, exact in found:
         if not exact:

@@ -8,12 +8,14 @@ depend on the placement, so it builds a row's plans (``expand``) only if it may 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from meshplan.cost.wrapper_work import by_work
+from meshplan.search.batch import PlanBatch
 from meshplan.search.combos import Combo, valid_combos
-from meshplan.search.placements import distinct_placements
+from meshplan.search.placements import PLACEMENTS, distinct_placements
 from meshplan.search.space import Space
 from meshplan.search.tally import Tally
 from meshplan.specs.hardware import Cluster
@@ -115,3 +117,32 @@ def _ragged(lists: list[list[int]]) -> tuple[tuple[np.ndarray, np.ndarray], np.n
     lengths = np.array([len(x) for x in lists], dtype=np.int64)
     values = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
     return (values, np.cumsum(lengths) - lengths), lengths
+
+
+def mode_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally
+              ) -> tuple[PlanBatch, Sized] | None:
+    """The size rows of ``combos`` under the tensor ``mode`` (layout, sequence parallelism: its rows have tp > 1) as
+    a batch, one row per size combination (its first placement: the search's pool), with their ``Sized`` rows
+    (without the layout column); None where there are none. Build rejections are tallied in ``tally``."""
+    layout, sp = mode
+    sized = size_rows(combos, cluster, space, tally)
+    if sized is None:
+        return None
+    columns = {k: v for k, v in sized.columns.items() if k != "layout"}
+    base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
+    rows = every(np.flatnonzero(base.tp > 1), len(base)) if sp else slice(None)
+    if not isinstance(rows, slice) and not len(rows):
+        return None
+    return (base.select(rows, sequence_parallel=sp, tensor_layout=layout),  # one row per size combination
+            replace(sized, columns=columns).select(rows))  # without the layout column
+
+
+def pool_works(pool: PlanBatch, space: Space) -> tuple[str, ...]:
+    """The kinds of per-micro-batch wrapper work the grid's settings run on ``pool`` (cost/wrapper_work.py)."""
+    return tuple(w for w, _ in by_work(pool, space.stack, space.zero, space.offload_optimizer) if w)
+
+
+def every(rows: np.ndarray, n: int) -> np.ndarray | slice:
+    """``rows`` (increasing, of ``n``), or where they are all n the slice of them all: what is selected with it is
+    the columns' views, not a gathered copy of each (the same numbers)."""
+    return slice(None) if len(rows) == n else rows

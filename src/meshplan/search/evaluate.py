@@ -11,24 +11,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from meshplan.cost.wrapper_work import by_work, work_of
+from meshplan.cost.wrapper_work import work_of
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import gpipe, schedule_of
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.search.best import Best, simplicities
 from meshplan.search.bound import BOUND_SLACK, lower_bound
-from meshplan.search.candidates import Sized, expand, size_rows
+from meshplan.search.candidates import Sized, every, expand, mode_pool, pool_works
 from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits, Panels
 from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED_FIRST, GroupMemory, group_memory
-from meshplan.search.placements import PLACEMENTS
 from meshplan.search.scoring import grid_times
+from meshplan.search.shapes_ahead import handed_pool
 from meshplan.search.space import Space
 from meshplan.search.tally import Tally
 from meshplan.specs.bands import ranking_band
@@ -71,20 +71,15 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     """Build and score the candidates of one tensor ``mode`` (layout, sequence parallelism) and size combinations;
     with ``start.explore`` (a fresh one), also keep a sample of the plans and the Pareto front (explore.py)."""
     start = Start() if start is None else start
-    explore, layout, sp = start.explore, *mode
+    explore, layout = start.explore, mode[0]
     result = Part(Best(top_k, search_band(model, cluster, space)), explored=explore)
     first_mode = next(m for m in space.modes() if m[0] == layout) == mode  # tally build rejections once
-    sized = size_rows(combos, cluster, space, result.tally if first_mode else Tally())
-    if sized is None:
+    tally = result.tally if first_mode else Tally()
+    pooled = handed_pool(mode, combos, cluster, space, tally) or mode_pool(mode, combos, cluster, space, tally)
+    if pooled is None:
         return result
-    columns = {k: v for k, v in sized.columns.items() if k != "layout"}
-    base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-    rows = _every(np.flatnonzero(base.tp > 1), len(base)) if sp else slice(None)
-    if not isinstance(rows, slice) and not len(rows):
-        return result
-    pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
-    sized = replace(sized, columns=columns).select(rows)  # without the layout column
-    works = tuple(w for w, _ in by_work(pool, space.stack, space.zero, space.offload_optimizer) if w)
+    pool, sized = pooled
+    works = pool_works(pool, space)
     units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff, works)
     by_algorithm = {"nccl": units}  # the layers' collectives priced per algorithm (Plan.collectives: comm.fastest_time)
 
@@ -137,13 +132,7 @@ def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray | slice
     even = (batch.last_stage_layers == 0) & (batch.first_stage_layers == 0)
     for schedule in space.schedules:  # the rows each runs: its record's refusals over the batch (pipeline/rules.py)
         runs = np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even))
-        yield _every(runs, len(batch)), schedule
-
-
-def _every(rows: np.ndarray, n: int) -> np.ndarray | slice:
-    """``rows`` (increasing, of ``n``), or where they are all n the slice of them all: what is selected with it is
-    the columns' views, not a gathered copy of each (the same numbers)."""
-    return slice(None) if len(rows) == n else rows
+        yield every(runs, len(batch)), schedule
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,
