@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from meshplan.search import Space, key_store, shapes_ahead
+from meshplan.search import Space, candidates, key_store, shapes_ahead
 from meshplan.search.batch import PlanBatch, joined
-from meshplan.search.candidates import mode_pool
 from meshplan.search.combos import valid_combos
 from meshplan.search.key_store import shared_units
 from meshplan.search.tally import Tally
@@ -48,12 +47,12 @@ def test_a_sweep_with_its_shapes_priced_ahead_answers_each_count_as_before(name,
     with shared_units(), shapes_ahead.shapes_ahead([(model, c, space) for c in clusters]):
         ahead = len(calls)
         after = [_result(search_switches(model, c, space, top_k=5)) for c in clusters]
-        left = dict(shapes_ahead._HANDED[-1])
+        left = dict(candidates.AHEAD[-1])
     assert after == before
     assert ahead == (2 if gemms else 1) * len(list(space.modes()))  # one batch a store: every count's shapes
     assert len(calls) == ahead  # the searches found every shape priced
     assert not left  # every combination list and pool taken by its search
-    assert not shapes_ahead._HANDED
+    assert not candidates.AHEAD
 
 
 def test_outside_shared_units_nothing_is_priced_or_handed():
@@ -61,8 +60,8 @@ def test_outside_shared_units_nothing_is_priced_or_handed():
     handed."""
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)
     with shapes_ahead.shapes_ahead([(model, cluster, Space(global_batch=16))]):
-        assert not shapes_ahead._HANDED
-        assert shapes_ahead.handed_combos(model, cluster, Space(global_batch=16)) is None
+        assert not candidates.AHEAD
+        assert candidates.taken(("combos", model, cluster, Space(global_batch=16))) is None
 
 
 def test_handed_combinations_and_pools_are_taken_once_with_their_build_tally():
@@ -72,17 +71,17 @@ def test_handed_combinations_and_pools_are_taken_once_with_their_build_tally():
     model, cluster = load_model("llama3-8b").with_seq_length(2048), load_system("h100").cluster(32)
     space = Space(**EVERY_PLAN, global_batch=48, layouts=("1d",))
     with shared_units(), shapes_ahead.shapes_ahead([(model, cluster, space)]):
-        combos, tally = shapes_ahead.handed_combos(model, cluster, space)
-        assert shapes_ahead.handed_combos(model, cluster, space) is None
+        combos, tally = candidates.taken(("combos", model, cluster, space))
+        assert candidates.taken(("combos", model, cluster, space)) is None
         own, own_tally = valid_combos(model, cluster, space)
         assert combos == own and tally == own_tally
         mode = next(iter(space.modes()))
         mine = [c for c in combos if c.layout == mode[0]]
         took = Tally()
-        pool, sized = shapes_ahead.handed_pool(mode, mine, cluster, space, took)
-        assert shapes_ahead.handed_pool(mode, mine, cluster, space, Tally()) is None
+        pool, sized = candidates.mode_pool(mode, mine, cluster, space, took)
+        assert candidates.taken(candidates.pool_key(mode, mine, cluster, space)) is None
     built = Tally()
-    own_pool, own_sized = mode_pool(mode, mine, cluster, space, built)
+    own_pool, own_sized = candidates.built_pool(mode, mine, cluster, space, built)
     assert took == built and built.counts  # the same rejections, and there are some
     for name in ("dp", "tp", "pp", "micro_batch", "vpp", "placement_id"):
         assert np.array_equal(getattr(pool, name), getattr(own_pool, name))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -119,8 +120,36 @@ def _ragged(lists: list[list[int]]) -> tuple[tuple[np.ndarray, np.ndarray], np.n
     return (values, np.cumsum(lengths) - lengths), lengths
 
 
+# within search/shapes_ahead.shapes_ahead: what it built for the searches (their valid combinations, their pools) by
+# what each was built from, until a search takes it
+AHEAD: list[dict[tuple[Any, ...], Any]] = []
+
+
+def taken(key: tuple[Any, ...]) -> Any:
+    """What ``shapes_ahead`` built under ``key``, taken (once: a second ask finds nothing), or None."""
+    return AHEAD[-1].pop(key, None) if AHEAD else None
+
+
+def pool_key(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space) -> tuple[Any, ...]:
+    """What a pool is built from: the combinations by identity (the entry built ahead holds them, so that their ids
+    stay theirs), the rest by value."""
+    return "pool", mode, tuple(id(c) for c in combos), cluster, space
+
+
 def mode_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally
               ) -> tuple[PlanBatch, Sized] | None:
+    """``built_pool``, or the one ``shapes_ahead`` built of the same, taken, its build rejections added to
+    ``tally``."""
+    ahead = taken(pool_key(mode, combos, cluster, space))
+    if ahead is None or ahead[0] is None:
+        return built_pool(mode, combos, cluster, space, tally)
+    pooled, built, _ = ahead
+    tally.merge(built)
+    return pooled
+
+
+def built_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally
+               ) -> tuple[PlanBatch, Sized] | None:
     """The size rows of ``combos`` under the tensor ``mode`` (layout, sequence parallelism: its rows have tp > 1) as
     a batch, one row per size combination (its first placement: the search's pool), with their ``Sized`` rows
     (without the layout column); None where there are none. Build rejections are tallied in ``tally``."""

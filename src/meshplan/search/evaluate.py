@@ -28,7 +28,6 @@ from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits, Panels
 from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED_FIRST, GroupMemory, group_memory
 from meshplan.search.scoring import grid_times
-from meshplan.search.shapes_ahead import handed_pool
 from meshplan.search.space import Space
 from meshplan.search.tally import Tally
 from meshplan.specs.bands import ranking_band
@@ -75,7 +74,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     result = Part(Best(top_k, search_band(model, cluster, space)), explored=explore)
     first_mode = next(m for m in space.modes() if m[0] == layout) == mode  # tally build rejections once
     tally = result.tally if first_mode else Tally()
-    pooled = handed_pool(mode, combos, cluster, space, tally) or mode_pool(mode, combos, cluster, space, tally)
+    pooled = mode_pool(mode, combos, cluster, space, tally)  # (built ahead for a strong-scaling plan: taken)
     if pooled is None:
         return result
     pool, sized = pooled

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from meshplan.estimate import Estimate
 from meshplan.search.best import Best, simplicity
+from meshplan.search.candidates import taken
 from meshplan.search.combos import Combo, valid_combos
 from meshplan.search.evaluate import Part
 from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
@@ -41,7 +42,6 @@ from meshplan.search.limits import check_space
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
 from meshplan.search.select import LAZY_RANKING, fastest_kept, kept_rows, pricer, ranked
-from meshplan.search.shapes_ahead import handed_combos
 from meshplan.search.space import Space
 from meshplan.search.stage_dp import dp_kinds, eligible
 from meshplan.search.stage_pool import PIPELINES, POOL, refine_ranked
@@ -181,7 +181,7 @@ def _shares(prepared: _Prepared, searches: int) -> list[Job]:
 
 def _prepare(model: ModelSpec, cluster: Cluster, space: Space, workers: int, explore: Explore | None) -> _Prepared:
     start = time.perf_counter()
-    combos, tally = handed_combos(model, cluster, space) or valid_combos(model, cluster, space)
+    combos, tally = taken(("combos", model, cluster, space)) or valid_combos(model, cluster, space)  # shapes_ahead
     check_space(model, cluster, space, combos)
     workers = worker_count(combos, workers)
     shares: list[Job] = []  # searches._shares: once the searches' tasks are known

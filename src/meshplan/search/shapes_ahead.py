@@ -17,8 +17,9 @@ would have priced itself, bit for bit (tests/test_shapes_ahead.py). The expert-G
 (workers._evaluate_task).
 
 The valid combinations and pools built here are what the searches would build again: each is handed, once, to the
-search that asks for the same (``handed_combos``: run._prepare; ``handed_pool``: evaluate, with the build rejections
-its building tallied), and the rest let go when the sweep ends (``shapes_ahead``).
+search that asks for the same (candidates.taken: run._prepare's combinations; candidates.mode_pool, evaluate's pool
+with the build rejections its building tallied), and the rest let go when the sweep ends (``shapes_ahead``). This
+module is imported by the strong-scaling plan alone (cli/plan.py): the searches read only candidates.AHEAD.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from meshplan.search.batch import CATEGORICAL, PlanBatch, joined
-from meshplan.search.candidates import Sized, mode_pool, pool_works
-from meshplan.search.combos import Combo, valid_combos
+from meshplan.search.candidates import AHEAD, built_pool, pool_key, pool_works
+from meshplan.search.combos import valid_combos
 from meshplan.search.key_store import distinct, shared, twin_times
 from meshplan.search.keyed import SHAPE_KEYS, KeyUnits, units_store
 from meshplan.search.space import Space, switch_spaces
@@ -39,9 +40,6 @@ from meshplan.search.tally import Tally
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-
-# within ``shapes_ahead``: the combinations and pools built, each until a search takes it (by what it was built from)
-_HANDED: list[dict[Any, Any]] = []
 
 
 @contextmanager
@@ -53,17 +51,17 @@ def shapes_ahead(searches: Sequence[tuple[ModelSpec, Cluster, Space]], eff: Effi
     if not shared():
         yield
         return
-    handed: dict[Any, Any] = {}
+    handed: dict[tuple[Any, ...], Any] = {}
     groups: dict[tuple[tuple[str, bool], int, int], tuple[ModelSpec, Cluster, Space, list[PlanBatch], tuple[str, ...]]]
     groups = {}
     for model, cluster, space in searches:
         for switch, each in enumerate(switch_spaces(model, space)):
-            combos, tally = handed[model, cluster, each] = valid_combos(model, cluster, each)
+            found = handed["combos", model, cluster, each] = valid_combos(model, cluster, each)
+            combos = found[0]
             for mode in each.modes():
-                mode_combos = [c for c in combos if c.layout == mode[0]]
-                built = Tally()
-                pooled = mode_pool(mode, mode_combos, cluster, each, built)
-                handed[_pool_key(mode, mode_combos, cluster, each)] = pooled, built, mode_combos  # (ids held)
+                mode_combos, built = [c for c in combos if c.layout == mode[0]], Tally()
+                pooled = built_pool(mode, mode_combos, cluster, each, built)
+                handed[pool_key(mode, mode_combos, cluster, each)] = pooled, built, mode_combos  # (ids held)
                 if pooled is None:
                     continue
                 pool, works = pooled[0], pool_works(pooled[0], each)
@@ -77,36 +75,11 @@ def shapes_ahead(searches: Sequence[tuple[ModelSpec, Cluster, Space]], eff: Effi
         for key in sorted(groups, key=lambda k: k[:2]):
             model, cluster, each, pools, works = groups[key]
             KeyUnits(model, cluster, joined(pools), each.stack, each.recompute, eff, works)
-    _HANDED.append(handed)
+    AHEAD.append(handed)
     try:
         yield
     finally:
-        _HANDED.pop()
-
-
-def handed_combos(model: ModelSpec, cluster: Cluster, space: Space) -> tuple[list[Combo], Tally] | None:
-    """``valid_combos(model, cluster, space)`` as ``shapes_ahead`` built it, taken (once), or None."""
-    return _HANDED[-1].pop((model, cluster, space), None) if _HANDED else None
-
-
-def handed_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally
-                ) -> tuple[PlanBatch, Sized] | None:
-    """``mode_pool(mode, combos, cluster, space, tally)`` as ``shapes_ahead`` built it, taken (once), its build
-    rejections added to ``tally``; None where it built none (or found no rows)."""
-    if not _HANDED:
-        return None
-    found = _HANDED[-1].pop(_pool_key(mode, combos, cluster, space), None)
-    if found is None or found[0] is None:
-        return None
-    pooled, built, _ = found
-    tally.merge(built)
-    return pooled
-
-
-def _pool_key(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space) -> tuple[Any, ...]:
-    """What a pool is built from: the combinations by identity (the handed entry holds them: their ids stay theirs),
-    the rest by value."""
-    return mode, tuple(id(c) for c in combos), cluster, space
+        AHEAD.pop()
 
 
 def _alike(a: PlanBatch, b: PlanBatch) -> bool:
