@@ -16,7 +16,7 @@ from meshplan.cli.common import (
     check_emit,
     common_model,
     default_global_batch,
-    load_inputs,
+    load_counts,
     parse_count,
     progress,
     sequences,
@@ -105,7 +105,7 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     stragglers, cap = conditions_of(options)
     _check_recovery(budget["reliability"], stack, every)
     where = {"seq": options["seq"], "nvlink_domain": options["nvlink_domain"]}
-    clusters = [load_inputs(model_ref, system_ref, gpus=n, **where) for n in counts]  # all, before any search
+    clusters = load_counts(model_ref, system_ref, counts=counts, **where)  # all, before any search
     gbs = _global_batch(clusters[0][0], options["global_batch"])
     spaces = [(model, under(cluster, stragglers, cap), _space(settings, gbs, cluster.accelerator.default_precision,
                                                               stack), under(cluster, None, cap))
