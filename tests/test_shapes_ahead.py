@@ -81,7 +81,7 @@ def test_handed_combinations_and_pools_are_taken_once_with_their_build_tally():
         pool, sized = candidates.mode_pool(mode, mine, cluster, space, took)
         assert candidates.taken(candidates.pool_key(mode, mine, cluster, space)) is None
     built = Tally()
-    own_pool, own_sized = candidates.built_pool(mode, mine, cluster, space, built)
+    own_pool, own_sized = candidates.mode_rows(mode, *candidates.layout_rows(mine, cluster, space, built))
     assert took == built and built.counts  # the same rejections, and there are some
     for name in ("dp", "tp", "pp", "micro_batch", "vpp", "placement_id"):
         assert np.array_equal(getattr(pool, name), getattr(own_pool, name))

@@ -138,32 +138,38 @@ def pool_key(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, spac
 
 def mode_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally
               ) -> tuple[PlanBatch, Sized] | None:
-    """``built_pool``, or the one ``shapes_ahead`` built of the same, taken, its build rejections added to
-    ``tally``."""
-    ahead = taken(pool_key(mode, combos, cluster, space))
-    if ahead is None or ahead[0] is None:
-        return built_pool(mode, combos, cluster, space, tally)
-    pooled, built, _ = ahead
-    tally.merge(built)
-    return pooled
-
-
-def built_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally
-               ) -> tuple[PlanBatch, Sized] | None:
     """The size rows of ``combos`` under the tensor ``mode`` (layout, sequence parallelism: its rows have tp > 1) as
     a batch, one row per size combination (its first placement: the search's pool), with their ``Sized`` rows
-    (without the layout column); None where there are none. Build rejections are tallied in ``tally``."""
-    layout, sp = mode
+    (without the layout column); None where there are none. Build rejections are tallied in ``tally``. Where
+    ``shapes_ahead`` built the layout's rows of the same, they are taken, and its build rejections added."""
+    ahead = taken(pool_key(mode, combos, cluster, space))
+    if ahead is None:
+        found = layout_rows(combos, cluster, space, tally)
+    else:
+        found, built, _ = ahead
+        tally.merge(built)
+    return None if found is None else mode_rows(mode, *found)
+
+
+def layout_rows(combos: list[Combo], cluster: Cluster, space: Space, tally: Tally) -> tuple[PlanBatch, Sized] | None:
+    """The size rows of ``combos`` (of one layout) as a batch and as ``Sized`` rows, without the layout column, that
+    each tensor mode of the layout selects from (``mode_rows``); None where there are none. Build rejections are
+    tallied in ``tally``."""
     sized = size_rows(combos, cluster, space, tally)
     if sized is None:
         return None
     columns = {k: v for k, v in sized.columns.items() if k != "layout"}
-    base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
+    return PlanBatch(**columns, placements=PLACEMENTS, **space.settings), replace(sized, columns=columns)
+
+
+def mode_rows(mode: tuple[str, bool], base: PlanBatch, sized: Sized) -> tuple[PlanBatch, Sized] | None:
+    """The rows of ``layout_rows`` a tensor ``mode`` runs (with sequence parallelism, those of tp > 1), with the mode's
+    settings; None where there are none."""
+    layout, sp = mode
     rows = every(np.flatnonzero(base.tp > 1), len(base)) if sp else slice(None)
     if not isinstance(rows, slice) and not len(rows):
         return None
-    return (base.select(rows, sequence_parallel=sp, tensor_layout=layout),  # one row per size combination
-            replace(sized, columns=columns).select(rows))  # without the layout column
+    return base.select(rows, sequence_parallel=sp, tensor_layout=layout), sized.select(rows)
 
 
 def pool_works(pool: PlanBatch, space: Space) -> tuple[str, ...]:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.search.batch import CATEGORICAL, PlanBatch, joined
-from meshplan.search.candidates import AHEAD, built_pool, pool_key, pool_works
+from meshplan.search.candidates import AHEAD, layout_rows, mode_rows, pool_key, pool_works
 from meshplan.search.combos import valid_combos
 from meshplan.search.key_store import distinct, shared, twin_times
 from meshplan.search.keyed import SHAPE_KEYS, KeyUnits, units_store
@@ -58,10 +58,16 @@ def shapes_ahead(searches: Sequence[tuple[ModelSpec, Cluster, Space]], eff: Effi
         for switch, each in enumerate(switch_spaces(model, space)):
             found = handed["combos", model, cluster, each] = valid_combos(model, cluster, each)
             combos = found[0]
+            rows: dict[str, Any] = {}  # each layout's rows, built once for its modes (its first mode's tally)
             for mode in each.modes():
-                mode_combos, built = [c for c in combos if c.layout == mode[0]], Tally()
-                pooled = built_pool(mode, mode_combos, cluster, each, built)
-                handed[pool_key(mode, mode_combos, cluster, each)] = pooled, built, mode_combos  # (ids held)
+                mode_combos = [c for c in combos if c.layout == mode[0]]
+                if mode[0] not in rows:
+                    built = Tally()
+                    rows[mode[0]] = layout_rows(mode_combos, cluster, each, built), built
+                found, built = rows[mode[0]]
+                handed[pool_key(mode, mode_combos, cluster, each)] = found, built, mode_combos  # (ids held)
+                rows[mode[0]] = found, Tally()
+                pooled = None if found is None else mode_rows(mode, *found)
                 if pooled is None:
                     continue
                 pool, works = pooled[0], pool_works(pooled[0], each)
