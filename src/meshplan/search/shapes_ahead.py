@@ -5,10 +5,10 @@ The searches of one model on several GPU counts meet mostly the same op shapes (
 etp: ``keyed.SHAPE_KEYS``): the same tensor and pipeline sizes beside another dp. Each count's search priced the shapes
 the counts before it had not met (keyed.KeyUnits) in a batch of its own, and each batch paid the Python of pricing
 every op record once more: Llama-3-70B on 128 … 16,384 H100 met 245 shapes at 128 GPUs, then about 49 new ones a
-count and tensor mode, at ~15 ms a batch whatever its size. Here each count's pool of size combinations (one row per
-combination: candidates.mode_pool, every mode's as its search builds it) is built first, the distinct shapes of all
-counts are joined per store and priced at once, and the searches, in this process or forked from it
-(search/workers.forked_map), find every shape priced.
+count and tensor mode, at ~15 ms a batch whatever its size. Here each count's size combinations are built first (one
+row per combination: candidates.layout_rows once a layout, each tensor mode's rows selected from them as its search
+selects them, candidates.mode_rows), the distinct shapes of all counts are joined per store and priced at once, and
+the searches, in this process or forked from it (search/workers.forked_map), find every shape priced.
 
 A shape's kernel units are its own element-wise arithmetic, one number per row whatever the other rows of its batch:
 the premise on which the counts already share their stores (key_store.store_for), so that a search reads the units it
@@ -17,8 +17,8 @@ would have priced itself, bit for bit (tests/test_shapes_ahead.py). The expert-G
 (workers._evaluate_task).
 
 The valid combinations and pools built here are what the searches would build again: each is handed, once, to the
-search that asks for the same (candidates.taken: run._prepare's combinations; candidates.mode_pool, evaluate's pool
-with the build rejections its building tallied), and the rest let go when the sweep ends (``shapes_ahead``). This
+search that asks for the same (candidates.taken: run._prepare's combinations; candidates.mode_pool: evaluate's rows,
+with the build rejections their building tallied), and the rest let go when the sweep ends (``shapes_ahead``). This
 module is imported by the strong-scaling plan alone (cli/plan.py): the searches read only candidates.AHEAD.
 """
 
