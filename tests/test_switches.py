@@ -110,7 +110,7 @@ def test_the_twin_searches_of_a_job_build_its_size_rows_and_pool_once():
     assert taken[0] is built[0] and taken[1] is built[1]  # the same objects: nothing built again
     assert first.counts == again.counts == alone.counts and first.examples == again.examples == alone.examples
     for name in ("tp", "pp", "micro_batch", "ep", "placement_id"):
-        assert np.array_equal(getattr(fresh[1], name), getattr(built[1], name))
-    assert np.array_equal(fresh[0].count, built[0].count)
+        assert np.array_equal(getattr(fresh[0], name), getattr(built[0], name))
+    assert np.array_equal(fresh[1].count, built[1].count)
     other = mode_pool(mode, layout_combos, cluster, Space(global_batch=512, stack=grouped.stack), Tally(), made)
-    assert other is not None and other[1] is not built[1] and made[0][1] is other  # built anew, and kept
+    assert other is not None and other[0] is not built[0] and made[0][1] is other  # built anew, and kept

@@ -116,12 +116,18 @@ def sequences(value: int | None, field: str) -> int | None:
 
 def load_inputs(model_ref: str, system_ref: str, seq: int | None, nvlink_domain: int | None, gpus: int):
     """The model of ``--model`` (at ``--seq``) and ``gpus`` GPUs of ``--system`` (with ``--nvlink-domain``)."""
+    return load_counts(model_ref, system_ref, seq, nvlink_domain, [gpus])[0]
+
+
+def load_counts(model_ref: str, system_ref: str, seq: int | None, nvlink_domain: int | None, counts: list[int]):
+    """``load_inputs`` for each GPU count of ``counts`` (a strong-scaling plan): the model and the system read once
+    (~2 ms each time), a cluster of each count."""
     from meshplan.specs.hardware import load_system
 
     model = model_at(model_ref, seq)
     system = load_system(system_ref)
     overrides = {"nvlink_domain": nvlink_domain} if nvlink_domain is not None else {}
-    return model, system.cluster(gpus, **overrides)
+    return [(model, system.cluster(gpus, **overrides)) for gpus in counts]
 
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kMBGT]?)\s*$")

@@ -16,7 +16,7 @@ from meshplan.cli.common import (
     check_emit,
     common_model,
     default_global_batch,
-    load_inputs,
+    load_counts,
     parse_count,
     progress,
     sequences,
@@ -105,7 +105,7 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     stragglers, cap = conditions_of(options)
     _check_recovery(budget["reliability"], stack, every)
     where = {"seq": options["seq"], "nvlink_domain": options["nvlink_domain"]}
-    clusters = [load_inputs(model_ref, system_ref, gpus=n, **where) for n in counts]  # all, before any search
+    clusters = load_counts(model_ref, system_ref, counts=counts, **where)  # all, before any search
     gbs = _global_batch(clusters[0][0], options["global_batch"])
     spaces = [(model, under(cluster, stragglers, cap), _space(settings, gbs, cluster.accelerator.default_precision,
                                                               stack), under(cluster, None, cap))
@@ -152,6 +152,7 @@ def _counts(spaces: list[tuple[Any, ...]], top_k: int, every: Any, rel: Any, as_
         found = [_search(model, priced, space, top_k, every, rel, as_json, shown)]
     else:
         from meshplan.search.key_store import shared_units
+        from meshplan.search.shapes_ahead import shapes_ahead
         from meshplan.search.workers import forked_map
 
         def one(i: int) -> tuple[Any, bool]:
@@ -159,7 +160,9 @@ def _counts(spaces: list[tuple[Any, ...]], top_k: int, every: Any, rel: Any, as_
             return _search(model, priced, space, top_k, every, rel, True, shown)
 
         largest = sorted(range(len(spaces)), key=lambda i: -spaces[i][1].num_gpus)
-        with shared_units(), progress(as_json) as update:
+        # every count's op shapes priced at once before the searches (and any fork): search/shapes_ahead.py
+        ahead = [(model, priced, space) for model, priced, space, _ in spaces] if rel is None else []
+        with shared_units(), shapes_ahead(ahead), progress(as_json) as update:
             found = forked_map(one, largest, update)
     for _, exact in found:
         if not exact:

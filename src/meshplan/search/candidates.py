@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.cost.wrapper_work import by_work
 from meshplan.search.batch import PlanBatch
 from meshplan.search.combos import Combo, valid_combos
 from meshplan.search.placements import PLACEMENTS, distinct_placements
@@ -100,44 +101,6 @@ def size_rows(combos: list[Combo], cluster: Cluster, space: Space, tally: Tally)
     return Sized(columns, pids, each(pid_start, kept), each(n_pid, kept))
 
 
-def mode_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally,
-              made: list[Any] | None = None) -> tuple[Sized, PlanBatch] | None:
-    """The size rows of ``combos`` under a tensor ``mode`` (layout, sequence parallelism: the rows with tp > 1; no
-    layout column) and their pool, one plan each (PlanBatch); None where there is none. ``tally`` counts the build
-    rejections. ``made`` (one job's, workers._evaluate_task) holds the last answer, which a twin search of the job
-    (search/variants.py: another expert-GEMM choice, the stack the only difference) takes as it is, its rejections
-    counted again: neither reads the stack (``size_rows`` reads the space's placements and global batch, the pool
-    its plan ``settings``, which hold none of the stack's). DeepSeek-V3 on 2,048 H100: 21-25 ms a twin, 2026-11-30."""
-    key = (mode, combos, cluster, space.all_placements, space.global_batch, space.settings)
-    if made and all(a is b or a == b for a, b in zip(made[0][0], key, strict=True)):
-        _, found, rejected = made[0]
-        tally.merge(rejected)
-        return found
-    rejected = Tally()
-    found = _mode_pool(mode, combos, cluster, space, rejected)
-    tally.merge(rejected)
-    if made is not None:
-        made[:] = [(key, found, rejected)]
-    return found
-
-
-def _mode_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally
-               ) -> tuple[Sized, PlanBatch] | None:
-    layout, sp = mode
-    sized = size_rows(combos, cluster, space, tally)
-    if sized is None:
-        return None
-    columns = {k: v for k, v in sized.columns.items() if k != "layout"}
-    base = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
-    rows: np.ndarray | slice = np.flatnonzero(base.tp > 1) if sp else slice(None)
-    if not isinstance(rows, slice) and len(rows) == len(base):  # all of them: the columns' views, not copies
-        rows = slice(None)
-    if not isinstance(rows, slice) and not len(rows):
-        return None
-    pool = base.select(rows, sequence_parallel=sp, tensor_layout=layout)  # one row per size combination
-    return replace(sized, columns=columns).select(rows), pool  # without the layout column
-
-
 def expand(sized: Sized, rows: np.ndarray) -> dict[str, np.ndarray]:
     """The plans of size rows ``rows``: each row once per distinct placement (placements innermost)."""
     count = sized.count[rows]
@@ -155,3 +118,80 @@ def _ragged(lists: list[list[int]]) -> tuple[tuple[np.ndarray, np.ndarray], np.n
     lengths = np.array([len(x) for x in lists], dtype=np.int64)
     values = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
     return (values, np.cumsum(lengths) - lengths), lengths
+
+
+# within search/shapes_ahead.shapes_ahead: what it built for the searches (their valid combinations, their pools) by
+# what each was built from, until a search takes it
+AHEAD: list[dict[tuple[Any, ...], Any]] = []
+
+
+def taken(key: tuple[Any, ...]) -> Any:
+    """What ``shapes_ahead`` built under ``key``, taken (once: a second ask finds nothing), or None."""
+    return AHEAD[-1].pop(key, None) if AHEAD else None
+
+
+def pool_key(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space) -> tuple[Any, ...]:
+    """What a pool is built from: the combinations by identity (the entry built ahead holds them, so that their ids
+    stay theirs), the rest by value."""
+    return "pool", mode, tuple(id(c) for c in combos), cluster, space
+
+
+def mode_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally,
+              made: list[Any] | None = None) -> tuple[PlanBatch, Sized] | None:
+    """The size rows of ``combos`` under the tensor ``mode`` (layout, sequence parallelism: its rows have tp > 1) as
+    a batch, one row per size combination (its first placement: the search's pool), with their ``Sized`` rows
+    (without the layout column); None where there are none. Build rejections are tallied in ``tally``. Where
+    ``shapes_ahead`` built the layout's rows of the same, they are taken, and its build rejections added. ``made``
+    (one job's, workers._evaluate_task) holds the last answer, which a twin search of the job (search/variants.py:
+    another expert-GEMM choice, the stack the only difference) takes as it is, its rejections counted again: neither
+    reads the stack (``size_rows`` reads the space's placements and global batch, the pool its plan ``settings``,
+    which hold none of the stack's). DeepSeek-V3 on 2,048 H100: 21-25 ms a twin, 2026-11-30."""
+    key = (mode, combos, cluster, space.all_placements, space.global_batch, space.settings)
+    ahead = taken(pool_key(mode, combos, cluster, space))  # taken first, so that none is left behind
+    if ahead is None and made and all(a is b or a == b for a, b in zip(made[0][0], key, strict=True)):
+        _, found, rejected = made[0]
+        tally.merge(rejected)
+        return found
+    rejected = Tally()
+    if ahead is None:
+        rows = layout_rows(combos, cluster, space, rejected)
+    else:
+        rows, built, _ = ahead
+        rejected.merge(built)
+    found = None if rows is None else mode_rows(mode, *rows)
+    tally.merge(rejected)
+    if made is not None:
+        made[:] = [(key, found, rejected)]
+    return found
+
+
+def layout_rows(combos: list[Combo], cluster: Cluster, space: Space, tally: Tally) -> tuple[PlanBatch, Sized] | None:
+    """The size rows of ``combos`` (of one layout) as a batch and as ``Sized`` rows, without the layout column, that
+    each tensor mode of the layout selects from (``mode_rows``); None where there are none. Build rejections are
+    tallied in ``tally``."""
+    sized = size_rows(combos, cluster, space, tally)
+    if sized is None:
+        return None
+    columns = {k: v for k, v in sized.columns.items() if k != "layout"}
+    return PlanBatch(**columns, placements=PLACEMENTS, **space.settings), replace(sized, columns=columns)
+
+
+def mode_rows(mode: tuple[str, bool], base: PlanBatch, sized: Sized) -> tuple[PlanBatch, Sized] | None:
+    """The rows of ``layout_rows`` a tensor ``mode`` runs (with sequence parallelism, those of tp > 1), with the mode's
+    settings; None where there are none."""
+    layout, sp = mode
+    rows = every(np.flatnonzero(base.tp > 1), len(base)) if sp else slice(None)
+    if not isinstance(rows, slice) and not len(rows):
+        return None
+    return base.select(rows, sequence_parallel=sp, tensor_layout=layout), sized.select(rows)
+
+
+def pool_works(pool: PlanBatch, space: Space) -> tuple[str, ...]:
+    """The kinds of per-micro-batch wrapper work the grid's settings run on ``pool`` (cost/wrapper_work.py)."""
+    return tuple(w for w, _ in by_work(pool, space.stack, space.zero, space.offload_optimizer) if w)
+
+
+def every(rows: np.ndarray, n: int) -> np.ndarray | slice:
+    """``rows`` (increasing, of ``n``), or where they are all n the slice of them all: what is selected with it is
+    the columns' views, not a gathered copy of each (the same numbers)."""
+    return slice(None) if len(rows) == n else rows

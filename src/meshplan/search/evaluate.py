@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.cost.wrapper_work import by_work, work_of
+from meshplan.cost.wrapper_work import work_of
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import gpipe, schedule_of
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.search.best import Best, simplicities
 from meshplan.search.bound import BOUND_SLACK, lower_bound
-from meshplan.search.candidates import Sized, expand, mode_pool
+from meshplan.search.candidates import Sized, every, expand, mode_pool, pool_works
 from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits, Panels
@@ -75,11 +75,12 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     explore, layout = start.explore, mode[0]
     result = Part(Best(top_k, search_band(model, cluster, space)), explored=explore)
     first_mode = next(m for m in space.modes() if m[0] == layout) == mode  # tally build rejections once
-    made = mode_pool(mode, combos, cluster, space, result.tally if first_mode else Tally(), start.made)
-    if made is None:
+    tally = result.tally if first_mode else Tally()
+    pooled = mode_pool(mode, combos, cluster, space, tally, start.made)  # built ahead or by a twin: taken
+    if pooled is None:
         return result
-    sized, pool = made  # one row per size combination, without the layout column
-    works = tuple(w for w, _ in by_work(pool, space.stack, space.zero, space.offload_optimizer) if w)
+    pool, sized = pooled
+    works = pool_works(pool, space)
     units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff, works)
     by_algorithm = {"nccl": units}  # the layers' collectives priced per algorithm (Plan.collectives: comm.fastest_time)
 
@@ -132,13 +133,7 @@ def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray | slice
     even = (batch.last_stage_layers == 0) & (batch.first_stage_layers == 0)
     for schedule in space.schedules:  # the rows each runs: its record's refusals over the batch (pipeline/rules.py)
         runs = np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even))
-        yield _every(runs, len(batch)), schedule
-
-
-def _every(rows: np.ndarray, n: int) -> np.ndarray | slice:
-    """``rows`` (increasing, of ``n``), or where they are all n the slice of them all: what is selected with it is
-    the columns' views, not a gathered copy of each (the same numbers)."""
-    return slice(None) if len(rows) == n else rows
+        yield every(runs, len(batch)), schedule
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,

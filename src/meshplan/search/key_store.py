@@ -74,6 +74,11 @@ def shared_units() -> Iterator[None]:
         _SHARED.pop()
 
 
+def shared() -> bool:
+    """Whether searches share their stores here (within ``shared_units``)."""
+    return bool(_SHARED)
+
+
 def store_for(model: ModelSpec, cluster: Cluster, settings: tuple[Any, ...], stack: Stack, eff: Efficiency,
               recomputes: tuple[str, ...], works: tuple[str, ...]) -> KeyStore:
     """The store of priced keys for the searches of ``model`` on ``cluster`` whatever its GPU count (within

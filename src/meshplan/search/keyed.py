@@ -19,7 +19,7 @@ import numpy as np
 from meshplan.collectives.comm import Layout, block_members
 from meshplan.collectives.groups import expert_layout, send_stride
 from meshplan.search.batch import CATEGORICAL, PlanBatch
-from meshplan.search.key_store import Panels, distinct, shape_compute_times, store_for
+from meshplan.search.key_store import KeyStore, Panels, distinct, shape_compute_times, store_for
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -130,6 +130,14 @@ def _rows_of(compute: dict[str, list[Num | None]], index: np.ndarray | slice, n:
     return {k: [None if t is None else pick(t) for t in v] for k, v in compute.items()}
 
 
+def units_store(model: ModelSpec, cluster: Cluster, pool: PlanBatch, stack: Stack, eff: Efficiency,
+                recomputes: tuple[str, ...], works: tuple[str, ...]) -> KeyStore:
+    """The store ``KeyUnits`` of ``pool`` keeps its units in (key_store.store_for: shared by the searches of one
+    model, system and settings within ``shared_units``)."""
+    settings = tuple(getattr(pool, k) for k in CATEGORICAL if k not in _GRID_SETTINGS)
+    return store_for(model, cluster, settings, stack, eff, recomputes, works)
+
+
 class KeyUnits:
     """The units of plans, one per distinct unit key, computed when a plan first needs them.
 
@@ -153,8 +161,7 @@ class KeyUnits:
         self._held: tuple[tuple[Units, ...], list[tuple[list[int], np.ndarray]]] = ((), [])  # _stacked's
         shape_first, self.shape_of = distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))
         self.n_shapes = len(shape_first)
-        settings = tuple(getattr(pool, k) for k in CATEGORICAL if k not in _GRID_SETTINGS)
-        store = self._store = store_for(model, cluster, settings, stack, eff, recomputes, works)
+        store = self._store = units_store(model, cluster, pool, stack, eff, recomputes, works)
         self._shape_ids = store.shape_ids(np.stack([getattr(pool, k)[shape_first] for k in SHAPE_KEYS]))
         new = self._shape_ids >= store.shaped  # shapes whose kernel times no search of the store has computed
         if new.any():

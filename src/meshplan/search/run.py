@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from meshplan.estimate import Estimate
 from meshplan.search.best import Best, simplicity
+from meshplan.search.candidates import taken
 from meshplan.search.combos import Combo, valid_combos
 from meshplan.search.evaluate import Part
 from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
@@ -180,7 +181,7 @@ def _shares(prepared: _Prepared, searches: int) -> list[Job]:
 
 def _prepare(model: ModelSpec, cluster: Cluster, space: Space, workers: int, explore: Explore | None) -> _Prepared:
     start = time.perf_counter()
-    combos, tally = valid_combos(model, cluster, space)
+    combos, tally = taken(("combos", model, cluster, space)) or valid_combos(model, cluster, space)  # shapes_ahead
     check_space(model, cluster, space, combos)
     workers = worker_count(combos, workers)
     shares: list[Job] = []  # searches._shares: once the searches' tasks are known

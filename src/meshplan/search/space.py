@@ -17,7 +17,8 @@ The defaults are the command line's (``meshplan plan`` derives its options' defa
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
@@ -26,6 +27,9 @@ from meshplan.ranges import check_options
 from meshplan.specs.check import recompute_modules_problem
 from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE, SPLIT_SCHEDULES
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack, stack_modules
+
+if TYPE_CHECKING:
+    from meshplan.specs.model import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,3 +260,14 @@ def _shown(value: object) -> str:
     if isinstance(value, tuple):
         return ",".join({True: "on", False: "off"}.get(v, str(v)) if isinstance(v, bool) else str(v) for v in value)
     return str(value)
+
+
+def switch_spaces(model: ModelSpec, space: Space) -> list[Space]:
+    """The spaces ``search_switches`` searches (search/variants.py): for a MoE model one per choice of
+    ``space.expert_gemms``, its stack with that switch; else ``space`` on its stack (with the one choice, where there
+    is one)."""
+    choices = space.expert_gemms if model.is_moe else ()
+    if len(choices) < 2:
+        stack = space.stack.with_(expert_gemm=choices[0]) if choices else space.stack
+        return [replace(space, stack=stack, expert_gemms=())]
+    return [replace(space, stack=space.stack.with_(expert_gemm=g), expert_gemms=()) for g in choices]

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from meshplan.search.run import SearchResult, fastest_searches, search
-from meshplan.search.space import Space
+from meshplan.search.space import Space, switch_spaces
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
@@ -29,13 +29,10 @@ def search_switches(model: ModelSpec, cluster: Cluster, space: Space, top_k: int
                     progress: Callable[[int, int], None] | None = None, explore: Any = None) -> SearchResult:
     """``search`` over every choice of ``space.expert_gemms`` for a MoE model (module docstring); the plain search
     otherwise."""
-    choices = space.expert_gemms if model.is_moe else ()
-    if len(choices) < 2:
-        stack = space.stack.with_(expert_gemm=choices[0]) if choices else space.stack
-        return search(model, cluster, replace(space, stack=stack, expert_gemms=()), top_k=top_k, eff=eff,
-                      progress=progress, explore=explore)
+    spaces = switch_spaces(model, space)
+    if len(spaces) < 2:
+        return search(model, cluster, spaces[0], top_k=top_k, eff=eff, progress=progress, explore=explore)
     start = time.perf_counter()  # the searches' jobs run in one pool of processes (run.fastest_searches)
-    spaces = [replace(space, stack=space.stack.with_(expert_gemm=g), expert_gemms=()) for g in choices]
     results = fastest_searches(model, cluster, spaces, top_k=top_k, eff=eff, progress=progress, explore=explore)
     found = [r for r in results if r.fastest is not None]
     best = min(found, key=lambda r: r.fastest.step_time if r.fastest else 0.0) if found else results[0]
