@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from meshplan.autoshard.ilp import _classes
-from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce
+from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce, restrict
 from meshplan.xp import unique_rows
 
 DRAWS = 300
@@ -96,3 +96,20 @@ def test_the_row_classes_are_numpys_unique_rows():
         assert np.array_equal(got, unique) and np.array_equal(got_inverse, np.ravel(inverse))
         classes, row_of, col_of = _classes(m)
         assert np.array_equal(classes[row_of][:, col_of], m)  # every entry is its classes' entry
+
+
+def test_equal_kept_indices_are_one_object_so_the_edges_they_restrict_are_met_again():
+    """Two profiles of node 0 that differ (its cost priced again, as a Lagrangian round does) but keep the same
+    strategies give the same index object; the edge restricted by it is the same object too, so node 1's profile,
+    whose arrays are unchanged, is met by identity (reduce.same) rather than hashed again."""
+    edge = np.array([[1.0, 2.0], [1.0, 2.0], [3.0, 0.0]])  # node 0's strategies 0 and 1 are duplicates: 1 goes
+    first = Pairwise(costs={0: np.array([1.0, 1.0, 2.0]), 1: np.array([0.0, 0.0])}, edges={(0, 1): edge}, memory={},
+                     ids={0: np.arange(3), 1: np.arange(2)})
+    again = copy(first)
+    again.costs[0] = first.costs[0] + 0.5  # a new array, a new profile: kept by digest, not by identity
+    keep, keep_again = _dominated(first, 0, {1}), _dominated(again, 0, {1})
+    assert keep.tolist() == [0, 2] and keep_again is keep
+    restrict(first, 0, keep, {1})
+    restrict(again, 0, keep_again, {1})
+    assert again.edges[(0, 1)] is first.edges[(0, 1)]
+    assert _dominated(again, 1, {0}) is _dominated(first, 1, {0})
