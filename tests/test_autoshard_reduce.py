@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from meshplan.autoshard.ilp import _classes
-from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce, restrict
+from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce, restrict, same
 from meshplan.xp import unique_rows
 
 DRAWS = 300
@@ -113,3 +113,13 @@ def test_equal_kept_indices_are_one_object_so_the_edges_they_restrict_are_met_ag
     restrict(again, 0, keep_again, {1})
     assert again.edges[(0, 1)] is first.edges[(0, 1)]
     assert _dominated(again, 1, {0}) is _dominated(first, 1, {0})
+
+
+def test_an_equal_result_of_other_arguments_is_the_first_object():
+    """reduce.same hands back the array made first where another computation gives an equal one (never written, so
+    one object serves both), and leaves other results as they are."""
+    a, b = np.array([1.0, 2.0]), np.array([0.5, 1.0])
+    first = same(("test-add",), (a, a), np.add)
+    second = same(("test-mul",), (b, np.array([4.0, 4.0])), np.multiply)
+    assert second is first and first.tolist() == [2.0, 4.0]
+    assert same(("test-pair",), (a,), lambda x: (x * 2, "tag")) == (first, "tag")
