@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from meshplan.autoshard.ilp import _classes
+from meshplan.autoshard.ilp import _constraints as ilp_constraints
+from meshplan.autoshard.ilp import names as ilp_names
 from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce, restrict, same
 from meshplan.xp import unique_rows
 
@@ -123,3 +125,40 @@ def test_an_equal_result_of_other_arguments_is_the_first_object():
     second = same(("test-mul",), (b, np.array([4.0, 4.0])), np.multiply)
     assert second is first and first.tolist() == [2.0, 4.0]
     assert same(("test-pair",), (a,), lambda x: (x * 2, "tag")) == (first, "tag")
+
+
+def test_the_programs_edge_rows_and_names_are_an_edge_by_edge_loops():
+    """ilp._constraints' marginal entries and ilp.names' edge columns, made for all edges at once (row class by row
+    class, no division), are what a loop over each edge's classes writes: e[a, b]'s column in its u-row a and its
+    v-row b, each strategy in its class's row with -1; e[a, b] named by its nodes' places and its classes' first
+    strategies."""
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        pw = random_program(rng)
+        pw.edges = {k: m[rng.integers(0, len(m), len(m))] for k, m in pw.edges.items()}  # repeated rows: classes
+        if not pw.edges:
+            continue
+        keys = sorted(pw.costs)
+        offset = dict(zip(keys, np.cumsum([0] + [len(pw.costs[k]) for k in keys[:-1]]).tolist(), strict=True))
+        n = sum(len(c) for c in pw.costs.values())
+        edges, e_offset = [(k, *_classes(m)) for k, m in sorted(pw.edges.items())], []
+        for _, m, _, _ in edges:
+            e_offset.append(n)
+            n += m.size
+        coo, _, _ = ilp_constraints(pw, keys, offset, edges, e_offset, n, [])
+        got = sorted(zip(coo.rows.tolist(), coo.cols.tolist(), coo.vals.tolist(), strict=True))
+        want, r, named = [(k, offset[k] + a, 1.0) for k in keys for a in range(len(pw.costs[k]))], len(keys), []
+        for ((u, v), m, row_of, col_of), at in zip(edges, e_offset, strict=True):
+            su, sv = m.shape
+            for a, b in itertools.product(range(su), range(sv)):
+                want += [(r + a, at + a * sv + b, 1.0), (r + su + b, at + a * sv + b, 1.0)]
+                named.append((u, v, min(i for i, c in enumerate(row_of) if c == a),
+                              min(j for j, c in enumerate(col_of) if c == b)))
+            want += [(r + c, offset[u] + i, -1.0) for i, c in enumerate(row_of)]
+            want += [(r + su + c, offset[v] + j, -1.0) for j, c in enumerate(col_of)]
+            r += su + sv
+        assert got == sorted(want)
+        names = ilp_names(pw, keys, keys, edges, 0)
+        assert names is not None
+        edge_names = [(1 << 60) | u << 46 | v << 32 | a << 16 | b for u, v, a, b in named]  # ilp._FIELDS' bits
+        assert names.cols[e_offset[0]:].tolist() == edge_names
