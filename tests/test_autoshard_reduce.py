@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from meshplan.autoshard.ilp import _classes
-from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce
+from meshplan.autoshard.ilp import _constraints as ilp_constraints
+from meshplan.autoshard.ilp import names as ilp_names
+from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce, restrict, same
 from meshplan.xp import unique_rows
 
 DRAWS = 300
@@ -96,3 +98,67 @@ def test_the_row_classes_are_numpys_unique_rows():
         assert np.array_equal(got, unique) and np.array_equal(got_inverse, np.ravel(inverse))
         classes, row_of, col_of = _classes(m)
         assert np.array_equal(classes[row_of][:, col_of], m)  # every entry is its classes' entry
+
+
+def test_equal_kept_indices_are_one_object_so_the_edges_they_restrict_are_met_again():
+    """Two profiles of node 0 that differ (its cost priced again, as a Lagrangian round does) but keep the same
+    strategies give the same index object; the edge restricted by it is the same object too, so node 1's profile,
+    whose arrays are unchanged, is met by identity (reduce.same) rather than hashed again."""
+    edge = np.array([[1.0, 2.0], [1.0, 2.0], [3.0, 0.0]])  # node 0's strategies 0 and 1 are duplicates: 1 goes
+    first = Pairwise(costs={0: np.array([1.0, 1.0, 2.0]), 1: np.array([0.0, 0.0])}, edges={(0, 1): edge}, memory={},
+                     ids={0: np.arange(3), 1: np.arange(2)})
+    again = copy(first)
+    again.costs[0] = first.costs[0] + 0.5  # a new array, a new profile: kept by digest, not by identity
+    keep, keep_again = _dominated(first, 0, {1}), _dominated(again, 0, {1})
+    assert keep.tolist() == [0, 2] and keep_again is keep
+    restrict(first, 0, keep, {1})
+    restrict(again, 0, keep_again, {1})
+    assert again.edges[(0, 1)] is first.edges[(0, 1)]
+    assert _dominated(again, 1, {0}) is _dominated(first, 1, {0})
+
+
+def test_an_equal_result_of_other_arguments_is_the_first_object():
+    """reduce.same hands back the array made first where another computation gives an equal one (never written, so
+    one object serves both), and leaves other results as they are."""
+    a, b = np.array([1.0, 2.0]), np.array([0.5, 1.0])
+    first = same(("test-add",), (a, a), np.add)
+    second = same(("test-mul",), (b, np.array([4.0, 4.0])), np.multiply)
+    assert second is first and first.tolist() == [2.0, 4.0]
+    assert same(("test-pair",), (a,), lambda x: (x * 2, "tag")) == (first, "tag")
+
+
+def test_the_programs_edge_rows_and_names_are_an_edge_by_edge_loops():
+    """ilp._constraints' marginal entries and ilp.names' edge columns, made for all edges at once (row class by row
+    class, no division), are what a loop over each edge's classes writes: e[a, b]'s column in its u-row a and its
+    v-row b, each strategy in its class's row with -1; e[a, b] named by its nodes' places and its classes' first
+    strategies."""
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        pw = random_program(rng)
+        pw.edges = {k: m[rng.integers(0, len(m), len(m))] for k, m in pw.edges.items()}  # repeated rows: classes
+        if not pw.edges:
+            continue
+        keys = sorted(pw.costs)
+        offset = dict(zip(keys, np.cumsum([0] + [len(pw.costs[k]) for k in keys[:-1]]).tolist(), strict=True))
+        n = sum(len(c) for c in pw.costs.values())
+        edges, e_offset = [(k, *_classes(m)) for k, m in sorted(pw.edges.items())], []
+        for _, m, _, _ in edges:
+            e_offset.append(n)
+            n += m.size
+        coo, _, _ = ilp_constraints(pw, keys, offset, edges, e_offset, n, [])
+        got = sorted(zip(coo.rows.tolist(), coo.cols.tolist(), coo.vals.tolist(), strict=True))
+        want, r, named = [(k, offset[k] + a, 1.0) for k in keys for a in range(len(pw.costs[k]))], len(keys), []
+        for ((u, v), m, row_of, col_of), at in zip(edges, e_offset, strict=True):
+            su, sv = m.shape
+            for a, b in itertools.product(range(su), range(sv)):
+                want += [(r + a, at + a * sv + b, 1.0), (r + su + b, at + a * sv + b, 1.0)]
+                named.append((u, v, min(i for i, c in enumerate(row_of) if c == a),
+                              min(j for j, c in enumerate(col_of) if c == b)))
+            want += [(r + c, offset[u] + i, -1.0) for i, c in enumerate(row_of)]
+            want += [(r + su + c, offset[v] + j, -1.0) for j, c in enumerate(col_of)]
+            r += su + sv
+        assert got == sorted(want)
+        names = ilp_names(pw, keys, keys, edges, 0)
+        assert names is not None
+        edge_names = [(1 << 60) | u << 46 | v << 32 | a << 16 | b for u, v, a, b in named]  # ilp._FIELDS' bits
+        assert names.cols[e_offset[0]:].tolist() == edge_names

@@ -303,11 +303,10 @@ def _edge_entries(edges: list, e_offset: list[int], offset: dict[int, int], r: i
     sv = np.array([m.shape[1] for _, m, _, _ in edges])
     first = r + np.concatenate(([0], np.cumsum(su + sv)[:-1]))  # each edge's first row
     size = su * sv
-    eid = np.repeat(np.arange(len(edges)), size)
-    local = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
-    a, b = local // sv[eid], local % sv[eid]
-    grid = np.asarray(e_offset)[eid] + local
-    rows += [first[eid] + a, first[eid] + su[eid] + b]
+    rowlen, col = _row_runs(su, sv)  # the entries row class by row class, no division by the widths
+    grid = np.repeat(np.asarray(e_offset) - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))
+    rows += [np.repeat(np.repeat(first, su) + _spans(su)[1], rowlen),  # u's marginal row: the entry's row class
+             np.repeat(np.repeat(first + su, su), rowlen) + col]  # v's: its column class
     cols += [grid, grid]
     vals += [np.ones(len(grid)), np.ones(len(grid))]
     for side, at in ((1, first), (2, first + su)):  # the nodes' strategies: u's by row class, v's by column class
@@ -345,9 +344,11 @@ def names(pw: Pairwise, every: list[int], keys: list[int], edges: list, memory: 
         sv = np.array([m.shape[1] for _, m, _, _ in edges])
         a = _firsts([pw.ids[key[0]] for key, *_ in edges], [e[2] for e in edges], su)
         b = _firsts([pw.ids[key[1]] for key, *_ in edges], [e[3] for e in edges], sv)
-        eid, local = _spans(su * sv)
-        row, col = local // sv[eid], local % sv[eid]
-        cols.append(_name(1, u[eid], v[eid], a[(np.cumsum(su) - su)[eid] + row], b[(np.cumsum(sv) - sv)[eid] + col]))
+        # an edge column's name: its edge's fields (kind, u, v: one value per edge), its row class's, its column
+        # class's, each class's repeated over its entries (rows of a class side by side: ``_edge_entries``' order)
+        rowlen, col = _row_runs(su, sv)
+        head = np.repeat(np.repeat(_name(1, u, v, 0, 0), su) | _name(0, 0, 0, a, 0), rowlen)
+        cols.append(head | b[np.repeat(np.repeat(np.cumsum(sv) - sv, su), rowlen) + col])
         first = np.cumsum(su + sv) - su - sv  # each edge's first marginal row
         marginal = np.empty(int((su + sv).sum()), dtype=np.int64)
         for side, size, arg in ((0, su, a), (1, sv, b)):
@@ -356,6 +357,13 @@ def names(pw: Pairwise, every: list[int], keys: list[int], edges: list, memory: 
         rows.append(marginal)
     rows.append(_name(3, np.arange(memory), 0, 0, 0))
     return Names(cols=np.concatenate(cols), rows=np.concatenate(rows))
+
+
+def _row_runs(su: np.ndarray, sv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges of su x sv classes, their entries row by row one edge after another: each row's length (its edge's sv)
+    and each entry's place in its row (the column class)."""
+    rowlen = np.repeat(sv, su)
+    return rowlen, np.arange(int(rowlen.sum())) - np.repeat(np.cumsum(rowlen) - rowlen, rowlen)
 
 
 def _spans(size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
