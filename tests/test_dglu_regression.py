@@ -2,7 +2,7 @@
 OpCost.slowdown): cudnn-frontend#256 measured Transformer Engine's CuTeDSL grouped MLP backward GLU kernel
 (grouped_gemm_dglu_wrapper_sm100: fc2's data gradient with the dGeGLU and the bias gradient in its epilogue) 10x slower
 from cudnn-frontend 1.24.0, and Megatron-Bridge marks its 26.06.01 GPT-OSS-120B MXFP8 rows with that issue
-(recipes.DGLU_SLOWDOWN). Measured, that row is 18,304 tokens/s a GPU where 26.06 and 26.08 measure 28,947 and 28,672
+(recipes_off.DGLU_SLOWDOWN). Measured, that row is 18,304 tokens/s a GPU where 26.06 and 26.08 measure 28,947 and 28,672
 with the same recipe, while the SwiGLU MoE rows of 26.06.01 (Qwen3, DeepSeek-V3) did not slow."""
 
 from __future__ import annotations

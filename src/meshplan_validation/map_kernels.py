@@ -10,7 +10,7 @@ from typing import Any
 
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS
-from meshplan_validation import recipes
+from meshplan_validation import recipes, recipes_off
 from meshplan_validation.patterns import (
     FA2_ATTENTION_TEXT,
     FLASH_TEXT,
@@ -32,7 +32,7 @@ from meshplan_validation.sources import SDPA_CUDNN_FROM, SourceDefaults
 def tensor_parallel(record: dict[str, Any], src: SourceDefaults, tp: int, precision: str, notes: list[str]
                     ) -> tuple[bool, bool]:
     """Sequence parallelism and TP communication overlap: as stated, else the release's recipe where it departs from
-    its source's default (recipes.TP_OVERLAP_OFF), else that default."""
+    its source's default (recipes_off.TP_OVERLAP_OFF), else that default."""
     p = record.get("parallel") or {}
     sp = p.get("sequence_parallel")
     if sp is None:
@@ -41,7 +41,7 @@ def tensor_parallel(record: dict[str, Any], src: SourceDefaults, tp: int, precis
             notes.append(f"sequence parallelism {'on' if sp else 'off'} (not stated)")
     sp = flag(sp) and tp > 1
     overlap_tp = src.stack.overlap_tp and tp > 1 and precision != "fp4"
-    recipe_off = recipes.overlap_tp_off(record)
+    recipe_off = recipes_off.overlap_tp_off(record)
     if p.get("async_tp") is not None:
         overlap_tp = flag(p["async_tp"]) and tp > 1
     elif recipe_off and tp > 1:

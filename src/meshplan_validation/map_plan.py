@@ -12,7 +12,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan_validation import recipes
+from meshplan_validation import recipes, recipes_off
 from meshplan_validation.layouts import end_stage_layers
 from meshplan_validation.map_kernels import (
     attention_kernel,
@@ -94,7 +94,7 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     p = record.get("parallel") or {}
     sp, overlap_tp = tensor_parallel(record, src, layout["tp"], precision, notes)
     dp_overlap = overlap_dp(p, src, notes)
-    gather_off = recipes.param_gather_off(record)
+    gather_off = recipes_off.param_gather_off(record)
     if gather_off and dp_overlap:
         notes.append(f"weight all-gather after the optimizer step, before the first forward pass ({gather_off})")
     mode, lora_rank, lora_targets = finetune(record, p, src, notes)
@@ -106,7 +106,7 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     kernel = attention_kernel(record, src, flash, precision, notes)
     factor, padded, drop_note = recipes.token_drop(record, model)
     notes += [drop_note] if drop_note else []
-    dglu, dglu_note = recipes.dglu_slowdown(record)
+    dglu, dglu_note = recipes_off.dglu_slowdown(record)
     notes += [dglu_note] if dglu_note else []
     plan = {"sequence_parallel": sp, "finetune": mode, "lora_rank": lora_rank, "lora_targets": lora_targets,
             "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers,

@@ -1,7 +1,7 @@
 """The Megatron-Bridge (and NeMo) recipe settings that a release's published table does not state, read from its
-performance scripts, each with the file or pull request it comes from: EP all-to-all overlap, TP overlap left off,
-FP8 attention, activation offload, the expert-GEMM launch, CUDA graphs, selective recompute modules and multi-token
-prediction.
+performance scripts, each with the file or pull request it comes from: EP all-to-all overlap, FP8 attention,
+activation offload, the expert-GEMM launch, CUDA graphs, selective recompute modules and multi-token prediction (what
+a recipe turns off, or a release's regressed kernel: recipes_off.py).
 Each table is keyed by a pattern on the record's ``recipe_key``; map_plan.py applies them when it maps a record onto a
 Plan and a Stack (the pipeline layouts of these recipes: layouts.py).
 """
@@ -73,45 +73,6 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
      "moe_flex_dispatcher_backend='hybridep', moe_a2a_overlap=True (26.08: perf_recipes/gpt_oss/common.py "
      "overlap_moe_expert_parallel_comm = True)"),
 )
-
-
-# Megatron-Bridge performance recipes that leave the TP communication exposed (CommOverlapConfig(tp_comm_overlap=False))
-# where the harness otherwise overlaps it with userbuffers: (regex on "group model gpu", source).
-TP_OVERLAP_OFF: tuple[tuple[str, str], ...] = (
-    (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100",
-     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_llm_pretrain.py (the 25.11 to 26.04 recipes) "
-     "qwen3_235b_a22b_pretrain_config_h100: CommOverlapConfig(tp_comm_overlap=False), where the B200, B300, GB200 and "
-     "GB300 functions set True; 26.06 on, src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py @ 04eb4f8: "
-     "tp_comm_overlap=False"),
-)
-
-
-def overlap_tp_off(record: dict[str, Any]) -> str:
-    """The source of the release's recipe that leaves the TP communication exposed, or ""."""
-    key = recipe_key(record)
-    return next((why for pattern, why in TP_OVERLAP_OFF if re.search(pattern, key)), "")
-
-
-# Recipes leaving the weight all-gather synchronous (overlap_param_gather=False): ("group model gpu precision", source)
-PARAM_GATHER_OFF: tuple[tuple[str, str], ...] = (
-    (r"megatron_bridge_25\.11\S* (llama3-70b|llama3\.1-405b) (b200|gb200|gb300) mxfp8",
-     "Megatron-Bridge scripts/performance/configs/llama3/llama3_llm_pretrain.py and llama31/llama31_llm_pretrain.py "
-     "@ v0.2.0-v0.2.2 (7af9601, the 25.11 scripts), the 70B and 405B B200 / GB200 / GB300 configs: 'if precision == "
-     "\"fp8_mx\": # keeping this eanbled causes NaN grad norm', overlap_param_gather = False"),
-    (r"megatron_bridge_25\.11\S* deepseek-v3 (gb200|gb300) mxfp8",
-     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_llm_pretrain.py @ v0.2.0 (7af9601): "
-     "deepseek_v3_gb300_config / _gb200_config, fp8_mx: overlap_param_gather = False (not the B200 config)"),
-    (r"megatron_bridge_26\.06 llama3\.1-405b gb200 nvfp4",
-     "Megatron-Bridge scripts/performance/configs/llama/llama31_llm_pretrain.py @ v0.5.0 (fcbb603, the 26.06 "
-     "scripts) llama31_405b_pretrain_config_gb200: nvfp4 with config_variant v2 (256 GPUs, GBS 1536: "
-     "LLAMA31_405B_PRETRAIN_CONFIG_GB200_NVFP4_V2) calls disable_param_gather_overlap (issue #3714: peak memory)"),
-)
-
-
-def param_gather_off(record: dict[str, Any]) -> str:
-    """The source of the release's recipe that leaves the weight all-gather synchronous, or ""."""
-    key = recipe_key(record, record.get("precision") or "")
-    return next((why for pattern, why in PARAM_GATHER_OFF if re.search(pattern, key)), "")
 
 
 # Megatron-Bridge recipes that run cuDNN's FP8 attention (fp8_dot_product_attention → Stack.attention_kernel = "fp8"):
@@ -257,23 +218,6 @@ def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
                            "MXFP8 Blackwell MoE recipes: Megatron-Bridge PR #4249 / #4606)")
     return "per_expert", ("expert GEMMs launched per expert by the host after the per-layer tokens-per-expert sync "
                           "(TE GroupedLinear, Megatron-Core dropless token dispatcher)")
-
-
-# Releases whose grouped MLP's backward GLU kernel regressed (Stack.dglu_slowdown): (regex on "group model gpu
-# precision", times, source). cudnn-frontend#256: grouped_gemm_dglu_wrapper_sm100 (MoEGroupedGemmDgluDbiasKernel,
-# block-scaled) "became 10x slower between cudnn-frontend v1.23.0 and v1.24.0" on GPT-OSS-20B's dGeGLU; Megatron-
-# Bridge's performance-summary.md (@ b03c72c9c / 75aba37c9) marks its 26.06.01 GPT-OSS 120B MXFP8 rows "a known issue
-# (cudnn-frontend#256)", and its #5028 measures that container's GPT-OSS 20B GB200 MXFP8 step 421.1 -> 627.3 ms.
-DGLU_SLOWDOWN = ((r"megatron_bridge_26\.06\.01\s.*gpt-oss\S* \S+ mxfp8", 10.0, "cudnn-frontend#256"),)
-
-
-def dglu_slowdown(record: dict[str, Any]) -> tuple[float, str]:
-    """The times ``DGLU_SLOWDOWN`` gives the release's grouped backward GLU kernel (1: none), with its note."""
-    key = recipe_key(record, record.get("precision") or "")
-    for pattern, times, why in DGLU_SLOWDOWN:
-        if re.search(pattern, key):
-            return times, f"the grouped MLP's backward GLU kernel at {times:g}x its time ({why})"
-    return 1.0, ""
 
 
 # Megatron-Bridge performance recipes that drop tokens (Plan.moe_expert_capacity_factor, specs/token_drop.py): the

@@ -152,8 +152,8 @@ DGLU_RECORDS = (("moe/experts/fc2", "bwd_x"), ("moe/experts/act", "bwd_x"))
 def dglu_regressed(ops: list[OpCost], stack: Stack) -> list[OpCost]:
     """``ops`` with the grouped MLP's backward GLU kernel (``DGLU_RECORDS``) at ``stack.dglu_slowdown`` times its
     time: a release's regression of that kernel, as its maintainers state it (cudnn-frontend#256: 10x slower from
-    cudnn-frontend 1.24.0, which the 26.06.01 NeMo container ships; meshplan_validation/recipes.DGLU_SLOWDOWN). Only
-    the fused grouped path runs that kernel; the per-expert path's GEMMs and activation are other kernels."""
+    cudnn-frontend 1.24.0, which the 26.06.01 NeMo container ships; meshplan_validation/recipes_off.DGLU_SLOWDOWN).
+    Only the fused grouped path runs that kernel; the per-expert path's GEMMs and activation are other kernels."""
     if stack.dglu_slowdown == 1.0 or not stack.expert_gemm_mode.grouped:
         return ops
     return [replace(op, slowdown=stack.dglu_slowdown) if (op.name, op.phase) in DGLU_RECORDS else op for op in ops]

@@ -82,10 +82,8 @@ class Stack:
                                            "TorchScript-fused bias-GeLU and bias-dropout-add; cost/eager.py)")
     expert_gemm: str = _choice("per_expert", EXPERT_GEMM, "MoE expert GEMMs: per_expert (launched by the host "
                                                           "after the tokens-per-expert sync) or grouped (one kernel)")
-    dglu_slowdown: float = field(default=1.0, metadata={
-        "help": "the grouped MLP's backward GLU kernel (fc2's data gradient fused with the gated activation's and the "
-                "bias gradient: expert_gemm grouped) at this many times its time, a release's regression "
-                "(cost/mlp_moe.dglu_regressed); 1: none"})
+    dglu_slowdown: float = field(default=1.0, metadata={"help": "with expert_gemm grouped, the fused backward GLU "
+                                 "kernel at this many times its time: a release's regression (cost/mlp_moe.py)"})
     fp8_scaling: str = _choice("delayed", FP8_SCALING, "fp8 scales from the amax history (delayed) or from the "
                                                       "tensor itself (current: one more read before each cast)")
     varlen_attention: bool = _flag(False, "flash-attn's varlen interface: rows packed and unpacked around the kernel")
@@ -193,10 +191,9 @@ class Stack:
                 "counted"})
     drained_passes: str = _choice(
         "none", DRAINED_PASSES, "the passes of every micro-batch that start from an empty GPU queue, behind a host "
-        "synchronisation of the training loop: forward (the loss read after each backward, loss.item()), both (a "
-        "Python branch on a device tensor between the forward and the backward too), layers (both, and every layer's "
-        "and end's pass a flow line from an empty queue: step/host.py) or none; a drained pass cannot "
-        "gather its first weights behind the pass before it, so that all-gather runs alone (step/channels.py)")
+        "synchronisation of the training loop: forward (loss.item() after each backward), both (a Python branch on a "
+        "device tensor between the passes too), layers (both, and every layer's pass from an empty queue: step/host.py)"
+        " or none; a drained pass gathers its first weights alone (step/channels.py)")
     cuda_graphs: bool = _flag(False, "the layers are captured as CUDA graphs (Megatron-Core --cuda-graph-impl, "
                                      "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
                                      "and pass, not each kernel")
