@@ -1,6 +1,6 @@
 """The distributed optimizer's weight all-gather left synchronous (Stack.overlap_param_gather off: Megatron-Core's
 DistributedOptimizer.step_with_ready_grads gathers every chunk right after the optimizer step), and the Megatron-Bridge
-25.11 MXFP8 recipes that leave it so (recipes.PARAM_GATHER_OFF)."""
+25.11 MXFP8 recipes that leave it so (recipes_off.PARAM_GATHER_OFF)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,21 @@ def test_a_synchronous_gather_is_the_first_forward_pass_s_lead():
     # overlapped (the default, nothing drained): no lead; left synchronous: the whole gather, and no backward lead
     assert lead_times(model, plan, stack, 0.25, lambda n: 1.0) == (0.0, 0.0)
     assert lead_times(model, plan, stack.with_(overlap_param_gather=False), 0.25, lambda n: 1.0) == (0.25, 0.0)
+
+
+@pytest.mark.parametrize(("zero", "drained", "leads"), [
+    (2, "none", (0.25, 0.0)),  # ZeRO-2's distributed optimizer gathers after the step too
+    (3, "none", (0.0, 0.0)),  # ZeRO-3 gathers beside every forward (zero_traffic): the flag changes nothing here
+    (1, "forward", (0.25, 0.0)),  # drained: max(the whole 0.25, min(0.25, root 1 + layer 1)) = 0.25
+    (1, "both", (0.25, 0.25)),  # and the backward's drained lead, min(0.25, the last layer's 1)
+])
+def test_a_synchronous_gather_is_the_whole_gather_at_zero_1_and_2_drained_or_not(zero, drained, leads):
+    model, plan = load_model("llama3-70b"), Plan(dp=8, tp=4, pp=4, global_batch=256, zero=zero)
+    stack = load_stack("megatron-bridge").with_(overlap_param_gather=False, drained_passes=drained)
+    assert lead_times(model, plan, stack, 0.25, lambda n: 1.0) == leads
+    # with the gather overlapped, a drained forward's lead is its first units' alone: min(0.25, 0.1 + 0.1) = 0.2
+    overlapped = lead_times(model, plan, stack.with_(overlap_param_gather=True), 0.25, lambda n: 0.1)
+    assert overlapped[0] == (pytest.approx(0.2) if drained != "none" else 0.0)
 
 
 def test_the_first_forward_pass_waits_for_the_whole_gather():

@@ -10,7 +10,7 @@ from meshplan.cost.records import ACT_BYTES, OpCost
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.xp import Num, minimum, where
+from meshplan.xp import Num, maximum, minimum, where
 
 
 def fsdp_grad_bytes(plan: Plan, stack: Stack) -> int:
@@ -97,13 +97,15 @@ def lead_times(model: ModelSpec, plan: Plan, stack: Stack | None, gather: Num, s
     ``seconds`` (of one all-gather of so many parameters) of ``lead_params``' units, a call each (the root unit then
     the first layer; the last layer), never more than the whole ``gather``; (0, 0) for a stack that drains none.
     Where the stack does not overlap the weight all-gather (``stack.overlap_param_gather`` off, ZeRO-1 and 2: Megatron
-    -Core's --overlap-param-gather left off) the first forward pass waits for all of it: DistributedOptimizer
-    .step_with_ready_grads (megatron/core/optimizer/distrib_optimizer.py) then calls every model chunk's
-    start_param_sync right after the optimizer step, synchronously, and no forward starts before it returns."""
+    -Core's --overlap-param-gather left off) the first forward pass waits for all of it, drained or not:
+    DistributedOptimizer.step_with_ready_grads (megatron/core/optimizer/distrib_optimizer.py @ core_v0.15.0) then
+    calls every model chunk's start_param_sync right after the optimizer step, synchronously, and no forward starts
+    before it returns. ZeRO-3 gathers beside every forward pass (zero_traffic), which the flag does not change here."""
     drained = stack.drained_passes if stack else "none"
-    if stack is not None and not stack.overlap_param_gather and drained == "none":
-        return gather, 0.0
+    sync = stack is not None and not stack.overlap_param_gather
+    whole = where((plan.zero == 1) | (plan.zero == 2), gather, 0.0) if sync else 0.0
     if drained == "none":
-        return 0.0, 0.0
+        return whole, 0.0
     root, layer = (seconds(n) for n in lead_params(model, plan))
-    return minimum(gather, root + layer), (minimum(gather, layer) if drained in ("both", "layers") else 0.0)
+    first = maximum(whole, minimum(gather, root + layer)) if sync else minimum(gather, root + layer)
+    return first, (minimum(gather, layer) if drained in ("both", "layers") else 0.0)
