@@ -66,6 +66,12 @@ def _ci_microbatch() -> float:
     return float(MEGATRON_LM_CI_MICROBATCH)
 
 
+def _vtrain_drained() -> float:
+    from meshplan_validation.source_vtrain import VTRAIN_STACK  # noqa: PLC0415
+
+    return 1.0 if VTRAIN_STACK.drained_passes == "layers" else 0.0
+
+
 def _headroom() -> float:
     from meshplan.fields import MEMORY_HEADROOM  # noqa: PLC0415
 
@@ -136,6 +142,12 @@ FITTED: tuple[Fitted, ...] = (
            "training", _ci_microbatch, "the fit half of Megatron-LM's CI runs (its six pipelined runs), at the "
            "DGX A100's measured python_host",
            frozenset({"megatron_lm_ci"}), "tests/test_megatron_ci_loop.py", 0.0, "s"),
+    Fitted("vTrain passes from an empty queue", "src/meshplan_validation/source_vtrain.py VTRAIN_STACK drained_passes",
+           "training", _vtrain_drained, "chosen with vTrain's released half in view: its traced layers lie 0.2-0.65 "
+           "of the way from max(host, GPU) to their sum (data/measured/2026-11-30-vtrain-failing-cells.md); its "
+           "profiler's flushes at every module boundary are host work, not a stated synchronisation",
+           frozenset({"vtrain"}), "benchmarks/measure/small_work_cell_parts.py", 0.0,
+           "1: drained_passes 'layers'; 0: 'none'"),
     Fitted("memory headroom", "src/meshplan/fields.py MEMORY_HEADROOM", "training", _headroom,
            "chosen: the largest |error| of the measured peak memories (torchtitan's 18 runs)",
            frozenset({"torchtitan"}), "benchmarks/docs/accuracy.py (reports the errors)", 0.0, "of HBM"),

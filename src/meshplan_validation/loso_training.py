@@ -37,6 +37,7 @@ from meshplan_validation.skip import Skip
 DENSE = (Coordinate("gemm", (0.3, 1.2)), Coordinate("attention", (0.15, 1.0)))
 CAP = 0.5  # the shipped fit's clip of |log error| (benchmarks/measure/fit_efficiency.py)
 CI_SOURCE = "megatron_lm_ci"
+VTRAIN_SOURCE = "vtrain"
 
 
 @dataclass(frozen=True)
@@ -114,13 +115,14 @@ class EfficiencyRefit:
 
 
 def without_source(case: Case, source: str) -> Case:
-    """``case`` with the registry's single-source host constant at its prior where ``source`` is its."""
-    if source != CI_SOURCE:
-        return case
+    """``case`` with the registry's single-source choices at their priors where ``source`` is theirs: the Megatron-LM
+    CI's host per micro-batch, vTrain's passes from an empty queue."""
     stack = case.stack
-    if stack.microbatch_host == by_name("Megatron-LM CI host per micro-batch").value():
+    if source == CI_SOURCE and stack.microbatch_host == by_name("Megatron-LM CI host per micro-batch").value():
         stack = stack.with_(microbatch_host=by_name("Megatron-LM CI host per micro-batch").prior)
-    return replace(case, stack=stack)
+    if source == VTRAIN_SOURCE and stack.drained_passes == "layers":
+        stack = stack.with_(drained_passes="none")
+    return case if stack is case.stack else replace(case, stack=stack)
 
 
 EFFICIENCY_NAMES = ("gemm", "attention")
@@ -133,6 +135,8 @@ def at_prior(case: Case, name: str) -> tuple[Case, Efficiency]:
         return case, DEFAULT.with_(**{name: f.prior})
     if name == "Megatron-LM CI host per micro-batch" and case.stack.microbatch_host == f.value():
         return replace(case, stack=case.stack.with_(microbatch_host=f.prior)), DEFAULT
+    if name == "vTrain passes from an empty queue" and case.stack.drained_passes == "layers":
+        return replace(case, stack=case.stack.with_(drained_passes="none")), DEFAULT
     return case, DEFAULT
 
 

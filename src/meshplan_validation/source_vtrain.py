@@ -21,16 +21,16 @@ benchmarks/measure/small_work_graph.py; data/measured/2026-11-29-vtrain-release-
   layer's traced kernels (_add_tp_communication): they add to the layer's time, whatever the host did
   (blocking_collectives), and no collective call is in the trace (collective_host 0). None for the embedding, the
   logits or the loss.
-- Every traced pass starts from an empty queue (drained_passes "layers"): a node's time is its kernels' durations and
-  gaps from its first kernel on, in a trace of one layer taken between host-side work. The profiled step
-  (src/trainer.py modify_functions) calls the profiler's ``timestamp`` at every top-level module's forward start and
-  end and backward start and end, and each flushes the CUPTI records (profiler/cupti.cpp: cuptiActivityFlushAll);
-  the embedding's forward before the layer masks its ids with a boolean index (gpt_modeling.py
-  ShardedGptEmbeddings: ``masked_input_ids[input_ids_mask] = 0``), which PyTorch turns into nonzero(), a host-device
-  synchronisation (torch.nonzero docs). So the graph repeats a layer whose kernels ran as a flow line from an empty
-  queue, not at a lead carried from the layer before; at tp >= 2 the segments between the all-reduces already were.
-  The release agrees where host and GPU are close: at tp 1 the traced layer lies 0.2-0.5 of the way from
-  max(H, G) to H + G (benchmarks/measure/small_work_cell_parts.py).
+- Every traced pass priced from an empty queue (drained_passes "layers"), a choice made with the released runs in
+  view and registered as such (fitted.py "vTrain passes from an empty queue": out of source it takes "none"). What the
+  code shows: the profiled step (src/trainer.py modify_functions) calls the profiler's ``timestamp`` at every
+  top-level module's forward start and end and backward start and end, and each flushes the CUPTI records
+  (profiler/cupti.cpp: cuptiActivityFlushAll), host work that does not itself synchronise with the GPU (a flush may
+  return incomplete records: NVIDIA developer forum, "cuptiActivityFlushPeriod confusion"); the embedding's forward
+  synchronises once before the first layer (gpt_modeling.py ShardedGptEmbeddings: ``masked_input_ids[input_ids_mask]
+  = 0``, a boolean index, nonzero()). So the queue drains at a boundary only where the flush's host time exceeds the
+  queued work; the released traces agree where host and GPU are close: at tp 1 the traced layer lies 0.2-0.5 of the
+  way from max(H, G) to H + G (benchmarks/measure/small_work_cell_parts.py), which the flow line from empty prices.
 - The model is vTrain's own: the vocabulary unpadded and split as vocab_size // tp rows a rank (ShardedGptEmbeddings,
   ShardedGptLogit: 25,128 at tp 2, so its logit GEMMs are aligned there and odd, 50,257, only at tp 1), and its
   causal mask built on the GPU in ShardedGptModel.forward, outside the traced modules (no CPU mask:

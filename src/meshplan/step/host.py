@@ -35,9 +35,10 @@ kernel before it is issued. Two bounds:
   variables": the workaround for a hang at 40+ nodes).
 - every layer's pass from an empty queue (``host.drained_layers``, Stack.drained_passes "layers"): each pass of a layer
   (and of the embedding and head) is priced as its flow line from an empty queue, not at the lead's steady state
-  max(H, G), as a graph made of one layer's trace taken between host-side work repeats it (sources.VTRAIN: vTrain's
-  profiler flushes its records at every module's start and end, and its embedding synchronises, so its traced layer
-  starts with nothing queued); its collectives close segments only where the host also waits for them.
+  max(H, G), as a graph made of one layer's trace taken between host-side work may repeat it (vTrain's profiler
+  flushes its records at every module's start and end: host work, no stated synchronisation; the choice is
+  registered as made with its runs in view, meshplan_validation/fitted.py); its collectives close segments only where
+  the host also waits for them.
 The pass takes max(G, H), G the pass's GPU time after the overlap rules, and where the host waits for its collectives
 the larger of that and Σ_s (q_s + c_s) (``host_idle``); each is non-increasing in every rate and
 non-decreasing in the host's cost, so the step stays monotone (step/passes.py's docstring).
