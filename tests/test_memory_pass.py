@@ -28,8 +28,8 @@ def _spy(monkeypatch) -> list:
     calls = []
     real = evaluate_module.group_memory
 
-    def spy(model, space, pool, saved, chunk, limits):
-        memory = real(model, space, pool, saved, 7, limits)  # chunks of 7: the pass is the same in any chunks
+    def spy(model, space, pool, saved, chunk, limits, codes=None):
+        memory = real(model, space, pool, saved, 7, limits, codes)  # chunks of 7: the pass is the same in any chunks
         calls.append((model, space, pool, saved, memory))
         return memory
     monkeypatch.setattr(evaluate_module, "group_memory", spy)

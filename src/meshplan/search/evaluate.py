@@ -97,6 +97,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         if short.any() and not schedule_of(name).runs(2, 1, 1, True):
             result.tally.add(f"{name} needs m >= pp micro-batches", "any pp > 1 plan with fewer",
                              int(sized.count[short].sum()) * space.grid_size)
+    codes: list[np.ndarray] = []  # each group's refusals (memory_pass.refusal_codes), where left_out found them
     if explore is None:  # a search that explores samples every combination (explore.py)
         groups = [(rows, pool.select(rows, schedule=schedule, **extra)) for rows, schedule in _groups(pool, space)
                   for extra in space.variants()]
@@ -105,7 +106,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         result.evaluated += evaluated
         if searched is None:
             return result
-        pool, sized = searched
+        pool, sized, codes = searched
     units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff, works)
     by_algorithm = {"nccl": units}  # the layers' collectives priced per algorithm (Plan.collectives: comm.fastest_time)
 
@@ -117,24 +118,28 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     bound = lower_bound(model, pool, units.shapes, units.shape_of)
     if space.async_schedules or space.split_schedules:  # no bubble, or less than 1F1B's: a bound without one
         free = lower_bound(model, pool, units.shapes, units.shape_of, bubble=False)
+    found = iter(codes)
     for group, schedule in _groups(pool, space):
         for i, extra in enumerate(space.variants()):  # options beyond the grid (Space.variants): one by default
             batch, shapes = pool.select(group, schedule=schedule, **extra), units.shape_of[group]
+            memory = _memory(model, cluster, space, batch, units, shapes, start.memo, (schedule, i), next(found, None))
             _score_group(model, cluster, space, eff, batch, sized.select(group),
                          (free if schedule_of(schedule).family != "sync" else bound)[group], shapes,
-                         keyed(str(extra.get("collectives", "nccl"))),
-                         _memory(model, cluster, space, batch, units, shapes, start.memo, (schedule, i)), result)
+                         keyed(str(extra.get("collectives", "nccl"))), memory, result)
     return result
 
 
 def _memory(model: ModelSpec, cluster: Cluster, space: Space, batch: PlanBatch, units: KeyUnits, shapes: np.ndarray,
-            memo: dict[tuple[str, int], GroupMemory], key: tuple[str, int]) -> GroupMemory:
-    """The memory pass of a schedule group (``batch``: its combinations, ``shapes``: theirs), the twin search's
-    where it holds (memory_pass.GroupMemory.reusable), else computed and kept in ``memo`` under ``key``."""
+            memo: dict[tuple[str, int], GroupMemory], key: tuple[str, int], codes: np.ndarray | None
+            ) -> GroupMemory:
+    """The memory pass of a schedule group (``batch``: its combinations, ``shapes``: theirs; ``codes``: their
+    refusals, where found), the twin search's where it holds (memory_pass.GroupMemory.reusable), else computed and
+    kept in ``memo`` under ``key``."""
     capacity = cluster.accelerator.hbm_bytes
     limits = (capacity, usable_hbm(capacity, space.headroom), cluster.host_memory)
     if key not in memo or not memo[key].reusable(space, units.saved(shapes), limits):
-        memo[key] = group_memory(model, space, batch, lambda rows: units.saved(shapes[rows]), SIZE_BLOCK, limits)
+        memo[key] = group_memory(model, space, batch, lambda rows: units.saved(shapes[rows]), SIZE_BLOCK, limits,
+                                 codes)
     return memo[key]
 
 

@@ -98,7 +98,7 @@ class GroupMemory:
 
 
 def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callable[[np.ndarray], dict[str, Saved]],
-                 chunk: int, limits: tuple[float, float, float]) -> GroupMemory:
+                 chunk: int, limits: tuple[float, float, float], codes: np.ndarray | None = None) -> GroupMemory:
     """The memory pass of the size combinations ``pool`` (one plan each), in chunks of ``chunk`` combinations
     (bounded temporaries); ``saved(rows)``: the saved activations of those rows; ``limits``: GroupMemory's.
 
@@ -108,12 +108,13 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
     element-wise arithmetic on the same rows as when a chunk's refused combinations were left out by ``_fill``: the
     bytes of the 86,041 are neither written (2 x 8.4 MiB of fresh float32 pages) nor compared with the limits
     (DeepSeek-V3 on 2,048 H100s, its four passes: 166-218 -> 149-172 ms, ``_status`` 23-26 -> 6-8 ms). The search
-    leaves such combinations out before it computes their units (``left_out``) unless it explores."""
+    leaves such combinations out before it computes their units (``left_out``) unless it explores; ``codes``: the
+    pool's ``refusal_codes`` where ``left_out`` found them."""
     shape = (len(pool), *(len(g) for g in space.grid))
     status = np.empty(shape, dtype=np.uint8)
     rules = stack_refusals(space.stack)
     counts = np.empty((len(pool), REFUSED_FIRST + len(rules)), dtype=np.min_scalar_type(math.prod(shape[1:])))
-    codes = refusal_codes(model, space, pool, chunk)
+    codes = refusal_codes(model, space, pool, chunk) if codes is None else codes
     chunks = []  # (rows, their combinations, each setting's refusal code (settings first), the rows some setting runs)
     for rows in _chunks(len(pool), chunk):
         sized, block_code = pool.select(rows), codes[..., rows]  # slices: views, nothing gathered
@@ -249,10 +250,11 @@ def _chunks(n: int, size: int) -> Iterator[slice]:
 
 def left_out(model: ModelSpec, space: Space, pool: PlanBatch, sized: Sized,
              groups: list[tuple[np.ndarray | slice, PlanBatch]], made: list[Any], chunk: int
-             ) -> tuple[tuple[PlanBatch, Sized] | None, Tally, int]:
+             ) -> tuple[tuple[PlanBatch, Sized, list[np.ndarray]] | None, Tally, int]:
     """The rows of ``pool`` and ``sized`` (its size rows) to search, None where none is: those some schedule group
-    and variant (``groups``: each one's rows of the pool and its batch) scores under a setting the stack runs; the
-    refusals of the others as a tally, and the plans they count as evaluated. ``made``: the job's holder
+    and variant (``groups``: each one's rows of the pool and its batch) scores under a setting the stack runs, with
+    each group's ``refusal_codes`` of them (``group_memory``'s, in the order of ``groups``); the refusals of the
+    others as a tally, and the plans they count as evaluated. ``made``: the job's holder
     (evaluate.Start.made; after candidates.mode_pool's answer), the answer kept there for a twin search; ``chunk``:
     the combinations whose refusals are found at once."""
     if len(made) > 1 and made[1][0] is pool and made[1][1] == model and _twins(space, made[1][2]):
@@ -269,8 +271,10 @@ def left_out(model: ModelSpec, space: Space, pool: PlanBatch, sized: Sized,
             tally_refusals(model, space, (Rows(batch, out), part + np.uint8(REFUSED_FIRST - 1)), rules,
                            refused_plans(part, plans, len(rules)), tally)
             evaluated += int(plans.sum()) * space.grid_size
-    kept = np.flatnonzero(runs)
-    searched = (pool, sized) if runs.all() else (pool.select(kept), sized.select(kept)) if len(kept) else None
+    kept, whole = np.flatnonzero(runs), bool(runs.all())
+    group_codes = [code if whole else code[..., runs[rows]] for (rows, _), code in zip(groups, codes, strict=True)]
+    searched = ((pool, sized, group_codes) if whole else (pool.select(kept), sized.select(kept), group_codes)
+                if len(kept) else None)
     answer = searched, tally, evaluated
     made[1:] = [(pool, model, space, answer)]
     return answer
