@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.cost.wrapper_work import work_of
 from meshplan.fields import usable_hbm
 from meshplan.pipeline.registry import gpipe, schedule_of
 from meshplan.search.batch import CATEGORICAL, PlanBatch
@@ -26,16 +25,23 @@ from meshplan.search.candidates import Sized, every, expand, mode_pool, pool_wor
 from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits, Panels
-from meshplan.search.memory_pass import FITS, IN_HEADROOM, OVER_HBM, OVER_HOST, REFUSED_FIRST, GroupMemory, group_memory
+from meshplan.search.memory_pass import (
+    FITS,
+    IN_HEADROOM,
+    OVER_HBM,
+    OVER_HOST,
+    GroupMemory,
+    group_memory,
+    left_out,
+    tally_refusals,
+)
 from meshplan.search.scoring import grid_times
 from meshplan.search.space import Space
-from meshplan.search.tally import Tally
+from meshplan.search.tally import Rows, Tally, decode
 from meshplan.specs.bands import ranking_band
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
-from meshplan.specs.plan import Plan, revised
-from meshplan.specs.stack import Stack
 from meshplan.units import fmt_over
 from meshplan.xp import stable_order
 
@@ -64,7 +70,9 @@ class Start:
 
     explore: Explored | None = None
     memo: dict[tuple[str, int], GroupMemory] = field(default_factory=dict)
-    made: list[Any] = field(default_factory=list)  # the job's size rows and pool, a twin's too (candidates.mode_pool)
+    # the job's size rows and pool (candidates.mode_pool), then the rows it searches of them (memory_pass.left_out),
+    # a twin's too
+    made: list[Any] = field(default_factory=list)
 
 
 def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, cluster: Cluster, space: Space,
@@ -80,7 +88,25 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     if pooled is None:
         return result
     pool, sized = pooled
-    works = pool_works(pool, space)
+    works = pool_works(pool, space)  # of every combination: the units' store is the one shapes_ahead fills
+    if not space.gpipe and gpipe().name in space.stack.supports.schedules:  # a GPipe the framework has but loses
+        dropped = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size
+        result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", dropped)
+    for name in space.async_schedules:  # a schedule whose rows need m >= pp (PipeDream-2BW's)
+        short = (pool.vpp == 1) & (pool.pp > 1) & (pool.grad_accum < pool.pp)
+        if short.any() and not schedule_of(name).runs(2, 1, 1, True):
+            result.tally.add(f"{name} needs m >= pp micro-batches", "any pp > 1 plan with fewer",
+                             int(sized.count[short].sum()) * space.grid_size)
+    codes: list[np.ndarray] = []  # each group's refusals (memory_pass.refusal_codes), where left_out found them
+    if explore is None:  # a search that explores samples every combination (explore.py)
+        groups = [(rows, pool.select(rows, schedule=schedule, **extra)) for rows, schedule in _groups(pool, space)
+                  for extra in space.variants()]
+        searched, refused, evaluated = left_out(model, space, pool, sized, groups, start.made, SIZE_BLOCK)
+        result.tally.merge(refused)
+        result.evaluated += evaluated
+        if searched is None:
+            return result
+        pool, sized, codes = searched
     units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff, works)
     by_algorithm = {"nccl": units}  # the layers' collectives priced per algorithm (Plan.collectives: comm.fastest_time)
 
@@ -89,35 +115,31 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
             by_algorithm[algorithm] = KeyUnits(model, cluster, pool.select(np.arange(len(pool)), collectives=algorithm),
                                                space.stack, space.recompute, eff, works)
         return by_algorithm[algorithm]
-    if not space.gpipe and gpipe().name in space.stack.supports.schedules:  # a GPipe the framework has but loses
-        dropped = int(sized.count[(pool.vpp == 1) & (pool.pp > 1)].sum()) * space.grid_size
-        result.tally.add("dominated: GPipe (1F1B has its step time with less memory)", "any pp > 1 plan", dropped)
     bound = lower_bound(model, pool, units.shapes, units.shape_of)
     if space.async_schedules or space.split_schedules:  # no bubble, or less than 1F1B's: a bound without one
         free = lower_bound(model, pool, units.shapes, units.shape_of, bubble=False)
-        short = (pool.vpp == 1) & (pool.pp > 1) & (pool.grad_accum < pool.pp)
-        for name in space.async_schedules:  # a schedule whose rows need m >= pp (PipeDream-2BW's)
-            if short.any() and not schedule_of(name).runs(2, 1, 1, True):
-                result.tally.add(f"{name} needs m >= pp micro-batches", "any pp > 1 plan with fewer",
-                                 int(sized.count[short].sum()) * space.grid_size)
+    found = iter(codes)
     for group, schedule in _groups(pool, space):
         for i, extra in enumerate(space.variants()):  # options beyond the grid (Space.variants): one by default
             batch, shapes = pool.select(group, schedule=schedule, **extra), units.shape_of[group]
+            memory = _memory(model, cluster, space, batch, units, shapes, start.memo, (schedule, i), next(found, None))
             _score_group(model, cluster, space, eff, batch, sized.select(group),
                          (free if schedule_of(schedule).family != "sync" else bound)[group], shapes,
-                         keyed(str(extra.get("collectives", "nccl"))),
-                         _memory(model, cluster, space, batch, units, shapes, start.memo, (schedule, i)), result)
+                         keyed(str(extra.get("collectives", "nccl"))), memory, result)
     return result
 
 
 def _memory(model: ModelSpec, cluster: Cluster, space: Space, batch: PlanBatch, units: KeyUnits, shapes: np.ndarray,
-            memo: dict[tuple[str, int], GroupMemory], key: tuple[str, int]) -> GroupMemory:
-    """The memory pass of a schedule group (``batch``: its combinations, ``shapes``: theirs), the twin search's
-    where it holds (memory_pass.GroupMemory.reusable), else computed and kept in ``memo`` under ``key``."""
+            memo: dict[tuple[str, int], GroupMemory], key: tuple[str, int], codes: np.ndarray | None
+            ) -> GroupMemory:
+    """The memory pass of a schedule group (``batch``: its combinations, ``shapes``: theirs; ``codes``: their
+    refusals, where found), the twin search's where it holds (memory_pass.GroupMemory.reusable), else computed and
+    kept in ``memo`` under ``key``."""
     capacity = cluster.accelerator.hbm_bytes
     limits = (capacity, usable_hbm(capacity, space.headroom), cluster.host_memory)
     if key not in memo or not memo[key].reusable(space, units.saved(shapes), limits):
-        memo[key] = group_memory(model, space, batch, lambda rows: units.saved(shapes[rows]), SIZE_BLOCK, limits)
+        memo[key] = group_memory(model, space, batch, lambda rows: units.saved(shapes[rows]), SIZE_BLOCK, limits,
+                                 codes)
     return memo[key]
 
 
@@ -144,43 +166,21 @@ def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficien
     built and timed (``_time_rows``)."""
     order = stable_order(bound)  # np.argsort(bound, kind="stable"), from the faster unstable sort
     for block in _chunks(order, SIZE_BLOCK):
-        fits, peak = _fit(model, space, _Rows(pool, block), memory, sized.count[block], result)
+        fits, peak = _fit(model, space, Rows(pool, block), memory, sized.count[block], result)
         fitting = None if result.explored is not None else memory.counts[block, FITS] > 0  # any setting fits
         _time_rows(model, cluster, space, eff, pool, sized, block, bound, shapes, units, (fits, fitting), peak,
                    result)
 
 
-@dataclass(frozen=True)
-class _Rows:
-    """Some ``rows`` of a batch, read a plan at a time: the block ``_fit`` counts and takes its examples from, without
-    gathering every column of it."""
-
-    batch: PlanBatch
-    rows: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def plan(self, i: int) -> Plan:
-        return self.batch.plan(int(self.rows[i]))
-
-
-def _fit(model: ModelSpec, space: Space, sized: _Rows, memory: GroupMemory, plans: np.ndarray, result: Part
+def _fit(model: ModelSpec, space: Space, sized: Rows, memory: GroupMemory, plans: np.ndarray, result: Part
          ) -> tuple[np.ndarray, np.ndarray]:
-    """Feasibility of every setting of some size combinations (``sized``: one plan of each, ``_Rows``, rows of the
+    """Feasibility of every setting of some size combinations (``sized``: one plan of each, ``Rows``, rows of the
     group's ``memory``), each standing for ``plans`` plans: counted as evaluated and feasible, those that do not fit
     tallied with their reason, those the framework refuses under the refusal (by their status, memory_pass.py).
     Returns (fits, peak), shaped as ``grid_memory``'s, the peak NaN where the framework refuses the plan."""
     status, peak = memory.at(sized.rows)  # views of the combinations-first rows (memory_pass._settings_first)
     counts = memory.plans_of(sized.rows, plans)
-    for i, rule in enumerate(memory.rules):  # each refusal with the first plan it refuses (the tally keeps the first)
-        reason = rule.reason(space.stack.name)
-        if counts[REFUSED_FIRST + i] and reason not in result.tally.examples:
-            plan = _decode(sized, space.grid, status.shape, _first(status == REFUSED_FIRST + i),
-                           layers=model.num_layers)
-            result.tally.add(reason, f"{plan.describe()} ({rule.source})", counts[REFUSED_FIRST + i])
-        else:
-            result.tally.add(reason, "", counts[REFUSED_FIRST + i])
+    tally_refusals(model, space, (sized, status), memory.rules, counts, result.tally)
     result.evaluated += int(plans.sum()) * (status.size // len(sized))
     result.feasible += counts[FITS]
     capacity, usable, host_capacity = memory.limits
@@ -267,7 +267,7 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
         grid = [np.array(g) for g in space.grid]
         simple = simplicities(batch, row, grid[0][r] != "none", grid[2][o], grid[3][a])
     result.best.offer(time.reshape(-1)[ok], peak[setting, sizes[row]],
-                      lambda i: _decode(batch, space.grid, time.shape, int(ok[i]), nb, model.num_layers,
+                      lambda i: decode(batch, space.grid, time.shape, int(ok[i]), nb, model.num_layers,
                                               space.stack), simple)
     if result.explored is not None:
         assert sampled is not None  # given whenever the search explores
@@ -282,7 +282,7 @@ def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.nd
     with the reason each does not fit (``fits``, ``peak``: settings × plans)."""
     flat: np.ndarray = time.reshape(fits.shape)
     explored.offer(flat.reshape(-1), fits.reshape(-1), peak.reshape(-1),
-                   lambda i: _decode(batch, space.grid, time.shape, i, panels, layers, space.stack))
+                   lambda i: decode(batch, space.grid, time.shape, i, panels, layers, space.stack))
     rows = np.flatnonzero(sampled)
     if not len(rows):
         return
@@ -294,32 +294,8 @@ def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.nd
     explored.record(sample_columns(flat[:, rows], status, mem, settings, batch, rows))
 
 
-_PLAIN_MODULES = Plan().recompute_modules  # a plan's recompute modules where it has no selective recompute
-
-
-def _decode(batch: PlanBatch | _Rows, grid: tuple[tuple, ...], shape: tuple[int, ...], flat: int,
-            panels: list[Panels] | None = None, layers: int = 0, stack: Stack | None = None) -> Plan:
-    """The plan at a flat index of the (recompute, zero, offload opt, offload act, row) grid; the space's partial
-    recompute and offload counts under the settings they belong to, 0 (all) where they cover a stage of the
-    ``layers`` (check._check_counts: a count is at most a stage's layers; the step is the same), and its recompute
-    modules under selective recompute, Plan's default elsewhere (they change nothing there)."""
-    r, z, o, a, row = np.unravel_index(flat, shape)
-    plan = batch.plan(int(row))
-    per_stage = -(-layers // plan.pp)
-    partial: dict[str, Any] = {"recompute_layers": plan.recompute_layers if grid[0][r] == "full" else 0,
-               "offload_layers": plan.offload_layers if grid[3][a] else 0}
-    partial = {k: 0 if v >= per_stage else v for k, v in partial.items()}
-    modules = plan.recompute_modules if grid[0][r] == "selective" else _PLAIN_MODULES
-    plan = revised(plan, {"recompute": grid[0][r], "zero": grid[1][z], "offload_optimizer": grid[2][o],
-                          "offload_activations": grid[3][a], "recompute_modules": modules, **partial})
-    if panels is None:
-        return plan
-    assert stack is not None  # the panel count of a setting depends on its wrapper's work (keyed._units_of)
-    return revised(plan, {"summa_panels": int(panels[r][work_of(plan, stack)][row])})
-
-
 def _tally_misses(tally: Tally, reason: str, miss: tuple[int, int], used: np.ndarray,
-                  where: tuple[np.ndarray, _Rows, tuple[tuple, ...], int], capacity: float) -> None:
+                  where: tuple[np.ndarray, Rows, tuple[tuple, ...], int], capacity: float) -> None:
     """Count the plans of a status (``miss``: the status and how many plans have it) for ``reason``; the example is
     the plan nearest to fitting: the least bytes ``used`` among them (``where``: the statuses, settings × size
     combinations, the combinations, the grid and the model's layers)."""
@@ -331,7 +307,7 @@ def _tally_misses(tally: Tally, reason: str, miss: tuple[int, int], used: np.nda
     if least >= tally.scores.get(reason, math.inf):
         tally.add(reason, "", count, least)
         return
-    plan = _decode(sized, grid, status.shape, flat, layers=layers)
+    plan = decode(sized, grid, status.shape, flat, layers=layers)
     tally.add(reason, f"{plan.describe()}: {fmt_over(least, capacity)}", count, least)
 
 
@@ -350,16 +326,6 @@ def _least_of(mask: np.ndarray, used: np.ndarray) -> int:
     combination, setting = np.divmod(where[np.isnan(values) if np.isnan(least) else values == least],
                                      cells.size // max(count, 1))
     return int((setting * count + combination).min())
-
-
-def _first(mask: np.ndarray) -> int:
-    """np.argmax(mask.ravel()) (settings × combinations; the first element set, C order) for a mask that has one,
-    read in the order of ``GroupMemory.at``'s views, combinations first (no transposing copy): the first setting
-    any combination has, then its first combination."""
-    count = mask.shape[-1]
-    rows = np.moveaxis(mask, -1, 0).reshape(count, -1)
-    setting = int(np.argmax(rows.any(axis=0)))
-    return setting * count + int(np.argmax(rows[:, setting]))
 
 
 def _chunks(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:

@@ -12,6 +12,16 @@ expert GEMMs and the saved activations it read are equal (``GroupMemory.reusable
 Each element is computed by the same element-wise arithmetic whichever chunk holds it (step/memory_grid.py: a
 batch's middle rank, when it has one, equals the first rank of a plan without one), so the pass in chunks of the
 natural order gives the bytes a block in the bound's order would, bit for bit.
+
+The search leaves out, before it computes their kernel units and lower bound (``left_out``, issue 83), the size
+combinations the stack refuses under every setting of every schedule group and variant that scores them, decided by
+the rules the pass applies (``refusal_codes``). Megatron-Core refuses an MoE layer with tp > 1 without sequence
+parallelism (refusals.moe_tp_without_sp): DeepSeek-V3 on 2,048 H100s, 88,632 of the 91,546 size combinations of its
+mode without sequence parallelism, 15,068 of its 15,823 op shapes, whose units were computed only for a bound that
+the branch and bound then counted as "step time skipped". They are tallied as the pass's refusals are
+(``tally_refusals``: each setting under the first rule that refuses it, the first plan it refuses as example) and
+counted as evaluated, as before; never timed, nor counted as skipped. The expert-GEMM twin searches of a job take the
+first's answer, as they take its passes (their spaces differ only in the expert GEMMs, which no refusal reads).
 """
 
 from __future__ import annotations
@@ -19,13 +29,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from meshplan.search.batch import PlanBatch
+from meshplan.search.candidates import Sized
 from meshplan.search.refused import grid_refusals
 from meshplan.search.scoring import grid_memory
 from meshplan.search.space import Space
+from meshplan.search.tally import Rows, Tally, decode, first_set
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.refusals import Refusal, stack_refusals
 from meshplan.step.grid import some_settings
@@ -85,7 +98,7 @@ class GroupMemory:
 
 
 def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callable[[np.ndarray], dict[str, Saved]],
-                 chunk: int, limits: tuple[float, float, float]) -> GroupMemory:
+                 chunk: int, limits: tuple[float, float, float], codes: np.ndarray | None = None) -> GroupMemory:
     """The memory pass of the size combinations ``pool`` (one plan each), in chunks of ``chunk`` combinations
     (bounded temporaries); ``saved(rows)``: the saved activations of those rows; ``limits``: GroupMemory's.
 
@@ -94,18 +107,17 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
     whatever its bytes, so only the others' bytes are computed and stored (``GroupMemory.index``), each by the same
     element-wise arithmetic on the same rows as when a chunk's refused combinations were left out by ``_fill``: the
     bytes of the 86,041 are neither written (2 x 8.4 MiB of fresh float32 pages) nor compared with the limits
-    (DeepSeek-V3 on 2,048 H100s, its four passes: 166-218 -> 149-172 ms, ``_status`` 23-26 -> 6-8 ms)."""
+    (DeepSeek-V3 on 2,048 H100s, its four passes: 166-218 -> 149-172 ms, ``_status`` 23-26 -> 6-8 ms). The search
+    leaves such combinations out before it computes their units (``left_out``) unless it explores; ``codes``: the
+    pool's ``refusal_codes`` where ``left_out`` found them."""
     shape = (len(pool), *(len(g) for g in space.grid))
     status = np.empty(shape, dtype=np.uint8)
     rules = stack_refusals(space.stack)
     counts = np.empty((len(pool), REFUSED_FIRST + len(rules)), dtype=np.min_scalar_type(math.prod(shape[1:])))
-    code = {rule.name: i + 1 for i, rule in enumerate(rules)}
+    codes = refusal_codes(model, space, pool, chunk) if codes is None else codes
     chunks = []  # (rows, their combinations, each setting's refusal code (settings first), the rows some setting runs)
     for rows in _chunks(len(pool), chunk):
-        sized = pool.select(rows)  # a slice: the columns' views, nothing gathered
-        block_code = np.zeros((*shape[1:], rows.stop - rows.start), dtype=np.uint8)
-        for rule, hit in grid_refusals(model, sized, space):
-            block_code[hit] = code[rule.name]
+        sized, block_code = pool.select(rows), codes[..., rows]  # slices: views, nothing gathered
         chunks.append((rows, sized, block_code, np.flatnonzero((block_code == 0).reshape(-1, len(sized)).any(axis=0))))
     stored = sum(len(live) for *_, live in chunks)
     peak, host = np.empty((stored + 1, *shape[1:]), dtype=np.float32), np.empty((stored + 1, *shape[1:]), np.float32)
@@ -131,6 +143,35 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
         status[rows] = out
         counts[rows] = _counted(status[rows], counts.shape[1])
     return GroupMemory(peak, host, index, status, counts, rules, saved(np.arange(len(pool))), space, limits)
+
+
+def refusal_codes(model: ModelSpec, space: Space, pool: PlanBatch, chunk: int) -> np.ndarray:
+    """Each setting's refusal code of every size combination of ``pool`` (one plan each), settings first (the grid's
+    shape, then the combinations; uint8): 0 where the stack runs it, else i + 1 for the first of its rules
+    (refusals.stack_refusals) that refuses it, i its index: search/refused.grid_refusals in chunks of ``chunk``."""
+    codes = np.zeros((*(len(g) for g in space.grid), len(pool)), dtype=np.uint8)
+    code = {rule.name: i + 1 for i, rule in enumerate(stack_refusals(space.stack))}
+    for rows in _chunks(len(pool), chunk):
+        block = codes[..., rows]  # a view: written in place
+        for rule, hit in grid_refusals(model, pool.select(rows), space):
+            block[hit] = code[rule.name]
+    return codes
+
+
+def everywhere(codes: np.ndarray) -> np.ndarray:
+    """Per size combination (``codes``: ``refusal_codes``), whether the stack refuses it under every setting."""
+    return (codes != 0).reshape(math.prod(codes.shape[:-1]), codes.shape[-1]).all(axis=0)
+
+
+def refused_plans(codes: np.ndarray, plans: np.ndarray, rules: int) -> list[int]:
+    """The plans of each status (``GroupMemory.plans_of``'s list, ``rules`` refusals) of size combinations refused
+    under every setting (``codes``: theirs, ``refusal_codes``), each standing for ``plans`` plans: a bincount of each
+    setting's codes weighted by the plans (float64: whole numbers below 2**53, exact)."""
+    counts = np.zeros(REFUSED_FIRST + rules, dtype=np.float64)
+    weights = plans.astype(np.float64)
+    for setting in codes.reshape(-1, codes.shape[-1]):
+        counts[REFUSED_FIRST - 1:] += np.bincount(setting, weights=weights, minlength=rules + 1)
+    return [int(c) for c in counts]
 
 
 def _fill(peak: np.ndarray, host: np.ndarray, chunk: tuple[ModelSpec, Space, PlanBatch, Callable, int],
@@ -205,3 +246,56 @@ def _settings_first(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
 def _chunks(n: int, size: int) -> Iterator[slice]:
     for start in range(0, n, size):
         yield slice(start, min(n, start + size))
+
+
+def left_out(model: ModelSpec, space: Space, pool: PlanBatch, sized: Sized,
+             groups: list[tuple[np.ndarray | slice, PlanBatch]], made: list[Any], chunk: int
+             ) -> tuple[tuple[PlanBatch, Sized, list[np.ndarray]] | None, Tally, int]:
+    """The rows of ``pool`` and ``sized`` (its size rows) to search, None where none is: those some schedule group
+    and variant (``groups``: each one's rows of the pool and its batch) scores under a setting the stack runs, with
+    each group's ``refusal_codes`` of them (``group_memory``'s, in the order of ``groups``); the refusals of the
+    others as a tally, and the plans they count as evaluated. ``made``: the job's holder
+    (evaluate.Start.made; after candidates.mode_pool's answer), the answer kept there for a twin search; ``chunk``:
+    the combinations whose refusals are found at once."""
+    if len(made) > 1 and made[1][0] is pool and made[1][1] == model and _twins(space, made[1][2]):
+        return made[1][3]
+    codes = [refusal_codes(model, space, batch, chunk) for _, batch in groups]
+    runs = np.zeros(len(pool), dtype=bool)
+    for (rows, _), code in zip(groups, codes, strict=True):
+        runs[rows] |= ~everywhere(code)
+    tally, evaluated, rules = Tally(), 0, stack_refusals(space.stack)
+    for (rows, batch), code in zip(groups, codes, strict=True):
+        out = np.flatnonzero(~runs[rows])
+        if len(out):
+            part, plans = code[..., out], sized.count[rows][out]
+            tally_refusals(model, space, (Rows(batch, out), part + np.uint8(REFUSED_FIRST - 1)), rules,
+                           refused_plans(part, plans, len(rules)), tally)
+            evaluated += int(plans.sum()) * space.grid_size
+    kept, whole = np.flatnonzero(runs), bool(runs.all())
+    group_codes = [code if whole else code[..., runs[rows]] for (rows, _), code in zip(groups, codes, strict=True)]
+    searched = ((pool, sized, group_codes) if whole else (pool.select(kept), sized.select(kept), group_codes)
+                if len(kept) else None)
+    answer = searched, tally, evaluated
+    made[1:] = [(pool, model, space, answer)]
+    return answer
+
+
+def _twins(space: Space, other: Space) -> bool:
+    """Whether two spaces differ at most in the expert GEMMs (GroupMemory.reusable's test)."""
+    return replace(space, stack=space.stack.with_(expert_gemm=other.stack.expert_gemm)) == other
+
+
+def tally_refusals(model: ModelSpec, space: Space, where: tuple[Rows, np.ndarray], rules: tuple[Refusal, ...],
+                   counts: list[int], tally: Tally) -> None:
+    """Tally the refused plans of some size combinations (``where``: them and their status, settings ×
+    combinations, memory_pass's; ``counts``: the plans of each status) under each rule's reason, with the first
+    plan it refuses (the tally keeps the first example)."""
+    sized, status = where
+    for i, rule in enumerate(rules):
+        reason = rule.reason(space.stack.name)
+        if counts[REFUSED_FIRST + i] and reason not in tally.examples:
+            plan = decode(sized, space.grid, status.shape, first_set(status == REFUSED_FIRST + i),
+                          layers=model.num_layers)
+            tally.add(reason, f"{plan.describe()} ({rule.source})", counts[REFUSED_FIRST + i])
+        else:
+            tally.add(reason, "", counts[REFUSED_FIRST + i])

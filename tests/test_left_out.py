@@ -1,0 +1,70 @@
+"""search/memory_pass.left_out: the size combinations the stack refuses under every setting are left out before
+their kernel units and lower bound are computed, their plans tallied under the refusal's reason and counted as
+evaluated as before; the plans found, their step times and memory, the counts and the rejection counts are the same
+as when their units are priced and their memory passed (only the count of plans the bound skipped moves: those it
+counted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.search import Space, search
+from meshplan.search import evaluate as evaluate_module
+from meshplan.search.candidates import candidates
+from meshplan.search.tally import Tally
+from meshplan.specs.hardware import load_system
+from meshplan.specs.model_load import load_model
+
+MODEL, CLUSTER = load_model("mixtral-8x7b"), load_system("h100").cluster(32)
+REASON = "megatron-core refuses MoE with tp > 1 without sequence parallelism"
+SOURCE = "(megatron-core 0.16.1 megatron/core/transformer/moe/moe_layer.py:379-383)"
+
+
+def _priced(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The pools whose kernel units the searches compute (evaluate's KeyUnits), recorded."""
+    pools = []
+    real = evaluate_module.KeyUnits
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, model, cluster, pool, *rest, **kw) -> None:
+            pools.append(pool)
+            super().__init__(model, cluster, pool, *rest, **kw)
+    monkeypatch.setattr(evaluate_module, "KeyUnits", Spy)
+    return pools
+
+
+def _kept_all(model, space, pool, sized, groups, made, chunk):
+    """left_out as if the stack refused no combination under every setting: every row searched, as before."""
+    return (pool, sized, []), Tally(), 0  # no refusal codes: each memory pass finds its own
+
+
+def test_moe_at_tp_over_1_without_sequence_parallelism_is_refused_before_its_units_are_priced(monkeypatch):
+    # Mixtral-8x7B on 32 H100s without activation offload (the three offload refusals listed before it in
+    # megatron-core's ``refuses`` then refuse nothing): every setting of every plan of tp > 1 without sequence
+    # parallelism is counted under the MoE refusal, its (tp > 1) plans times the 3 x 2 x 2 x 1 settings grid
+    pools = _priced(monkeypatch)
+    space = Space(global_batch=64, offload_activations=(False,))
+    result = search(MODEL, CLUSTER, space, top_k=3, workers=1)
+    columns, _ = candidates(MODEL, CLUSTER, space)
+    assert space.grid_size == 3 * 2 * 2 * 1
+    assert result.rejected[REASON] == int((columns["tp"] > 1).sum()) * space.grid_size > 0
+    example = result.examples[REASON]  # a refused plan: tp > 1, no sequence parallelism, and the refusal's source
+    fields = dict(f.split("=") if "=" in f else (f, "") for f in example.removesuffix(f" {SOURCE}").split())
+    assert example.endswith(SOURCE) and int(fields["tp"]) > 1 and "sp" not in fields
+    without_sp = [p for p in pools if not p.sequence_parallel]
+    assert without_sp and all((p.tp == 1).all() for p in without_sp)  # no unit priced for a refused combination
+    assert any((p.tp > 1).any() for p in pools if p.sequence_parallel)  # with SP they are searched
+
+
+def test_leaving_them_out_changes_only_the_count_the_bound_skipped(monkeypatch):
+    # the default grid (activation offload too: each setting under the first rule that refuses it) with and without
+    # leaving out; the counts of rejections are the same, their examples may be other plans
+    space = Space(global_batch=64)
+    new = search(MODEL, CLUSTER, space, top_k=5, workers=1).to_dict()
+    monkeypatch.setattr(evaluate_module, "left_out", _kept_all)
+    old = search(MODEL, CLUSTER, space, top_k=5, workers=1).to_dict()
+    for d in (new, old):
+        d.pop("seconds"), d.pop("plans_per_second"), d["rejected"].pop("examples")
+    assert new.pop("bounded") < old.pop("bounded")  # the refused combinations whose bound could not reach the top
+    assert new == old
+    assert new["rejected"]["reasons"][REASON] > 0
