@@ -42,7 +42,7 @@ def _ratio() -> float:
     per_op = {c: m[c]["ms_per_layer"] / m[c]["aten_ops"] for c in ("dense", "oss-4", "oss-16")}
     ops = MEASURED["oss_without_expert_loop"]["aten_ops"] / m["dense"]["aten_ops"]
     return ops * (per_op["oss-4"] + per_op["oss-16"]) / 2 / per_op["dense"]
-RUNS = ROOT.parent / "shared" / "validation" / "published_runs.jsonl"
+RUNS = ROOT / "data" / "validation" / "published_runs.jsonl"
 
 
 def _layer(run_id: str) -> tuple[float, float, float]:
