@@ -193,11 +193,11 @@ def _coverage(table: str, rows: list[dict]) -> list[tuple[str, int, float, float
 UNSHARP = {
     # vTrain's released half at micro-batches whose kernels are shorter than the host's (566 runs): with its graph's
     # all-reduces at its node's nccl-tests rows (source_vtrain.py) the median |error| fell 5.7 -> 3.7 % and the 80th
-    # percentile 14.0 -> 12.7 %, with every traced pass from an empty queue (drained_passes "layers") 3.0 and 11.7 %
-    # (data/measured/2026-11-30-vtrain-failing-cells.md); the tail is a few traced layer cells that ran faster or
-    # slower than any priced
-    # composition of the same kernels (tp 4 h2048 at micro-batch 1-2 +15-30 %, tp 8 micro-batch 1 -17 to -21 %:
-    # data/measured/2026-11-29-small-work-layer-cells.md), each one CUPTI trace repeated over every layer and plan.
+    # percentile 14.0 -> 12.7 % (out of source, so without the empty-queue passes chosen with these runs in view:
+    # in sample 3.0 and 11.7 %, data/measured/2026-11-30-vtrain-failing-cells.md); the tail is a few traced layer
+    # cells that ran faster or slower than any priced composition of the same kernels (tp 4 h2048 at micro-batch 1-2
+    # +15-30 %, tp 8 micro-batch 1 -17 to -21 %: data/measured/2026-11-29-small-work-layer-cells.md), each one CUPTI
+    # trace repeated over every layer and plan.
     "gpu=ampere, stack=megatron-deepspeed-megatron-optimizer, family=deepspeed, kind=dense, size=small, scale=node, "
     "work=small": "bimodal: most cells within a few per cent, a few single-trace layer cells 15-30 % off",
 }

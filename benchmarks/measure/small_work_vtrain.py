@@ -1,13 +1,15 @@
 """vTrain's released single-node runs in the small-work regime (issue 79): data/validation/vtrain_single_node_dev.jsonl,
 720 runs of four of the eight small GPTs vTrain measured (Megatron-DeepSpeed on one 8 x A100 node, tp 1-8, pp 1-4,
 micro-batch 1-8, full recompute), reported apart in docs/ACCURACY.md's "Small-work regime": |error| overall, by
-tensor-parallel size and by model (no constant is fitted on this set: every figure is out of source), and the sweeps
+tensor-parallel size and by model (one choice is made with this set in view, its passes priced from an empty queue:
+meshplan_validation/fitted.py; the out-of-source row prices them without it), and the sweeps
 of equal work (benchmarks/measure/small_work_sweeps.py: per model, GPU count and global batch, the Spearman rank
 correlation and the regret of meshplan's pick). ``python benchmarks/measure/small_work_vtrain.py`` prints the section.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,14 @@ from small_work_sweeps import pooled, sweep_metrics, sweeps
 
 ROOT = Path(__file__).resolve().parents[2]
 VTRAIN = ROOT / "data" / "validation" / "vtrain_single_node_dev.jsonl"
+
+
+def out_of_source(path: Path = ROOT / "docs" / "out_of_source.json") -> dict[str, Any]:
+    """The stats of vTrain's runs out of source (benchmarks/docs/out_of_source.py: the registry's choices made with
+    them in view at their priors)."""
+    runs = json.loads(path.read_text())["runs"]
+    return stats([(r["metric"], r["oos_error"]) for r in runs
+                  if r["source"] == "vtrain" and r["oos_error"] is not None])
 
 
 def _stats_of(rows: Sequence[RunResult]) -> dict[str, Any]:
@@ -48,19 +58,22 @@ def vtrain_section(records: Sequence[dict[str, Any]] | None = None, results: Seq
     tp = by(records, results, lambda r: r["parallel"]["tp"])
     model = by(records, results, lambda r: (r["model"]["num_layers"], r["model"]["hidden_size"]))
     metrics = [sweep_metrics(s) for s in sweeps(records, results)]
-    summary = {"all": _stats_of(results), "by_tp": {str(k): _stats_of(v) for k, v in tp.items()},
+    summary = {"all": _stats_of(results), "out_of_source": out_of_source(),
+               "by_tp": {str(k): _stats_of(v) for k, v in tp.items()},
                "by_model": {f"{k[0]}x{k[1]}": _stats_of(v) for k, v in model.items()}, "sweeps": pooled(metrics)}
     p = summary["sweeps"]
-    out = ["", "### vTrain's single-node runs (out of source)", "",
+    out = ["", "### vTrain's single-node runs", "",
            f"`data/validation/vtrain_single_node_dev.jsonl`: {len(records)} runs released for issue 79 (four GPTs of "
            "12 or 20 layers, hidden 1024 or 2048, on one 8 x A100 node under Megatron-DeepSpeed; data/validation/"
-           "README.md says where they come from). No constant is fitted on them: every figure here is out of "
-           "source. Their all-reduces are priced at their node's own nccl-tests rows, as vTrain's graph times them "
+           "README.md says where they come from). One choice is made with them in view (fitted.py \"vTrain passes "
+           "from an empty queue\"): the first row prices them without it, out of source; the others with it, in "
+           "sample. Their all-reduces are priced at their node's own nccl-tests rows, as vTrain's graph times them "
            "(data/measured/2026-11-29-vtrain-a100-allreduce.csv, Cluster.allreduce_table): a measurement of that "
            "machine, which no preset system carries, so an A100 estimate without such rows prices its all-reduces "
            "by NCCL's model. Sweeps: the runs of one model, GPU count and global batch "
            "(benchmarks/measure/small_work_sweeps.py).",
-           "", *STATS_HEAD, stats_row("all", summary["all"])]
+           "", *STATS_HEAD, stats_row("all, out of source", summary["out_of_source"]),
+           stats_row("all", summary["all"])]
     out += [stats_row(f"tp {k}", s) for k, s in summary["by_tp"].items()]
     out += [stats_row(f"model {k}", s) for k, s in summary["by_model"].items()]
     out += ["", f"Sweeps: {p['sweeps']} of {p['runs']} runs; Spearman mean {p['mean_spearman']:.2f}, lowest "
