@@ -208,7 +208,7 @@ class Stack:
     # ---- overlap --------------------------------------------------------------------------------------------
     overlap_tp: bool = _flag(False, "TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap)")
     overlap_dp: bool = _flag(True, "the data-parallel collectives overlapped with the passes (overlap-grad-reduce)")
-    overlap_param_gather: bool = _flag(True, "with overlap_dp, ZeRO-1's weight all-gather beside the first forward "
+    overlap_param_gather: bool = _flag(True, "with overlap_dp, ZeRO-1 / 2's weight gather beside the first forward "
                                              "(Megatron overlap_param_gather); false: before it, exposed")
     overlap_ep: bool = _flag(False, "MoE all-to-alls behind another micro-batch's compute (combined 1F1B)")
     overlap_pp: bool = _flag(False, "pipeline sends behind the next chunk's compute (interleaved schedules)")
