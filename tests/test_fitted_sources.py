@@ -73,6 +73,9 @@ def training_cases() -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for case in loso_training.fit_cases(runs):
         out.setdefault(record_source({"group": case.group}), []).append(case)
+    # vTrain's released half, whose runs a choice was made with in view (fitted.py), none of them in the fit half
+    vtrain = loso_training.runs_of(read_runs(ROOT / "data/validation/vtrain_single_node_dev.jsonl"), "vtrain")
+    out["vtrain"] = [r.case for r in vtrain if r.case is not None]
     return out
 
 

@@ -77,10 +77,10 @@ def _training_rows(results: Sequence[RunResult], by_id: dict[str, dict[str, Any]
     return rows
 
 
-def training_section(results: Sequence[RunResult], records: Sequence[dict[str, Any]]
-                     ) -> tuple[list[str], dict[str, Any]]:
+def training_section(results: Sequence[RunResult], records: Sequence[dict[str, Any]],
+                     vtrain_oos: Sequence[tuple[str, float]] = ()) -> tuple[list[str], dict[str, Any]]:
     """The ACCURACY.md section and the summary's ``small_work`` entry; ``results`` / ``records`` are the published
-    runs' (the one-node ones are picked from them)."""
+    runs' (the one-node ones are picked from them); ``vtrain_oos`` vTrain's (metric, error) out of source."""
     dev_records, dev = training_results()
     ids = one_node(records)
     published = [r for r in results if r.id in ids]
@@ -102,7 +102,7 @@ def training_section(results: Sequence[RunResult], records: Sequence[dict[str, A
            *_training_rows(dev, by_id), "", "### Published runs on one node", "",
            *_training_rows(published, by_id)]
     sweep_lines, summary["sweeps"] = sweep_section([*dev_records, *records], [*dev, *published])
-    vtrain_lines, summary["vtrain"] = vtrain_section()
+    vtrain_lines, summary["vtrain"] = vtrain_section(oos=vtrain_oos)
     return [*out, *sweep_lines, *vtrain_lines], summary
 
 

@@ -9,7 +9,6 @@ correlation and the regret of meshplan's pick). ``python benchmarks/measure/smal
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,14 +21,6 @@ from small_work_sweeps import pooled, sweep_metrics, sweeps
 
 ROOT = Path(__file__).resolve().parents[2]
 VTRAIN = ROOT / "data" / "validation" / "vtrain_single_node_dev.jsonl"
-
-
-def out_of_source(path: Path = ROOT / "docs" / "out_of_source.json") -> dict[str, Any]:
-    """The stats of vTrain's runs out of source (benchmarks/docs/out_of_source.py: the registry's choices made with
-    them in view at their priors)."""
-    runs = json.loads(path.read_text())["runs"]
-    return stats([(r["metric"], r["oos_error"]) for r in runs
-                  if r["source"] == "vtrain" and r["oos_error"] is not None])
 
 
 def _stats_of(rows: Sequence[RunResult]) -> dict[str, Any]:
@@ -50,15 +41,16 @@ def by(records: Sequence[dict[str, Any]], results: Sequence[RunResult], key: Any
     return dict(sorted(out.items()))
 
 
-def vtrain_section(records: Sequence[dict[str, Any]] | None = None, results: Sequence[RunResult] | None = None
-                   ) -> tuple[list[str], dict[str, Any]]:
-    """The ACCURACY.md subsection and its summary entry."""
+def vtrain_section(records: Sequence[dict[str, Any]] | None = None, results: Sequence[RunResult] | None = None,
+                   oos: Sequence[tuple[str, float]] = ()) -> tuple[list[str], dict[str, Any]]:
+    """The ACCURACY.md subsection and its summary entry; ``oos``: vTrain's (metric, error) out of source (the
+    registry's choices made with them in view at their priors: benchmarks/docs/out_of_source.py's rows)."""
     if records is None or results is None:
         records, results = vtrain_results()
     tp = by(records, results, lambda r: r["parallel"]["tp"])
     model = by(records, results, lambda r: (r["model"]["num_layers"], r["model"]["hidden_size"]))
     metrics = [sweep_metrics(s) for s in sweeps(records, results)]
-    summary = {"all": _stats_of(results), "out_of_source": out_of_source(),
+    summary = {"all": _stats_of(results), "out_of_source": stats(list(oos)),
                "by_tp": {str(k): _stats_of(v) for k, v in tp.items()},
                "by_model": {f"{k[0]}x{k[1]}": _stats_of(v) for k, v in model.items()}, "sweeps": pooled(metrics)}
     p = summary["sweeps"]
