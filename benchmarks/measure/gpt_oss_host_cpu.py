@@ -38,7 +38,6 @@ all-reduce call stands there), the CUDA RNG tracker's fork is a no-op
 from __future__ import annotations
 
 import argparse
-import collections
 import datetime
 import json
 import os
@@ -46,8 +45,9 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from megatron_host_cpu import host_work
 
 HERE = Path(__file__).resolve().parent
 WIDTH, HEADS, GROUPS, TOKENS, LAYERS, TOPK = 64, 4, 2, 16, 4, 4
@@ -143,7 +143,6 @@ def _cpu_cuda(torch) -> None:
 def measure(code: str, repeats: int) -> dict:
     """One code's layers: Python calls, aten ops (also by name) and wall seconds per layer, forward + backward."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -157,38 +156,7 @@ def measure(code: str, repeats: int) -> dict:
             h = h[0] if isinstance(h, tuple) else h
         h.float().sum().backward()
 
-    names: collections.Counter = collections.Counter()
-
-    class Count(TorchDispatchMode):
-        ops = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.ops += 1
-            names[str(func)] += 1
-            return func(*args, **(kwargs or {}))
-
-    for _ in range(5):
-        step()
-    calls = [0]
-
-    def profiler(frame, event, arg):
-        if event == "call":
-            calls[0] += 1
-    sys.setprofile(profiler)
-    step()
-    sys.setprofile(None)
-    with Count():
-        step()
-    walls, cpu = [], []
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.thread_time()
-        step()
-        walls.append(time.perf_counter() - start)
-        cpu.append(time.thread_time() - start_cpu)
-    return {"python_calls": calls[0] / LAYERS, "aten_ops": Count.ops / LAYERS,
-            "ms_per_layer": statistics.median(cpu) / LAYERS * 1e3,
-            "wall_ms_per_layer": statistics.median(walls) / LAYERS * 1e3,
-            "ops_by_name": {k: v / LAYERS for k, v in sorted(names.items())}}
+    return host_work(step, repeats, LAYERS)
 
 
 def main() -> None:

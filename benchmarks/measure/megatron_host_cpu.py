@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -116,10 +117,7 @@ def _mds_layers(torch, tp: int = 1, rank: int = 0):
 
 def measure(code: str, repeats: int, tp: int = 1, rank: int = 0) -> dict:
     """One code's layers: Python calls, aten ops (also by name) and wall seconds per layer of forward + backward."""
-    import collections
-
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     layers, shape, run = _layers(torch, code, tp, rank)
     mask = torch.ones(1, 1, TOKENS, TOKENS, dtype=torch.bool).triu(1)
@@ -130,6 +128,19 @@ def measure(code: str, repeats: int, tp: int = 1, rank: int = 0) -> dict:
             h = run(layer, h, mask)
             h = h[0] if isinstance(h, tuple) else h  # Megatron's layers return (hidden, context) or (hidden, loss)
         h.float().sum().backward()
+
+    found = host_work(step, repeats, LAYERS)
+    return {"python_calls": found["python_calls"], "aten_ops": found["aten_ops"],
+            "ms_per_layer": found["wall_ms_per_layer"], "ops_by_name": found["ops_by_name"]}
+
+
+def host_work(step: Callable[[], None], repeats: int, layers: int) -> dict:
+    """What one ``step`` (forward + backward of ``layers`` layers) does on the host, per layer: Python calls
+    (sys.setprofile), aten ops, also by name (a TorchDispatchMode), and the median wall and thread-CPU milliseconds
+    of ``repeats`` timed steps, after five untimed ones."""
+    import collections
+
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     names: collections.Counter = collections.Counter()
 
@@ -153,14 +164,16 @@ def measure(code: str, repeats: int, tp: int = 1, rank: int = 0) -> dict:
     sys.setprofile(None)
     with Count():
         step()
-    walls = []
+    walls, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         step()
         walls.append(time.perf_counter() - start)
-    return {"python_calls": calls[0] / LAYERS, "aten_ops": Count.ops / LAYERS,
-            "ms_per_layer": statistics.median(walls) / LAYERS * 1e3,
-            "ops_by_name": {k: v / LAYERS for k, v in sorted(names.items())}}
+        cpu.append(time.thread_time() - start_cpu)
+    return {"python_calls": calls[0] / layers, "aten_ops": Count.ops / layers,
+            "ms_per_layer": statistics.median(cpu) / layers * 1e3,
+            "wall_ms_per_layer": statistics.median(walls) / layers * 1e3,
+            "ops_by_name": {k: v / layers for k, v in sorted(names.items())}}
 
 
 NUMBERS = ("python_calls", "aten_ops", "ms_per_layer")  # what a round's median is taken of
