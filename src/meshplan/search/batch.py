@@ -153,12 +153,16 @@ PlanBatch.__doc__ = """Plans as columns: Plan's numeric fields (``NUMERIC``) as 
 (``CATEGORICAL``) shared by every plan, the placement as ``placement_id`` into ``placements``."""
 
 
+def alike(a: PlanBatch, b: PlanBatch) -> bool:
+    """Whether two batches can be ``joined``: the same categorical settings and placements."""
+    return a.placements == b.placements and all(getattr(a, n) == getattr(b, n) for n in CATEGORICAL)
+
+
 def joined(batches: Sequence[PlanBatch]) -> PlanBatch:
     """The plans of ``batches`` (which agree on every categorical setting and on their placements) in one batch, in
     their order: each column the batches' columns end to end."""
     first = batches[0]
-    if any(b.placements != first.placements or any(getattr(b, n) != getattr(first, n) for n in CATEGORICAL)
-           for b in batches[1:]):
+    if not all(alike(first, b) for b in batches[1:]):
         raise ValueError("batches joined must share their categorical settings and placements")
     numeric = {n: np.concatenate([getattr(b, n) for b in batches]) for n in (*NUMERIC, "placement_id")}
     strides = {a: np.concatenate([b.strides[a] for b in batches]) for a in first.strides}

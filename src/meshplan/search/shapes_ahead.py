@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.search.batch import CATEGORICAL, PlanBatch, joined
+from meshplan.search.batch import PlanBatch, alike, joined
 from meshplan.search.candidates import AHEAD, layout_rows, mode_rows, pool_key, pool_works
 from meshplan.search.combos import valid_combos
 from meshplan.search.key_store import distinct, shared, twin_times
@@ -75,7 +75,7 @@ def shapes_ahead(searches: Sequence[tuple[ModelSpec, Cluster, Space]], eff: Effi
                 key = (mode, switch, id(store))
                 if key not in groups:
                     groups[key] = (model, cluster, each, [], works)
-                if _alike(groups[key][3][0] if groups[key][3] else pool, pool):  # its distinct shapes' first rows
+                if alike(groups[key][3][0] if groups[key][3] else pool, pool):  # its distinct shapes' first rows
                     groups[key][3].append(pool.select(distinct(np.stack([getattr(pool, k) for k in SHAPE_KEYS]))[0]))
     with twin_times():  # a mode's twins one after the other: the second takes the first's equal ops' times
         for key in sorted(groups, key=lambda k: k[:2]):
@@ -87,7 +87,3 @@ def shapes_ahead(searches: Sequence[tuple[ModelSpec, Cluster, Space]], eff: Effi
     finally:
         AHEAD.pop()
 
-
-def _alike(a: PlanBatch, b: PlanBatch) -> bool:
-    """Whether two pools can be joined: the same categorical settings and placements."""
-    return a.placements == b.placements and all(getattr(a, n) == getattr(b, n) for n in CATEGORICAL)
