@@ -23,11 +23,16 @@ errors differ, and its band comes from the out-of-source errors of the measured 
   ``SMALL_WORK`` at the GPU's 16-bit peak, ``large`` otherwise. 50 µs is what an eager stack's host spends issuing one
   kernel (presets/stacks/megatron-deepspeed.toml ``host_dispatch``; PyTorch's eager dispatcher 12-25 µs,
   presets/stacks/pytorch-fsdp.toml): below it the host and each kernel's fixed costs weigh as much as the math, which
-  is the regime docs/ACCURACY.md's small-work sections read worst; serving's ``work`` is ``small`` where streaming a
-  GPU's share of the weights takes less than ``SMALL_DECODE`` at its HBM bandwidth, the least a decode step takes:
-  below it an engine's host work per iteration (1-4 ms: presets/engines/*.toml ``iteration_overhead``; the vLLM team
-  measured GPU execution at 38 % of Llama 3 8B's serving time on an H100 before v0.6.0, serve/engine.py) is a
-  tenth of the step or more;
+  is the regime docs/ACCURACY.md's small-work sections read worst. ``tiny`` where that GEMM takes less than
+  ``TINY_WORK``, a tenth of ``SMALL_WORK``: the GPU idles through nine tenths of each launch gap or more, so even a
+  layer's few largest kernels end well before the host issues the next and the step is the host's loop alone, where
+  between the two levels the GPU's and the host's time are of one order and how far they overlap (an empty queue, a
+  lead carried from the pass before: data/measured/2026-11-30-vtrain-failing-cells.md, point 2) sets the step
+  (vTrain's released cells: data/measured/2026-11-30-vtrain-tiny-work.md); serving's ``work`` is ``small`` where
+  streaming a GPU's share of the weights takes less than ``SMALL_DECODE`` at its HBM bandwidth, the least a decode
+  step takes: below it an engine's host work per iteration (1-4 ms: presets/engines/*.toml ``iteration_overhead``;
+  the vLLM team measured GPU execution at 38 % of Llama 3 8B's serving time on an H100 before v0.6.0,
+  serve/engine.py) is a tenth of the step or more;
 - serving's ``gpus``: ``1`` where an instance runs on one GPU, ``many`` where it spans several (its collectives, the
   engine's all-reduce kernels and its per-rank host loop join the step); ``mix``: ``prefill`` where the requests'
   prompts are more than ``PREFILL_HEAVY`` times their outputs (the step is the prompts' compute-bound GEMMs), else
@@ -45,6 +50,7 @@ from functools import lru_cache
 from typing import Any
 
 SMALL_WORK = 50e-6  # seconds: one micro-batch GEMM below this at the 16-bit peak is small work (module docstring)
+TINY_WORK = SMALL_WORK / 10  # seconds: a tenth of it is tiny work, the step the host's loop (module docstring)
 SMALL_DECODE = 10e-3  # seconds: a GPU's share of the weights streamed in less is small serving work
 SMALL_BATCH = 16  # sequences: a larger static batch is its own serving regime
 PREFILL_HEAVY = 4  # prompt tokens per output token beyond which a serving workload is its prompts' compute
@@ -89,7 +95,12 @@ def training_regime(model: Any, cluster: Any, plan: Any, stack: Any) -> dict[str
     return {"gpu": gpu_key(cluster), "stack": stack.name, "family": stack.family or stack.name,
             "kind": model_kind(model), "size": model_size(model),
             "scale": "node" if cluster.num_gpus <= domain else "cluster",
-            "work": "small" if gemm_seconds(model, cluster, plan) < SMALL_WORK else "large"}
+            "work": training_work(gemm_seconds(model, cluster, plan))}
+
+
+def training_work(gemm: float) -> str:
+    """``work`` of a training plan whose micro-batch h x h GEMM takes ``gemm`` seconds at the 16-bit peak."""
+    return "tiny" if gemm < TINY_WORK else "small" if gemm < SMALL_WORK else "large"
 
 
 def serving_batch(mode: str, batch: float) -> str:
