@@ -28,7 +28,8 @@ errors differ, and its band comes from the out-of-source errors of the measured 
   layer's few largest kernels end well before the host issues the next and the step is the host's loop alone, where
   between the two levels the GPU's and the host's time are of one order and how far they overlap (an empty queue, a
   lead carried from the pass before: data/measured/2026-11-30-vtrain-failing-cells.md, point 2) sets the step
-  (vTrain's released cells: data/measured/2026-11-30-vtrain-tiny-work.md); serving's ``work`` is ``small`` where
+  (vTrain's released cells: data/measured/2026-11-30-vtrain-tiny-work.md; the round tenth was chosen with those cells
+  in view, and only a threshold of 3.5-6.9 µs makes both of their halves sharp); serving's ``work`` is ``small`` where
   streaming a GPU's share of the weights takes less than ``SMALL_DECODE`` at its HBM bandwidth, the least a decode
   step takes: below it an engine's host work per iteration (1-4 ms: presets/engines/*.toml ``iteration_overhead``;
   the vLLM team measured GPU execution at 38 % of Llama 3 8B's serving time on an H100 before v0.6.0,
