@@ -149,6 +149,10 @@ def test_megatron_bridge_runs_the_overlaps_as_written():
             assert ddp.overlap_grad_reduce is overlap_dp, label
         assert ddp.overlap_param_gather is optimizer.overlap_param_gather is param_gather(stack, plan), label
         assert read("nemo", MODEL, 16, text=_uncommented(text))[1].overlap_param_gather is ddp.overlap_param_gather
+    for overlap_pp in (False, True):  # interleaved, CommOverlapConfig sets overlap_p2p_comm (comm_overlap.py:450-460)
+        text = _uncommented(emit("nemo", MODEL, PLAN, bridge.with_(overlap_pp=overlap_pp)))
+        assert _bridge_runs(text, comm_overlap, PLAN.dp)[2].overlap_p2p_comm is overlap_pp
+        assert read("nemo", MODEL, 16, text=text)[1].overlap_pp is overlap_pp
     # the check can fail: the overrides written before (ddp.* alone) leave the recipe's CommOverlapConfig to turn the
     # gather back on over ddp.overlap_param_gather=false, at dp 4 with the distributed optimizer
     stack = bridge.with_(overlap_param_gather=False)
@@ -171,3 +175,28 @@ def test_the_nemo_reader_takes_comm_overlap_over_ddp_under_the_distributed_optim
     assert "ddp.overlap_grad_reduce=false" in text
     flipped = text.replace("comm_overlap.overlap_grad_reduce=false", "comm_overlap.overlap_grad_reduce=true")
     assert not read("nemo", MODEL, 16, text=flipped)[1].overlap_dp
+
+
+# the stack fields of the last sessions that no framework option says: dglu_slowdown is a kernel release's regression
+# (cudnn-frontend's grouped dGLU: recipes_off.DGLU_SLOWDOWN), drained_passes the training loop's own host
+# synchronisations, gathered_ends / expandable_segments FSDP2's and the allocator's (an environment variable, not a
+# config key); each rides the meshplan: comment, in every format
+CARRIED = [{"drained_passes": d} for d in ("forward", "both", "layers")] + [
+    {"dglu_slowdown": 1.5, "expert_gemm": "grouped"}, {"gathered_ends": True}, {"expandable_segments": True},
+    {"overlap_param_gather": False}]
+FORMAT_PLANS = {  # a plan each format writes: (preset, plan)
+    "megatron": ("megatron-core", PLAN), "nemo": ("megatron-bridge", PLAN),
+    "torchtitan": ("torchtitan", Plan(dp=8, tp=2, sequence_parallel=True, global_batch=64, zero=3,
+                                      recompute="none", recompute_modules=())),
+    "deepspeed": ("deepspeed", Plan(dp=16, global_batch=64, zero=2, recompute="none", recompute_modules=()))}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMAT_PLANS))
+def test_the_stack_fields_no_option_says_ride_the_comment(fmt):
+    preset, plan = FORMAT_PLANS[fmt]
+    model = load_model("qwen3-30b-a3b") if fmt in ("megatron", "nemo") else MODEL
+    plan = plan.with_(ep=2, etp=1) if model.is_moe else plan
+    for fields in CARRIED:
+        stack = load_stack(preset).with_(**fields)
+        text = emit(fmt, model, plan, stack)
+        assert read(fmt, model, 16, text=text)[1] == stack, (fmt, fields)

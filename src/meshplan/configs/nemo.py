@@ -9,7 +9,9 @@ model_parallel_config.py, transformer_config.py): ``tensor_model_parallel_size``
 ``context_parallel_size``, ``expert_model_parallel_size``, ``expert_tensor_parallel_size``,
 ``virtual_pipeline_model_parallel_size``, ``num_layers_in_last_pipeline_stage``, ``sequence_parallel``,
 ``recompute_granularity`` / ``recompute_method`` / ``recompute_num_layers`` / ``recompute_modules``,
-``cpu_offloading`` / ``cpu_offloading_num_layers``, ``overlap_p2p_comm``, ``cp_comm_type``, ``moe_grouped_gemm``;
+``cpu_offloading`` / ``cpu_offloading_num_layers``, ``overlap_p2p_comm`` (interleaved, also as
+``comm_overlap.overlap_p2p_comm``, which the recipe's CommOverlapConfig would put over it), ``cp_comm_type``,
+``moe_grouped_gemm``;
 ``train.micro_batch_size`` / ``train.global_batch_size``; ``ddp.use_distributed_optimizer``,
 ``ddp.overlap_grad_reduce``, ``ddp.overlap_param_gather``, ``ddp.grad_reduce_in_fp32`` (DistributedDataParallelConfig;
 off where not given, its defaults), the two overlaps also as ``comm_overlap.overlap_grad_reduce`` and
@@ -119,6 +121,8 @@ def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "mixed_precision": precision, "ddp.grad_reduce_in_fp32": plan.grad_bytes == 4,
         **_data_parallel_overlap(stack.overlap_dp, param_gather(stack, plan)),
         "comm_overlap.tp_comm_overlap": stack.overlap_tp, "model.overlap_p2p_comm": stack.overlap_pp,
+        # interleaved, CommOverlapConfig sets overlap_p2p_comm on over model.* (comm_overlap.py:450-460 @ 0.3.1)
+        "comm_overlap.overlap_p2p_comm": stack.overlap_pp if plan.vpp > 1 else None,
         "model.cp_comm_type": CP_COMM_TYPE[stack.cp_comm], "model.moe_grouped_gemm": stack.expert_gemm_mode.grouped}
     if plan.recompute == "full":
         out["model.recompute_method"] = "block" if plan.recompute_layers else "uniform"
@@ -284,7 +288,8 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         **extra_plan})
     read = dict(  # then the comment's fields, which say what the overrides cannot
         **_read_data_parallel_overlap(values), overlap_tp=_flag(values, "comm_overlap.tp_comm_overlap"),
-        overlap_pp=_flag(values, "model.overlap_p2p_comm", True),
+        overlap_pp=_flag(values, f"{'comm_overlap' if 'comm_overlap.overlap_p2p_comm' in values else 'model'}"
+                         ".overlap_p2p_comm", True),
         cp_comm={v: k for k, v in CP_COMM_TYPE.items()}[known_value(
             _NAME, "model.cp_comm_type", values.get("model.cp_comm_type", "p2p"), tuple(CP_COMM_TYPE.values()))],
         expert_gemm="grouped" if _flag(values, "model.moe_grouped_gemm") else "per_expert",
