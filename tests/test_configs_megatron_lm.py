@@ -114,6 +114,7 @@ FEATURES = [
     ("overlaps and tp 1", "llama3-8b", {"tp": 1, "dp": 8, "sequence_parallel": False},
      {"overlap_dp": True, "overlap_tp": True}),
     ("overlaps", "llama3-8b", {}, {"overlap_dp": True, "overlap_tp": True}),
+    ("overlaps and the weight gather", "llama3-8b", {}, {"overlap_dp": True, "overlap_param_gather": True}),
     ("flash attention", "llama3-8b", {}, {"attention_kernel": "fa2"}),
     ("MoE, experts over 8", "qwen3-30b-a3b", {"ep": 8}, {"expert_gemm": "grouped"}),
     ("MoE interleaved", "qwen3-30b-a3b", {"pp": 4, "dp": 2, "vpp": 3, "schedule": "interleaved", "ep": 2}, {}),
@@ -126,7 +127,7 @@ FEATURES = [
 
 
 def test_every_plan_feature_is_read_by_megatron_lm(tmp_path, megatron):
-    cases, plans = [], []
+    cases, plans, texts = [], [], {}
     for label, name, fields, stack in FEATURES:
         model = load_model(name)
         base = _basic_plan(name)
@@ -134,6 +135,7 @@ def test_every_plan_feature_is_read_by_megatron_lm(tmp_path, megatron):
         text = emit("megatron", model, plan, MCORE.with_(**stack))
         cases.append(_case(tmp_path, text, plan.num_gpus, label))
         plans.append(plan)
+        texts[label] = "\n".join(ln for ln in text.splitlines() if "meshplan:" not in ln)  # as a user's own file
     pairs = _verdicts(megatron, cases)
     assert not _failures(pairs)
     for plan, (_, verdict) in zip(plans, pairs, strict=True):  # what Megatron built is the plan
@@ -141,6 +143,13 @@ def test_every_plan_feature_is_read_by_megatron_lm(tmp_path, megatron):
         assert verdict["batch"] == [plan.micro_batch, plan.global_batch]
         assert verdict["offload"] == plan.offload_optimizer
         assert verdict["recompute"][0] == {"none": None}.get(plan.recompute, plan.recompute)
+    for (label, name, _, _), (case, verdict) in zip(FEATURES, pairs, strict=True):  # and the reader reads it so
+        plan, stack = read("megatron", load_model(name), case["world_size"], text=texts[label])
+        assert [verdict["sequence_parallel"], verdict["distributed_optimizer"]] == [plan.sequence_parallel,
+                                                                                   plan.zero == 1], label
+        # overlap_p2p_comm acts (and is kept by validate_args, arguments.py:832-848) with interleaving only
+        assert verdict["overlaps"][:2] == [stack.overlap_dp, stack.overlap_param_gather], label
+        assert plan.vpp == 1 or verdict["overlaps"][2] == stack.overlap_pp, label
 
 
 # the cases and three more: every plan of the Megatron-Core search's top 5, as `plan --emit` writes #1

@@ -107,6 +107,22 @@ def carried_stack_fields(stack: Stack, preset: str, expressed: tuple[str, ...]) 
             if f.compare and f.name not in expressed and getattr(stack, f.name) != getattr(base, f.name)}
 
 
+def param_gather(stack: Stack, plan: Plan) -> bool:
+    """Whether a Megatron-Core config says the distributed optimizer's weight all-gather overlaps the first forward
+    (``--overlap-param-gather``, DistributedDataParallelConfig.overlap_param_gather): where the stack overlaps it and
+    the framework takes the flag, which needs the distributed optimizer (zero = 1) and the overlapped gradient
+    reduction (Megatron-LM validate_args, arguments.py:856-861 @ core_v0.17.0; without the distributed optimizer the
+    flag would shard the buffers for the layer-wise optimizer instead: param_and_grad_buffer.py:183-185)."""
+    return stack.overlap_dp and stack.overlap_param_gather and plan.zero == 1
+
+
+def unsaid(stack: Stack, **written: Any) -> dict[str, Any]:
+    """The stack fields that a file writes (``written``: field -> the value the file says) otherwise than the stack
+    holds, as where the framework refuses the option in this plan: the ``meshplan:`` comment carries them, whatever
+    the preset holds, so that the reader, which reads the framework's value, gets the stack's back."""
+    return {name: getattr(stack, name) for name, value in written.items() if getattr(stack, name) != value}
+
+
 def comment(stack: dict[str, Any], plan: dict[str, Any]) -> str:
     """``meshplan: stack.k=v plan.k=v`` (empty when there is nothing to carry)."""
     items = [f"stack.{k}={_text(v)}" for k, v in stack.items()] + [f"plan.{k}={_text(v)}" for k, v in plan.items()]

@@ -21,7 +21,8 @@ stages; arguments.py:2657, validate_args turns it into virtual_pipeline_model_pa
 ``--optimizer-cpu-offload`` (with ``--use-precision-aware-optimizer``, which validate_args requires of it:
 arguments.py:1488-1492), ``--optimizer {adam,sgd}``, ``--sgd-momentum`` (default 0.9),
 ``--use-precision-aware-optimizer`` with ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (fp32, fp16, bf16, fp8),
-``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
+``--overlap-grad-reduce``, ``--overlap-param-gather`` (store_true: read as off unless given, as Megatron-LM
+does; written where validate_args takes it, configs/common.param_gather, else the comment), ``--tp-comm-overlap``,
 ``--no-overlap-p2p-communication`` (store_false: overlap is on by default), ``--cp-comm-type {p2p,all_gather,...}``
 (default p2p), ``--moe-grouped-gemm``, ``--attention-backend {flash,fused,unfused,local,auto}``; the model:
 ``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--num-attention-heads``, ``--group-query-attention``,
@@ -56,10 +57,12 @@ from meshplan.configs.common import (
     comment,
     data_parallel,
     known_value,
+    param_gather,
     parse_comment,
     per_rank_fallback,
     refuse,
     torchrun,
+    unsaid,
 )
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.layout import layout_string, stage_layers_of
@@ -75,7 +78,7 @@ _NAME = "megatron"
 _PRESET = "megatron-core"
 # the stack fields these arguments say
 _EXPRESSED = ("overlap_dp", "overlap_tp", "overlap_pp", "fp8_scaling", "cp_comm", "expert_gemm", "attention_kernel",
-             "flash_attention")
+             "flash_attention", "overlap_param_gather")
 # Stack.cp_comm -> Megatron-Core's cp_comm_type (Megatron-Bridge takes the same values: configs/nemo.py)
 CP_COMM_TYPE = {"ring": "p2p", "allgather": "all_gather"}
 _ARRAY = "MEGATRON_ARGS=("  # the bash array the script holds the arguments in
@@ -162,7 +165,7 @@ def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
         raise refuse(_NAME, "attention_kernel", "fp8", "its FP8 attention is Transformer Engine's, not an argument")
     args: list[tuple[str, Any]] = [
         ("--overlap-grad-reduce", stack.overlap_dp),
-        ("--overlap-param-gather", stack.overlap_dp and stack.overlap_param_gather and plan.zero == 1),
+        ("--overlap-param-gather", param_gather(stack, plan)),
         ("--tp-comm-overlap", stack.overlap_tp and plan.tp > 1),
         ("--no-overlap-p2p-communication", not stack.overlap_pp),
         ("--cp-comm-type", CP_COMM_TYPE[stack.cp_comm]), ("--moe-grouped-gemm", stack.expert_gemm_mode.grouped),
@@ -187,8 +190,8 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     flex = ("flex_backend",) if stack.moe_dispatcher_mode.forwards else ()
     expressed = tuple(f for f in _EXPRESSED if f != "overlap_tp" or plan.tp > 1) + \
         (("moe_dispatcher", *flex) if model.is_moe else ())
-    note = comment(carried_stack_fields(stack, _PRESET, expressed),
-                   {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
+    note = comment(carried_stack_fields(stack, _PRESET, expressed) | unsaid(stack, overlap_param_gather=param_gather(
+        stack, plan)), {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     head = ["#!/usr/bin/env bash",
             f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
             f"# for {_RELEASE} (its parse_args and validate_args take them).",
@@ -356,14 +359,16 @@ def _stack(options: dict[str, Any], extra: dict[str, Any]) -> Stack:
     recipe = known_value(_NAME, "fp8_recipe", options.get("--fp8-recipe", "delayed"),
                          ("delayed", "tensorwise", "mxfp8"))
     cp_comm = known_value(_NAME, "cp_comm_type", options.get("--cp-comm-type", "p2p"), tuple(CP_COMM_TYPE.values()))
-    return load_stack(_PRESET).with_(
+    read = dict(  # then the comment's fields, which say what the arguments cannot (overlap_tp at tp = 1, ...)
         overlap_dp="--overlap-grad-reduce" in options, overlap_tp="--tp-comm-overlap" in options,
+        overlap_param_gather="--overlap-param-gather" in options,
         overlap_pp="--no-overlap-p2p-communication" not in options,
         cp_comm={v: k for k, v in CP_COMM_TYPE.items()}[cp_comm],
         expert_gemm="grouped" if "--moe-grouped-gemm" in options else "per_expert",
         **_dispatcher(options),
         attention_kernel=kernel[0], flash_attention=kernel[1],
-        fp8_scaling="current" if recipe == "tensorwise" else "delayed", **extra)
+        fp8_scaling="current" if recipe == "tensorwise" else "delayed")
+    return load_stack(_PRESET).with_(**{**read, **extra})
 
 
 def _dispatcher(options: dict[str, Any]) -> dict[str, Any]:

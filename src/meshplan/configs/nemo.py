@@ -9,9 +9,14 @@ model_parallel_config.py, transformer_config.py): ``tensor_model_parallel_size``
 ``context_parallel_size``, ``expert_model_parallel_size``, ``expert_tensor_parallel_size``,
 ``virtual_pipeline_model_parallel_size``, ``num_layers_in_last_pipeline_stage``, ``sequence_parallel``,
 ``recompute_granularity`` / ``recompute_method`` / ``recompute_num_layers`` / ``recompute_modules``,
-``cpu_offloading`` / ``cpu_offloading_num_layers``, ``overlap_p2p_comm``, ``cp_comm_type``, ``moe_grouped_gemm``;
+``cpu_offloading`` / ``cpu_offloading_num_layers``, ``overlap_p2p_comm`` (interleaved, also as
+``comm_overlap.overlap_p2p_comm``, which the recipe's CommOverlapConfig would put over it), ``cp_comm_type``,
+``moe_grouped_gemm``;
 ``train.micro_batch_size`` / ``train.global_batch_size``; ``ddp.use_distributed_optimizer``,
-``ddp.overlap_grad_reduce``, ``ddp.overlap_param_gather``, ``ddp.grad_reduce_in_fp32`` (DistributedDataParallelConfig);
+``ddp.overlap_grad_reduce``, ``ddp.overlap_param_gather``, ``ddp.grad_reduce_in_fp32`` (DistributedDataParallelConfig;
+off where not given, its defaults), the two overlaps also as ``comm_overlap.overlap_grad_reduce`` and
+``comm_overlap.overlap_param_gather`` (which a recipe's CommOverlapConfig would put over ddp.*) and the gather as
+``optimizer.overlap_param_gather``;
 ``optimizer.use_distributed_optimizer``, ``optimizer.optimizer_cpu_offload``, ``optimizer.optimizer`` ("adam" / "sgd")
 and ``optimizer.sgd_momentum`` (OptimizerConfig);
 ``model.seq_length`` (Megatron-Bridge's GPTModelProvider); ``comm_overlap.tp_comm_overlap``; ``mixed_precision`` a
@@ -52,10 +57,12 @@ from meshplan.configs.common import (
     comment,
     data_parallel,
     known_value,
+    param_gather,
     parse_comment,
     per_rank_fallback,
     refuse,
     torchrun,
+    unsaid,
 )
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.layout import layout_string, stage_layers_of
@@ -112,9 +119,10 @@ def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         "model.cpu_offloading": plan.offload_activations,
         "model.cpu_offloading_num_layers": plan.offload_layers if plan.offload_activations else None,
         "mixed_precision": precision, "ddp.grad_reduce_in_fp32": plan.grad_bytes == 4,
-        "ddp.overlap_grad_reduce": stack.overlap_dp,
-        "ddp.overlap_param_gather": stack.overlap_dp and stack.overlap_param_gather and plan.zero == 1,
+        **_data_parallel_overlap(stack.overlap_dp, param_gather(stack, plan)),
         "comm_overlap.tp_comm_overlap": stack.overlap_tp, "model.overlap_p2p_comm": stack.overlap_pp,
+        # interleaved, CommOverlapConfig sets overlap_p2p_comm on over model.* (comm_overlap.py:450-460 @ 0.3.1)
+        "comm_overlap.overlap_p2p_comm": stack.overlap_pp if plan.vpp > 1 else None,
         "model.cp_comm_type": CP_COMM_TYPE[stack.cp_comm], "model.moe_grouped_gemm": stack.expert_gemm_mode.grouped}
     if plan.recompute == "full":
         out["model.recompute_method"] = "block" if plan.recompute_layers else "uniform"
@@ -128,6 +136,32 @@ def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         out["optimizer.optimizer"] = "sgd"
         out["optimizer.sgd_momentum"] = 0.0 if plan.optimizer == "sgd" else None
     return out
+
+
+# Megatron-Bridge's CommOverlapConfig, which a recipe holds (comm_overlap), sets both data-parallel overlaps on under
+# the distributed optimizer with dp > 1 over what ddp.* says, unless its own fields are given (training/comm_overlap.py
+# 527-546 _get_optimizer_overlap_cfgs, 557-565 _override_user_cfgs, 597-606 setup @ megatron-bridge 0.3.1):
+# (stack field, DistributedDataParallelConfig / CommOverlapConfig field)
+_DP_OVERLAPS = (("overlap_dp", "overlap_grad_reduce"), ("overlap_param_gather", "overlap_param_gather"))
+
+
+def _data_parallel_overlap(grad_reduce: bool, gather: bool) -> dict[str, bool]:
+    """The overlaps as every config that holds them says them: ddp.* (DistributedDataParallelConfig), comm_overlap.*
+    (the recipe's CommOverlapConfig, which would override ddp.*), and optimizer.overlap_param_gather, which
+    OptimizerConfig keeps equal to the DDP's (megatron/core/optimizer/optimizer_config.py, core 0.16.1)."""
+    out: dict[str, bool] = {}
+    for (_, key), value in zip(_DP_OVERLAPS, (grad_reduce, gather), strict=True):
+        out |= {f"ddp.{key}": value, f"comm_overlap.{key}": value}
+    return out | {"optimizer.overlap_param_gather": gather}
+
+
+def _read_data_parallel_overlap(values: dict[str, str]) -> dict[str, bool]:
+    """The overlaps as Megatron-Bridge runs them: comm_overlap.* where given under the distributed optimizer (it
+    overrides ddp.*), else ddp.*, off where not given (DistributedDataParallelConfig's defaults, megatron/core/
+    distributed/distributed_data_parallel_config.py; a recipe's own values are not in the file)."""
+    distributed = _flag(values, "ddp.use_distributed_optimizer")
+    return {field: _flag(values, f"comm_overlap.{key}" if distributed and f"comm_overlap.{key}" in values
+                         else f"ddp.{key}") for field, key in _DP_OVERLAPS}
 
 
 def _model(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, Any], list[str]]:
@@ -149,12 +183,13 @@ def _model(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, Any], 
 
 
 def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
-    expressed: tuple[str, ...] = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm")
+    expressed: tuple[str, ...] = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm",
+                                  "overlap_param_gather")
     expressed += ("fp8_scaling",) if plan.precision == "fp8" else ()
     expressed += ("moe_dispatcher",) if model.is_moe else ()
     expressed += ("flex_backend",) if model.is_moe and stack.moe_dispatcher_mode.forwards else ()
-    note = comment(carried_stack_fields(stack, _PRESET, expressed),
-                   {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
+    note = comment(carried_stack_fields(stack, _PRESET, expressed) | unsaid(stack, overlap_param_gather=param_gather(
+        stack, plan)), {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     plan, fallback = per_rank_fallback(plan, _NAME)
     shape, notes = _model(model, plan, stack)
     notes = [*notes, *fallback]
@@ -251,15 +286,16 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
                                                    "nemo config: model.moe_expert_capacity_factor"),
         moe_pad_expert_input_to_capacity=_flag(values, "model.moe_pad_expert_input_to_capacity")),
         **extra_plan})
-    stack = load_stack(_PRESET).with_(
-        overlap_dp=_flag(values, "ddp.overlap_grad_reduce"), overlap_tp=_flag(values, "comm_overlap.tp_comm_overlap"),
-        overlap_pp=_flag(values, "model.overlap_p2p_comm", True),
+    read = dict(  # then the comment's fields, which say what the overrides cannot
+        **_read_data_parallel_overlap(values), overlap_tp=_flag(values, "comm_overlap.tp_comm_overlap"),
+        overlap_pp=_flag(values, f"{'comm_overlap' if 'comm_overlap.overlap_p2p_comm' in values else 'model'}"
+                         ".overlap_p2p_comm", True),
         cp_comm={v: k for k, v in CP_COMM_TYPE.items()}[known_value(
             _NAME, "model.cp_comm_type", values.get("model.cp_comm_type", "p2p"), tuple(CP_COMM_TYPE.values()))],
         expert_gemm="grouped" if _flag(values, "model.moe_grouped_gemm") else "per_expert",
         **_dispatcher(values),
-        **({"fp8_scaling": scaling} if precision == "fp8" else {}), **extra_stack)
-    return plan, stack
+        **({"fp8_scaling": scaling} if precision == "fp8" else {}))
+    return plan, load_stack(_PRESET).with_(**{**read, **extra_stack})
 
 
 def _dispatcher(values: dict[str, str]) -> dict[str, Any]:
