@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -55,3 +56,17 @@ def test_the_baseline_covers_every_command_against_todays_reference():
 
 def test_ci_runs_the_guard():
     assert "benchmarks/measure/speed_guard.py" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_a_command_runs_under_its_env_and_the_strong_scaling_plan_in_one_process(monkeypatch):
+    """A command's ``env`` is set for its runs, over the guard's own environment; the 8-count plan's keeps one process
+    (MESHPLAN_WORKERS=1: forked or not by the load, its CPU seconds would move with the load, not the code)."""
+    seen = []
+    monkeypatch.setattr(guard, "timed", lambda cmd, env=None: seen.append((cmd, env)) or (1.0, 1.0))
+    guard.run(["meshplan"], guard.Command("a", ("--help",), 1.0, env=(("MESHPLAN_WORKERS", "1"),)), "/tmp")
+    guard.run(["meshplan"], guard.Command("b", ("--help",), 1.0), "/tmp")
+    assert seen[0][0] == ["meshplan", "--help"] and seen[0][1]["MESHPLAN_WORKERS"] == "1"
+    assert seen[0][1]["PATH"] == os.environ["PATH"]  # the rest of the environment kept
+    assert seen[1][1] is None  # no env of its own: the guard's
+    (scaling,) = [c for c in guard.COMMANDS if c.label == "plan with 8 GPU counts"]
+    assert dict(scaling.env) == {"MESHPLAN_WORKERS": "1"}

@@ -199,3 +199,36 @@ def _taken_list(tokens: int) -> list[int]:
     from meshplan.search import workers
 
     return list(workers._taken(tokens))
+
+
+def test_meshplan_workers_caps_the_processes_whatever_the_idle_cores(monkeypatch):
+    """``MESHPLAN_WORKERS=1`` keeps forked_map's calls and a large space's search in this process, where two idle
+    cores of two would fork (workers.most_processes: a benchmark's CPU seconds the same work in every run); unset or
+    empty, the machine's cores; anything but a positive integer is refused with the variable named."""
+    import os
+    from types import SimpleNamespace
+
+    import pytest
+
+    from meshplan.errors import SpecError
+    from meshplan.search import workers
+
+    large = [SimpleNamespace(sizes=10**6)]  # 8·10^6 placed plans > PARALLEL_ABOVE
+    monkeypatch.setattr(workers, "idle_cores", lambda: 2)
+    monkeypatch.setattr(workers.os, "cpu_count", lambda: 2)
+    for unset in (None, "", " "):
+        if unset is None:
+            monkeypatch.delenv("MESHPLAN_WORKERS", raising=False)
+        else:
+            monkeypatch.setenv("MESHPLAN_WORKERS", unset)
+        assert workers.most_processes() == 2  # the cores
+        assert workers.worker_count(large, 0) == 2
+    monkeypatch.setenv("MESHPLAN_WORKERS", "1")
+    assert workers.most_processes() == 1
+    assert workers.worker_count(large, 0) == 1
+    assert workers.worker_count(large, 3) == 3  # a caller's own count stands
+    assert {pid for _, pid in workers.forked_map(_pid_after, [0, 1, 2])} == {os.getpid()}
+    for wrong in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv("MESHPLAN_WORKERS", wrong)
+        with pytest.raises(SpecError, match=f"MESHPLAN_WORKERS='{wrong}' must be a positive integer"):
+            workers.most_processes()

@@ -49,6 +49,17 @@ class Command:
     args: tuple[str, ...]  # after `meshplan`; "{tmp}" is a scratch directory
     target_s: float  # issue 83's target, whole process on a quiet machine
     first: bool = False  # a first request: a cache of its own (MESHPLAN_CACHE) whose solved bases go before each run
+    env: tuple[tuple[str, str], ...] = ()  # set for its runs
+
+
+# The strong-scaling plan's GPU counts are searched in forked processes where two cores are idle by the 1-minute load
+# average (search/workers.forked_map), which the guard's own runs, one busy process after another, hold about 1 on an
+# otherwise idle machine of two cores: forked in some rounds and not in others, and forked it takes 1.10-1.14x the CPU
+# seconds (farm-bench, paired, under a load of 5-7, 2026-11-30), a ratio that would move with the load and not the
+# code. Its runs keep one process
+# (search/workers.most_processes), the same work in every round; its wall clock is then the one-process figure (two
+# idle cores fork and take about 0.65x of it).
+ONE_PROCESS = (("MESHPLAN_WORKERS", "1"),)
 
 
 FIRST = "first-request-cache"  # in the scratch directory: the warm-up run's traces, no basis (autoshard/highs.py)
@@ -60,7 +71,8 @@ COMMANDS = (
     Command("plan deepseek-v3", ("plan", "--model", "deepseek-v3", "--system", "h100", "--gpus", "2048",
                                  "--global-batch", "8192"), 0.5),
     Command("plan with 8 GPU counts", ("plan", "--model", "llama3-70b", "--system", "h100", "--gpus",
-                                       ",".join(str(128 * 2**i) for i in range(8)), "--global-batch", "2048"), 0.5),
+                                       ",".join(str(128 * 2**i) for i in range(8)), "--global-batch", "2048"), 0.5,
+            env=ONE_PROCESS),
     Command("plan --mtbf llama3", ("plan", *QUICK, "--mtbf", "llama3"), 0.5),
     Command("plan --autoshard llama3-8b / 64 GPUs", ("plan", "--model", "llama3-8b", "--autoshard", "--system", "h100",
                                                     "--gpus", "64", "--global-batch", "64", "--seq", "8192"), 2.0),
@@ -159,12 +171,13 @@ def measure(commands: tuple[Command, ...], rounds: int, tmp: str) -> tuple[list[
 
 
 def run(exe: list[str], command: Command, tmp: str) -> tuple[float, float]:
-    """``timed`` of one command; a first request's cache holds the traces of its warm-up run and no solved basis."""
+    """``timed`` of one command, under its ``env``; a first request's cache holds the traces of its warm-up run and no
+    solved basis."""
+    args = [*exe, *(a.format(tmp=tmp) for a in command.args)]
     if not command.first:
-        return timed([*exe, *(a.format(tmp=tmp) for a in command.args)])
+        return timed(args, env={**os.environ, **dict(command.env)}) if command.env else timed(args)
     shutil.rmtree(Path(tmp) / FIRST / "bases", ignore_errors=True)
-    return timed([*exe, *(a.format(tmp=tmp) for a in command.args)],
-                 env={**os.environ, "MESHPLAN_CACHE": str(Path(tmp) / FIRST)})
+    return timed(args, env={**os.environ, **dict(command.env), "MESHPLAN_CACHE": str(Path(tmp) / FIRST)})
 
 
 def verdicts(measured: list[Measured], baseline: dict[str, float], tolerance: float = TOLERANCE) -> list[str]:

@@ -45,13 +45,13 @@ class Job:
 
 
 def worker_count(combos: list[Combo], workers: int) -> int:
-    """``workers``, or for 0: up to 2 processes when the space is large, else 1."""
+    """``workers``, or for 0: up to 2 processes when the space is large (at most ``most_processes``), else 1."""
     if workers:
         return workers
     if _FORKED:  # a worker of ``forked_map``: its siblings hold the other cores
         return 1
     placed = sum(c.sizes for c in combos) * 8  # size combinations at about 8 placements each
-    return min(2, os.cpu_count() or 1) if placed > PARALLEL_ABOVE else 1
+    return min(2, os.cpu_count() or 1, most_processes()) if placed > PARALLEL_ABOVE else 1
 
 
 def jobs(combos: list[Combo], space: Space, parts: int) -> list[Job]:
@@ -219,7 +219,7 @@ def forked_map(call: Callable[[int], T], order: Sequence[int], done: Callable[[i
     its wall time (the 8-count strong-scaling plan under a load of 10 on two cores), where two idle cores take ~0.6x
     its wall time. A search in a worker, or in this process meanwhile, runs in that process alone
     (``worker_count``)."""
-    processes = min(idle_cores(), len(order))
+    processes = min(idle_cores(), len(order), most_processes())
     if processes < 2:
         out = []
         for i in sorted(order):
@@ -247,6 +247,26 @@ def forked_map(call: Callable[[int], T], order: Sequence[int], done: Callable[[i
     if failed:
         raise results[min(failed)][1]
     return [results[i][1] for i in sorted(results)]
+
+
+# The most processes a search may use, where the user (or a benchmark) sets it: 1 keeps every search in its own
+# process whatever the machine's load, so that its CPU seconds are the same work on every run. Unset, the machine
+# decides: ``forked_map`` forks where two cores are idle (the 1-minute load average, which a benchmark's own runs one
+# after the other hold near 1 on an otherwise idle machine, so that a command timed over rounds would fork in some and
+# not in others: +10-20 % CPU seconds between the two, 2026-11-30), a large space's search where the machine has two.
+WORKERS_VARIABLE = "MESHPLAN_WORKERS"
+
+
+def most_processes() -> int:
+    """``$MESHPLAN_WORKERS`` (a positive integer), or the machine's cores where it is unset or empty."""
+    given = os.environ.get(WORKERS_VARIABLE, "").strip()
+    if not given:
+        return os.cpu_count() or 1
+    if not given.isdigit() or int(given) < 1:
+        from meshplan.errors import SpecError  # noqa: PLC0415  (a wrong value only)
+
+        raise SpecError(f"{WORKERS_VARIABLE}={given!r} must be a positive integer (the most processes a search uses)")
+    return int(given)
 
 
 def idle_cores() -> int:
