@@ -192,12 +192,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # - test_published.py, test_ranges.py and test_validate_records.py validate the published and the independent runs
 #   whole (published_helpers.validated: once per process; 3.5 s of CPU for the published file, 1.3 s for the
 #   independent one), as do test_docs.py's accuracy.py, accuracy_doc.py and independent.py (validation_of): one group.
+# - test_bands.py's leave-one-source-out coverage and test_docs.py's accuracy documents and packaged bands read the
+#   same reading of docs/out_of_source.json (benchmarks/docs/error_bands.held_out: once per process, 1.6 s of CPU).
 # - test_hf_registry.py's sweep builds every causal-LM type of transformers on the meta device, importing each one's
 #   modelling module; test_model_extras.py's registry types build 14 of them again: 7.6 s of CPU in a fresh worker,
 #   2.5 s where the modules are already imported (the outcomes equal).
-SHARED_WORKER = (("test_docs.py", "test_fitted_sources.py", "test_loso_alternate.py", "test_published.py",
-                  "test_ranges.py", "test_serve_transient.py", "test_serving_eval.py", "test_validate_records.py",
-                  "test_validate_serving.py"),
+SHARED_WORKER = (("test_bands.py", "test_docs.py", "test_fitted_sources.py", "test_loso_alternate.py",
+                  "test_published.py", "test_ranges.py", "test_serve_transient.py", "test_serving_eval.py",
+                  "test_validate_records.py", "test_validate_serving.py"),
                  ("test_hf_registry.py", "test_model_extras.py"))
 _GROUP_OF = {name: " + ".join(group) for group in SHARED_WORKER for name in group}
 
