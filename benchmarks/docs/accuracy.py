@@ -101,7 +101,7 @@ def compared_apart(records: list[dict], results: list[RunResult]) -> list[RunRes
     apart = {r.id for r in results if "hybrid Mamba-2 model" in r.skipped}
     groups = sorted({r.group for r in results if r.id in apart})
     parts = [run_validation(records, hybrid=True)] if "" in groups else [
-        run_validation(records, group, hybrid=True) for group in groups]
+        run_validation(records, group=group, hybrid=True) for group in groups]
     again = {r.id: r for part in parts for r in part}
     return [again[r.id] for r in results if r.id in again]
 
