@@ -20,8 +20,21 @@ os.environ.setdefault("MESHPLAN_CACHE", "off")
 
 import pytest  # noqa: E402
 
+from meshplan import files as _files  # noqa: E402
+from meshplan.cli.codecache import Parsed as _Parsed  # noqa: E402
 from meshplan.specs.hardware import load_system  # noqa: E402
 from meshplan.specs.model import ModelSpec  # noqa: E402
+
+# The built-in presets' TOML parsed once per test process. A program that imports meshplan parses a preset each time it
+# loads it (meshplan.files.PARSED None), and a validation loads a system, a model and a stack preset for each record
+# it maps: test_validate_records.py parsed 2,572 preset texts (1.6 of its 19 s of CPU), test_out_of_source.py 1,499
+# (0.9 of 19 s), test_docs.py's accuracy documents 2,308. The console script's store (cli/codecache.Parsed, here
+# without a file) keeps each text's document and gives every reader a fresh copy (marshal), as a parse does: the text
+# is the key, so a preset changed or written by a test is parsed afresh, and one that does not parse raises as before
+# (nothing is kept). The plain parse stays covered where a program imports meshplan in a process of its own
+# (tests/test_codecache.py, the CLI's subprocess tests) and by tests/test_presets_resolved.py's parse_toml calls.
+if _files.PARSED is None:
+    _files.PARSED = _Parsed()
 
 
 def gpt(layers: int = 4, hidden: int = 1024, heads: int = 16, seq: int = 2048, vocab: int = 51200,
@@ -179,12 +192,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # - test_published.py, test_ranges.py and test_validate_records.py validate the published and the independent runs
 #   whole (published_helpers.validated: once per process; 3.5 s of CPU for the published file, 1.3 s for the
 #   independent one), as do test_docs.py's accuracy.py, accuracy_doc.py and independent.py (validation_of): one group.
+# - test_bands.py's leave-one-source-out coverage and test_docs.py's accuracy documents and packaged bands read the
+#   same reading of docs/out_of_source.json (benchmarks/docs/error_bands.held_out: once per process, 1.6 s of CPU).
 # - test_hf_registry.py's sweep builds every causal-LM type of transformers on the meta device, importing each one's
 #   modelling module; test_model_extras.py's registry types build 14 of them again: 7.6 s of CPU in a fresh worker,
 #   2.5 s where the modules are already imported (the outcomes equal).
-SHARED_WORKER = (("test_docs.py", "test_fitted_sources.py", "test_loso_alternate.py", "test_published.py",
-                  "test_ranges.py", "test_serve_transient.py", "test_serving_eval.py", "test_validate_records.py",
-                  "test_validate_serving.py"),
+SHARED_WORKER = (("test_bands.py", "test_docs.py", "test_fitted_sources.py", "test_loso_alternate.py",
+                  "test_published.py", "test_ranges.py", "test_serve_transient.py", "test_serving_eval.py",
+                  "test_validate_records.py", "test_validate_serving.py"),
                  ("test_hf_registry.py", "test_model_extras.py"))
 _GROUP_OF = {name: " + ".join(group) for group in SHARED_WORKER for name in group}
 

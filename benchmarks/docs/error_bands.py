@@ -51,6 +51,7 @@ and family, instead; --exact rebuilds the multipliers too without each source, a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -187,11 +188,25 @@ def family(r: dict[str, Any]) -> str:
     return f"{g['gpu']} {g.get('family') or g.get('engine')}"
 
 
+_HELD_OUT: dict[str, dict[str, Any]] = {}
+
+
 def held_out(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Each source left out in turn: every table built without it, each of its runs' score against the band its
     regime quotes there (``scores``: table, source, family, unseen, |error| / conformal band) and, with the
     multiplier calibrated on the other sources' scores, whether the run falls inside the band that table quotes
-    (``inside``, by table and id of the row)."""
+    (``inside``, by table and the row's index in ``rows[table]``). A pure function of ``rows``, made once per process
+    for the same rows (keyed by the SHA-256 of their JSON text): the training and the serving accuracy documents
+    (out_of_source_doc.bands_text) and ``tables`` each read it, all three in one process when tests/test_docs.py makes
+    them (about 2 s of CPU each). Each call gets its own copies of the two containers."""
+    key = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+    if key not in _HELD_OUT:
+        _HELD_OUT[key] = _held_out(rows)
+    found = _HELD_OUT[key]
+    return {"scores": list(found["scores"]), "inside": dict(found["inside"])}
+
+
+def _held_out(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     without: dict[tuple[str, str], dict[str, Any]] = {}
     scores: list[tuple[str, str, str, bool, float]] = []
     for name, table_rows in rows.items():
@@ -208,9 +223,9 @@ def held_out(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     inside: dict[tuple[str, int], bool] = {}
     for (name, source), t in without.items():
         quoted = finish(t, new_source(scores, source))
-        for r in rows[name]:
+        for i, r in enumerate(rows[name]):
             if r["source"] == source:
-                inside[name, id(r)] = abs(r[error_of(name)]) <= table_band(quoted, r["regime"]).half_width
+                inside[name, i] = abs(r[error_of(name)]) <= table_band(quoted, r["regime"]).half_width
     return {"scores": scores, "inside": inside}
 
 
@@ -238,9 +253,9 @@ def tables(data: dict[str, Any]) -> dict[str, Any]:
         t = finish(table(table_rows, *spec_of(name)), multipliers)
         for level in t["levels"]:
             by: dict[str, list[bool]] = defaultdict(list)
-            for r in table_rows:
-                if (name, id(r)) in loso["inside"]:
-                    by[key_of(r["regime"], level)].append(loso["inside"][name, id(r)])
+            for i, r in enumerate(table_rows):
+                if (name, i) in loso["inside"]:
+                    by[key_of(r["regime"], level)].append(loso["inside"][name, i])
             for key, flags in by.items():
                 t["entries"][key]["held"] = round(sum(flags) / len(flags), 4)
         out[name] = t
@@ -250,15 +265,15 @@ def tables(data: dict[str, Any]) -> dict[str, Any]:
 def coverage(data: dict[str, Any], inside: dict[tuple[str, int], bool] | None = None
              ) -> dict[str, dict[str, tuple[int, float]]]:
     """Per table, overall ("") and per family (``family``), (runs, share inside the band quoted when every table was
-    built without the run's source: ``held_out``'s ``inside``, of ``rows_of(data)``'s rows): what a source meshplan
-    has not seen should expect."""
+    built without the run's source: ``held_out``'s ``inside``, by the row's index in ``rows_of(data)``): what a source
+    meshplan has not seen should expect."""
     rows = rows_of(data)
     inside = held_out(rows)["inside"] if inside is None else inside
     out: dict[str, dict[str, tuple[int, float]]] = {}
     for name, table_rows in rows.items():
         by: dict[str, list[bool]] = defaultdict(list)
-        for r in table_rows:
-            flag = inside.get((name, id(r)), False)  # a table's only source: no band without it
+        for i, r in enumerate(table_rows):
+            flag = inside.get((name, i), False)  # a table's only source: no band without it
             by[""].append(flag)
             by[family(r)].append(flag)
         out[name] = {k: (len(v), round(sum(v) / len(v), 4)) for k, v in sorted(by.items())}
@@ -273,9 +288,9 @@ def exact_inside(data: dict[str, Any]) -> dict[tuple[str, int], bool]:
     for source in sorted({r["source"] for table_rows in rows.values() for r in table_rows}):
         built = tables({"runs": [r for r in data["runs"] if r["source"] != source]})
         for name, table_rows in rows.items():
-            for r in table_rows:
+            for i, r in enumerate(table_rows):
                 if r["source"] == source and built[name]["entries"]:
-                    inside[name, id(r)] = abs(r[error_of(name)]) <= table_band(built[name], r["regime"]).half_width
+                    inside[name, i] = abs(r[error_of(name)]) <= table_band(built[name], r["regime"]).half_width
     return inside
 
 

@@ -144,17 +144,18 @@ def bands_table(data: dict[str, Any], tables: dict[str, Any], table: str,
     t = tables[table]
     rows = error_bands.rows_of(data)[table]
     err = error_bands.error_of(table)
-    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        by[key_of(r["regime"], t["axes"])].append(r)
+    by: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    for i, r in enumerate(rows):  # ``held`` is by the row's index in ``rows``
+        by[key_of(r["regime"], t["axes"])].append((i, r))
     lines = ["| regime | runs | sources | band | within it | median \\|error\\| | band / median | within a band built "
              "without the run's source |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for key, runs in sorted(by.items(), key=lambda kv: -len(kv[1])):
-        if len(runs) < min(20, t["min_runs"]):
+    for key, indexed in sorted(by.items(), key=lambda kv: -len(kv[1])):
+        if len(indexed) < min(20, t["min_runs"]):
             continue
+        runs = [r for _, r in indexed]
         quoted = np.array([band(table, r["regime"]).half_width for r in runs])
         errors = np.abs([r[err] for r in runs])
-        strict = np.mean([held.get((table, id(r)), False) for r in runs])
+        strict = np.mean([held.get((table, i), False) for i, _ in indexed])
         lines.append(f"| {key} | {len(runs)} | {len({r['source'] for r in runs})} | ±{pct(float(np.median(quoted)))} "
                      f"| {pct(float(np.mean(errors <= quoted)))} | {pct(float(np.median(errors)))} "
                      f"| {np.median(quoted) / np.median(errors):.2f} | {pct(float(strict))} |")
