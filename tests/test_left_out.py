@@ -33,9 +33,9 @@ def _priced(monkeypatch: pytest.MonkeyPatch) -> list:
     return pools
 
 
-def _kept_all(model, space, pool, sized, groups, made, chunk):
+def _kept_all(model, space, pool, sized, groups, twin, chunk):
     """left_out as if the stack refused no combination under every setting: every row searched, as before."""
-    return (pool, sized, []), Tally(), 0  # no refusal codes: each memory pass finds its own
+    return (pool, sized, [None] * len(groups)), Tally(), 0  # no refusal codes: each memory pass finds its own
 
 
 def test_moe_at_tp_over_1_without_sequence_parallelism_is_refused_before_its_units_are_priced(monkeypatch):

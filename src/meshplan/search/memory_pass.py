@@ -29,12 +29,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
 from meshplan.search.batch import PlanBatch
-from meshplan.search.candidates import Sized
+from meshplan.search.candidates import LeftOut, Sized, Twin
 from meshplan.search.refused import grid_refusals
 from meshplan.search.scoring import grid_memory
 from meshplan.search.space import Space
@@ -249,16 +248,17 @@ def _chunks(n: int, size: int) -> Iterator[slice]:
 
 
 def left_out(model: ModelSpec, space: Space, pool: PlanBatch, sized: Sized,
-             groups: list[tuple[np.ndarray | slice, PlanBatch]], made: list[Any], chunk: int
-             ) -> tuple[tuple[PlanBatch, Sized, list[np.ndarray]] | None, Tally, int]:
+             groups: list[tuple[np.ndarray | slice, PlanBatch]], twin: Twin, chunk: int) -> LeftOut:
     """The rows of ``pool`` and ``sized`` (its size rows) to search, None where none is: those some schedule group
     and variant (``groups``: each one's rows of the pool and its batch) scores under a setting the stack runs, with
-    each group's ``refusal_codes`` of them (``group_memory``'s, in the order of ``groups``); the refusals of the
-    others as a tally, and the plans they count as evaluated. ``made``: the job's holder
-    (evaluate.Start.made; after candidates.mode_pool's answer), the answer kept there for a twin search; ``chunk``:
-    the combinations whose refusals are found at once."""
-    if len(made) > 1 and made[1][0] is pool and made[1][1] == model and _twins(space, made[1][2]):
-        return made[1][3]
+    each group's ``refusal_codes`` of them (``group_memory``'s, one per group of ``groups``); the refusals of the
+    others as a tally, and the plans they count as evaluated. ``twin``: the job's holder (evaluate.Start.twin), which
+    holds candidates.mode_pool's ``Made`` for ``pool``: the answer is kept in it for a twin search, which takes it;
+    ``chunk``: the combinations whose refusals are found at once."""
+    made = twin.made
+    if made is not None and made.left_out is not None and made.pool is not None and made.pool[0] is pool \
+            and made.model == model and made.space is not None and _twins(space, made.space):
+        return made.left_out
     codes = [refusal_codes(model, space, batch, chunk) for _, batch in groups]
     runs = np.zeros(len(pool), dtype=bool)
     for (rows, _), code in zip(groups, codes, strict=True):
@@ -276,7 +276,8 @@ def left_out(model: ModelSpec, space: Space, pool: PlanBatch, sized: Sized,
     searched = ((pool, sized, group_codes) if whole else (pool.select(kept), sized.select(kept), group_codes)
                 if len(kept) else None)
     answer = searched, tally, evaluated
-    made[1:] = [(pool, model, space, answer)]
+    if made is not None and made.pool is not None and made.pool[0] is pool:
+        twin.made = replace(made, model=model, space=space, left_out=answer)
     return answer
 
 
