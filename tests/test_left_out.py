@@ -13,9 +13,9 @@ from meshplan.search import Space, search
 from meshplan.search import evaluate as evaluate_module
 from meshplan.search.candidates import candidates, mode_pool
 from meshplan.search.combos import valid_combos
-from meshplan.search.memory_pass import REFUSED_FIRST, refusal_codes, refused_plans
+from meshplan.search.memory_pass import REFUSED_FIRST, _firsts, refusal_codes, refused_plans
 from meshplan.search.refused import grid_refusals
-from meshplan.search.tally import Tally
+from meshplan.search.tally import Tally, first_set
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.refusals import stack_refusals
@@ -107,3 +107,16 @@ def test_the_refused_plans_are_each_settings_codes_counted_by_their_plans():
     assert refused_plans(codes, plans, 3) == list(want)
     assert sum(want) == 6 * plans.sum()  # every setting of every combination, once
     assert refused_plans(codes, np.ones(5, dtype=np.int64), 3)[REFUSED_FIRST] == int((codes == 1).sum())  # 18
+
+
+def test_each_refusals_first_plan_is_first_sets():
+    # memory_pass._firsts (a setting at a time, until each code is met) against tally.first_set of each code's mask,
+    # on drawn settings-first statuses (3 x 2 x 2 x 2 settings of 50 combinations): a code met late, one met in the
+    # first setting only, one in every setting
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        status = rng.choice(np.array([5, 6, 7], dtype=np.uint8), size=(3, 2, 2, 2, 50), p=[0.9, 0.09, 0.01])
+        status[0, 0, 0, 0, rng.integers(50)] = 8
+        status[2, 1, 1, 1, rng.integers(50)] = 9
+        codes = [int(c) for c in np.unique(status)]
+        assert _firsts(status, codes) == {c: first_set(status == c) for c in codes}

@@ -162,15 +162,16 @@ def everywhere(codes: np.ndarray) -> np.ndarray:
 def refused_plans(codes: np.ndarray, plans: np.ndarray, rules: int) -> list[int]:
     """The plans of each status (``GroupMemory.plans_of``'s list, ``rules`` refusals) of size combinations refused
     under every setting (``codes``: theirs, ``refusal_codes``), each standing for ``plans`` plans: for each distinct
-    number of plans, that number times the bincount of the codes of the combinations that have it (integers, exact;
-    one bincount where they all have one number, as DeepSeek-V3's, whose 24 settings x 88,632 combinations took
-    11.4 -> 6.5 ms against a weighted bincount per setting, 2026-11-30)."""
+    number of plans, that number times the bincount of each setting's codes of the combinations that have it
+    (integers, exact; a setting at a time, so that the bincount's int64 copy of the codes stays small). DeepSeek-V3
+    (24 settings x 88,632 combinations, one plan each), in a fresh process: 11-13 -> 7-8 ms against a bincount per
+    setting weighted by the plans (float64), 2026-11-30."""
     counts = np.zeros(REFUSED_FIRST + rules, dtype=np.int64)
     flat = codes.reshape(-1, codes.shape[-1])
     values, of = np.unique(plans, return_inverse=True)
     for i, value in enumerate(values):
-        some = flat if len(values) == 1 else flat[:, of == i]
-        counts[REFUSED_FIRST - 1:] += int(value) * np.bincount(some.reshape(-1), minlength=rules + 1)
+        for setting in flat if len(values) == 1 else flat[:, of == i]:
+            counts[REFUSED_FIRST - 1:] += int(value) * np.bincount(setting, minlength=rules + 1)
     return [int(c) for c in counts]
 
 
@@ -268,7 +269,7 @@ def left_out(model: ModelSpec, space: Space, pool: PlanBatch, sized: Sized,
     for (rows, batch), code in zip(groups, codes, strict=True):
         out = np.flatnonzero(~runs[rows])
         if len(out):
-            part, plans = code[..., out], sized.count[rows][out]
+            part, plans = np.take(code, out, axis=-1), sized.count[rows][out]  # C order: settings first
             tally_refusals(model, space, (Rows(batch, out), part + np.uint8(REFUSED_FIRST - 1)), rules,
                            refused_plans(part, plans, len(rules)), tally)
             evaluated += int(plans.sum()) * space.grid_size
@@ -293,11 +294,32 @@ def tally_refusals(model: ModelSpec, space: Space, where: tuple[Rows, np.ndarray
     combinations, memory_pass's; ``counts``: the plans of each status) under each rule's reason, with the first
     plan it refuses (the tally keeps the first example)."""
     sized, status = where
+    wanted = [REFUSED_FIRST + i for i, rule in enumerate(rules)
+              if counts[REFUSED_FIRST + i] and rule.reason(space.stack.name) not in tally.examples]
+    firsts = _firsts(status, wanted) if status.flags.c_contiguous and len(wanted) > 1 else {}
     for i, rule in enumerate(rules):
         reason = rule.reason(space.stack.name)
         if counts[REFUSED_FIRST + i] and reason not in tally.examples:
-            plan = decode(sized, space.grid, status.shape, first_set(status == REFUSED_FIRST + i),
-                          layers=model.num_layers)
+            at = firsts[REFUSED_FIRST + i] if firsts else first_set(status == REFUSED_FIRST + i)
+            plan = decode(sized, space.grid, status.shape, at, layers=model.num_layers)
             tally.add(reason, f"{plan.describe()} ({rule.source})", counts[REFUSED_FIRST + i])
         else:
             tally.add(reason, "", counts[REFUSED_FIRST + i])
+
+
+def _firsts(status: np.ndarray, codes: list[int]) -> dict[int, int]:
+    """``first_set(status == code)`` of each of ``codes`` (each held somewhere in ``status``, C-contiguous,
+    settings × combinations: left_out's), read a setting at a time until each has been met: the codes a setting
+    holds counted by one bincount, each met code's first combination there found by one comparison of the setting's
+    row (DeepSeek-V3 on 2,048 H100s, left_out's six rules over 24 settings x 88,632 combinations: a comparison and an
+    argmax of the whole grid each, before)."""
+    rows = status.reshape(-1, status.shape[-1])
+    found: dict[int, int] = {}
+    for setting, row in enumerate(rows):
+        held = np.bincount(row, minlength=max(codes) + 1)
+        for code in codes:
+            if code not in found and held[code]:
+                found[code] = setting * rows.shape[1] + int(np.argmax(row == code))
+        if len(found) == len(codes):
+            break
+    return found
