@@ -100,7 +100,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     groups = _groups(pool, space)
     codes: list[np.ndarray | None] = [None] * len(groups)  # each group's refusals, where left_out found them
     if explore is None:  # a search that explores samples every combination (explore.py)
-        searched, refused, evaluated = left_out(model, space, pool, sized, [(g.rows, g.batch) for g in groups],
+        searched, refused, evaluated = left_out(model, space, pool, sized, [(g.rows, g.of(pool)) for g in groups],
                                                 start.twin, SIZE_BLOCK)
         result.tally.merge(refused)
         result.evaluated += evaluated
@@ -119,10 +119,10 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     bound = lower_bound(model, pool, units.shapes, units.shape_of)
     if space.async_schedules or space.split_schedules:  # no bubble, or less than 1F1B's: a bound without one
         free = lower_bound(model, pool, units.shapes, units.shape_of, bubble=False)
-    for group, code in zip(groups, codes, strict=True):
-        shapes = units.shape_of[group.rows]
-        memory = _memory(model, cluster, space, group.batch, units, shapes, start.memo, group.key, code)
-        _score_group(model, cluster, space, eff, group.batch, sized.select(group.rows),
+    for group, code in zip(groups, codes, strict=True):  # each group's batch made as it is scored
+        batch, shapes = group.of(pool), units.shape_of[group.rows]
+        memory = _memory(model, cluster, space, batch, units, shapes, start.memo, group.key, code)
+        _score_group(model, cluster, space, eff, batch, sized.select(group.rows),
                      (free if schedule_of(group.key[0]).family != "sync" else bound)[group.rows], shapes,
                      keyed(str(group.extra.get("collectives", "nccl"))), memory, result)
     return result
@@ -152,12 +152,15 @@ def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
 @dataclass(frozen=True)
 class _Group:
     """A schedule group and variant: its ``key`` (schedule, variant: Space.variants' index), the ``rows`` of the pool
-    it scores (those its schedule runs), their ``batch`` (with the schedule and the variant's ``extra`` options)."""
+    it scores (those its schedule runs) and the variant's ``extra`` options."""
 
     key: tuple[str, int]
     rows: np.ndarray | slice
-    batch: PlanBatch
     extra: dict[str, Any]
+
+    def of(self, pool: PlanBatch) -> PlanBatch:
+        """Its rows of ``pool`` (the pool ``_groups`` read), with its schedule and options."""
+        return pool.select(self.rows, schedule=self.key[0], **self.extra)
 
 
 def _groups(batch: PlanBatch, space: Space) -> list[_Group]:
@@ -168,8 +171,7 @@ def _groups(batch: PlanBatch, space: Space) -> list[_Group]:
     for schedule in space.schedules:  # the rows each runs: its record's refusals over the batch (pipeline/rules.py)
         rows = every(np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even)),
                      len(batch))
-        groups += [_Group((schedule, i), rows, batch.select(rows, schedule=schedule, **extra), extra)
-                   for i, extra in enumerate(space.variants())]
+        groups += [_Group((schedule, i), rows, extra) for i, extra in enumerate(space.variants())]
     return groups
 
 
