@@ -92,7 +92,7 @@ def test_the_twin_searches_of_a_job_build_its_size_rows_and_pool_once():
     that differs in what they read (the global batch) builds its own, the same as a fresh build."""
     import numpy as np  # noqa: PLC0415
 
-    from meshplan.search.candidates import mode_pool  # noqa: PLC0415
+    from meshplan.search.candidates import Twin, mode_pool  # noqa: PLC0415
     from meshplan.search.combos import valid_combos  # noqa: PLC0415
     from meshplan.search.tally import Tally  # noqa: PLC0415
 
@@ -101,10 +101,10 @@ def test_the_twin_searches_of_a_job_build_its_size_rows_and_pool_once():
     combos, _ = valid_combos(NEXT, cluster, per)
     mode = next(iter(per.modes()))
     layout_combos = [c for c in combos if c.layout == mode[0]]
-    made: list = []
+    twin = Twin()
     first, again, alone = Tally(), Tally(), Tally()
-    built = mode_pool(mode, layout_combos, cluster, per, first, made)
-    taken = mode_pool(mode, layout_combos, cluster, grouped, again, made)
+    built = mode_pool(mode, layout_combos, cluster, per, first, twin)
+    taken = mode_pool(mode, layout_combos, cluster, grouped, again, twin)
     fresh = mode_pool(mode, layout_combos, cluster, grouped, alone)
     assert built is not None and taken is not None and fresh is not None
     assert taken[0] is built[0] and taken[1] is built[1]  # the same objects: nothing built again
@@ -112,5 +112,6 @@ def test_the_twin_searches_of_a_job_build_its_size_rows_and_pool_once():
     for name in ("tp", "pp", "micro_batch", "ep", "placement_id"):
         assert np.array_equal(getattr(fresh[0], name), getattr(built[0], name))
     assert np.array_equal(fresh[1].count, built[1].count)
-    other = mode_pool(mode, layout_combos, cluster, Space(global_batch=512, stack=grouped.stack), Tally(), made)
-    assert other is not None and other[0] is not built[0] and made[0][1] is other  # built anew, and kept
+    other = mode_pool(mode, layout_combos, cluster, Space(global_batch=512, stack=grouped.stack), Tally(), twin)
+    assert other is not None and other[0] is not built[0]
+    assert twin.made is not None and twin.made.pool is other  # built anew, and kept

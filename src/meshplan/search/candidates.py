@@ -136,22 +136,50 @@ def pool_key(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, spac
     return "pool", mode, tuple(id(c) for c in combos), cluster, space
 
 
+# memory_pass.left_out's answer: the rows to search (the pool's, its size rows', and each group's refusal codes of
+# them), None where none is; the refusals of the others; the plans those count as evaluated
+LeftOut = tuple[tuple[PlanBatch, Sized, list[np.ndarray]] | None, Tally, int]
+
+
+@dataclass(frozen=True)
+class Made:
+    """What one job of a search made, kept for its twin search (search/variants.py: another expert-GEMM choice, the
+    stack the only difference; workers._evaluate_task evaluates them one after the other): ``mode_pool``'s answer
+    (``pool``) for what it was built from (``key``) with its build rejections (``rejected``), and once found,
+    memory_pass.left_out's answer for that pool (``left_out``) with the model and space it was found for."""
+
+    key: tuple[Any, ...]
+    pool: tuple[PlanBatch, Sized] | None
+    rejected: Tally
+    model: ModelSpec | None = None
+    space: Space | None = None
+    left_out: LeftOut | None = None
+
+
+@dataclass
+class Twin:
+    """One job's holder (workers._evaluate_task, evaluate.Start.twin): what it last made, for its twin search."""
+
+    made: Made | None = None
+
+
 def mode_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, space: Space, tally: Tally,
-              made: list[Any] | None = None) -> tuple[PlanBatch, Sized] | None:
+              twin: Twin | None = None) -> tuple[PlanBatch, Sized] | None:
     """The size rows of ``combos`` under the tensor ``mode`` (layout, sequence parallelism: its rows have tp > 1) as
     a batch, one row per size combination (its first placement: the search's pool), with their ``Sized`` rows
     (without the layout column); None where there are none. Build rejections are tallied in ``tally``. Where
-    ``shapes_ahead`` built the layout's rows of the same, they are taken, and its build rejections added. ``made``
-    (one job's, workers._evaluate_task) holds the last answer, which a twin search of the job (search/variants.py:
-    another expert-GEMM choice, the stack the only difference) takes as it is, its rejections counted again: neither
-    reads the stack (``size_rows`` reads the space's placements and global batch, the pool its plan ``settings``,
-    which hold none of the stack's). DeepSeek-V3 on 2,048 H100: 21-25 ms a twin, 2026-11-30."""
+    ``shapes_ahead`` built the layout's rows of the same, they are taken, and its build rejections added. ``twin``
+    (one job's, workers._evaluate_task) holds what the job last made (``Made``), whose pool a twin search of the job
+    (search/variants.py: another expert-GEMM choice, the stack the only difference) takes as it is, its rejections
+    counted again: neither reads the stack (``size_rows`` reads the space's placements and global batch, the pool
+    its plan ``settings``, which hold none of the stack's); a pool built anew replaces it. DeepSeek-V3 on 2,048
+    H100: 21-25 ms a twin, 2026-11-30."""
     key = (mode, combos, cluster, space.all_placements, space.global_batch, space.settings)
     ahead = taken(pool_key(mode, combos, cluster, space))  # taken first, so that none is left behind
-    if ahead is None and made and all(a is b or a == b for a, b in zip(made[0][0], key, strict=True)):
-        _, found, rejected = made[0]
-        tally.merge(rejected)
-        return found
+    made = None if twin is None else twin.made
+    if ahead is None and made is not None and all(a is b or a == b for a, b in zip(made.key, key, strict=True)):
+        tally.merge(made.rejected)
+        return made.pool
     rejected = Tally()
     if ahead is None:
         rows = layout_rows(combos, cluster, space, rejected)
@@ -160,8 +188,8 @@ def mode_pool(mode: tuple[str, bool], combos: list[Combo], cluster: Cluster, spa
         rejected.merge(built)
     found = None if rows is None else mode_rows(mode, *rows)
     tally.merge(rejected)
-    if made is not None:
-        made[:] = [(key, found, rejected)]
+    if twin is not None:
+        twin.made = Made(key, found, rejected)
     return found
 
 

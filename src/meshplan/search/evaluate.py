@@ -21,7 +21,7 @@ from meshplan.pipeline.registry import gpipe, schedule_of
 from meshplan.search.batch import CATEGORICAL, PlanBatch
 from meshplan.search.best import Best, simplicities
 from meshplan.search.bound import BOUND_SLACK, lower_bound
-from meshplan.search.candidates import Sized, every, expand, mode_pool, pool_works
+from meshplan.search.candidates import Sized, Twin, every, expand, mode_pool, pool_works
 from meshplan.search.combos import Combo
 from meshplan.search.explore import Explored, sample_columns
 from meshplan.search.keyed import KeyUnits, Panels
@@ -70,9 +70,9 @@ class Start:
 
     explore: Explored | None = None
     memo: dict[tuple[str, int], GroupMemory] = field(default_factory=dict)
-    # the job's size rows and pool (candidates.mode_pool), then the rows it searches of them (memory_pass.left_out),
-    # a twin's too
-    made: list[Any] = field(default_factory=list)
+    # what the job made (candidates.Made: its size rows and pool, then the rows it searches of them,
+    # memory_pass.left_out), a twin's too
+    twin: Twin = field(default_factory=Twin)
 
 
 def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, cluster: Cluster, space: Space,
@@ -84,7 +84,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     result = Part(Best(top_k, search_band(model, cluster, space)), explored=explore)
     first_mode = next(m for m in space.modes() if m[0] == layout) == mode  # tally build rejections once
     tally = result.tally if first_mode else Tally()
-    pooled = mode_pool(mode, combos, cluster, space, tally, start.made)  # built ahead or by a twin: taken
+    pooled = mode_pool(mode, combos, cluster, space, tally, start.twin)  # built ahead or by a twin: taken
     if pooled is None:
         return result
     pool, sized = pooled
@@ -97,16 +97,17 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         if short.any() and not schedule_of(name).runs(2, 1, 1, True):
             result.tally.add(f"{name} needs m >= pp micro-batches", "any pp > 1 plan with fewer",
                              int(sized.count[short].sum()) * space.grid_size)
-    codes: list[np.ndarray] = []  # each group's refusals (memory_pass.refusal_codes), where left_out found them
+    groups = _groups(pool, space)
+    codes: list[np.ndarray | None] = [None] * len(groups)  # each group's refusals, where left_out found them
     if explore is None:  # a search that explores samples every combination (explore.py)
-        groups = [(rows, pool.select(rows, schedule=schedule, **extra)) for rows, schedule in _groups(pool, space)
-                  for extra in space.variants()]
-        searched, refused, evaluated = left_out(model, space, pool, sized, groups, start.made, SIZE_BLOCK)
+        searched, refused, evaluated = left_out(model, space, pool, sized, [(g.rows, g.of(pool)) for g in groups],
+                                                start.twin, SIZE_BLOCK)
         result.tally.merge(refused)
         result.evaluated += evaluated
         if searched is None:
             return result
-        pool, sized, codes = searched
+        pool, sized, found = searched
+        groups, codes = _groups(pool, space), list(found)  # the same groups (schedule x variant), of the rows kept
     units = KeyUnits(model, cluster, pool, space.stack, space.recompute, eff, works)
     by_algorithm = {"nccl": units}  # the layers' collectives priced per algorithm (Plan.collectives: comm.fastest_time)
 
@@ -118,14 +119,12 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
     bound = lower_bound(model, pool, units.shapes, units.shape_of)
     if space.async_schedules or space.split_schedules:  # no bubble, or less than 1F1B's: a bound without one
         free = lower_bound(model, pool, units.shapes, units.shape_of, bubble=False)
-    found = iter(codes)
-    for group, schedule in _groups(pool, space):
-        for i, extra in enumerate(space.variants()):  # options beyond the grid (Space.variants): one by default
-            batch, shapes = pool.select(group, schedule=schedule, **extra), units.shape_of[group]
-            memory = _memory(model, cluster, space, batch, units, shapes, start.memo, (schedule, i), next(found, None))
-            _score_group(model, cluster, space, eff, batch, sized.select(group),
-                         (free if schedule_of(schedule).family != "sync" else bound)[group], shapes,
-                         keyed(str(extra.get("collectives", "nccl"))), memory, result)
+    for group, code in zip(groups, codes, strict=True):  # each group's batch made as it is scored
+        batch, shapes = group.of(pool), units.shape_of[group.rows]
+        memory = _memory(model, cluster, space, batch, units, shapes, start.memo, group.key, code)
+        _score_group(model, cluster, space, eff, batch, sized.select(group.rows),
+                     (free if schedule_of(group.key[0]).family != "sync" else bound)[group.rows], shapes,
+                     keyed(str(group.extra.get("collectives", "nccl"))), memory, result)
     return result
 
 
@@ -150,12 +149,30 @@ def search_band(model: ModelSpec, cluster: Cluster, space: Space) -> float:
     return ranking_band(model, cluster, space.stack) if space.prefer_simple else 0.0
 
 
-def _groups(batch: PlanBatch, space: Space) -> Iterator[tuple[np.ndarray | slice, str]]:
-    """(rows, schedule) of the plans that share a pipeline schedule."""
+@dataclass(frozen=True)
+class _Group:
+    """A schedule group and variant: its ``key`` (schedule, variant: Space.variants' index), the ``rows`` of the pool
+    it scores (those its schedule runs) and the variant's ``extra`` options."""
+
+    key: tuple[str, int]
+    rows: np.ndarray | slice
+    extra: dict[str, Any]
+
+    def of(self, pool: PlanBatch) -> PlanBatch:
+        """Its rows of ``pool`` (the pool ``_groups`` read), with its schedule and options."""
+        return pool.select(self.rows, schedule=self.key[0], **self.extra)
+
+
+def _groups(batch: PlanBatch, space: Space) -> list[_Group]:
+    """The schedule groups of ``batch`` (the plans that share a pipeline schedule), each once per variant (options
+    beyond the grid, Space.variants: one by default), schedules first."""
     even = (batch.last_stage_layers == 0) & (batch.first_stage_layers == 0)
+    groups = []
     for schedule in space.schedules:  # the rows each runs: its record's refusals over the batch (pipeline/rules.py)
-        runs = np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even))
-        yield every(runs, len(batch)), schedule
+        rows = every(np.flatnonzero(schedule_of(schedule).runs(batch.pp, batch.vpp, batch.grad_accum, even)),
+                     len(batch))
+        groups += [_Group((schedule, i), rows, extra) for i, extra in enumerate(space.variants())]
+    return groups
 
 
 def _score_group(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, pool: PlanBatch, sized: Sized,

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from meshplan.search.candidates import Twin
 from meshplan.search.combos import Combo
 from meshplan.search.evaluate import Part, Start, evaluate
 from meshplan.search.explore import Explored
@@ -313,16 +314,16 @@ def _evaluate_task(searches: list[tuple[list[Job], list[Combo], tuple]], task: t
     where they hold (evaluate's ``memo``), its size rows and their pool too (candidates.mode_pool), and the
     compute-op times of its shapes where the ops are the same (key_store.twin_times)."""
     memo: dict = {}
-    made: list = []
+    twin = Twin()
     with twin_times():
-        return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], (memo, made)) for s in task[0]]
+        return [_evaluate(searches[s][0][task[1]], searches[s][1], searches[s][2], (memo, twin)) for s in task[0]]
 
 
-def _evaluate(job: Job, combos: list[Combo], args: tuple, shared: tuple[dict, list]) -> Part:
+def _evaluate(job: Job, combos: list[Combo], args: tuple, shared: tuple[dict, Twin]) -> Part:
     model, cluster, space, top_k, eff, explored = args
     fresh = None if explored is None else Explored(explored.rate, explored.seed, explored.fits_only)
     return evaluate(job.mode, [combos[i] for i in job.combos], model, cluster, space, top_k, eff,
-                    Start(explore=fresh, memo=shared[0], made=shared[1]))
+                    Start(explore=fresh, memo=shared[0], twin=shared[1]))
 
 
 def _finish_shared(s: int, parts: list[Part], here: int) -> Any:
