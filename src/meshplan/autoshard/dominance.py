@@ -9,6 +9,8 @@ from functools import cached_property
 
 import numpy as np
 
+from meshplan.xp import unique_rows
+
 
 class Rest:
     """A profile's columns but the cost (its edge blocks side by side, then ``held`` columns of bytes: reduce._profiled)
@@ -34,29 +36,20 @@ class Rest:
         return np.all(c[None, :, -held:] <= c[:, None, -held:] + 1e-15, axis=2) if held else None
 
     @cached_property
-    def rank(self) -> np.ndarray | None:
-        """Each row's place among the distinct rows in lexicographic order; None where a NaN (unequal to itself)
-        leaves equal rows unranked."""
+    def rank(self) -> np.ndarray:
+        """Each row's place among the distinct rows in lexicographic order (xp.unique_rows' inverse: a NaN, unequal
+        to itself, gives rows the sort finds equal ranks in their index order, the order the sort keeps them in)."""
         rows = self.columns
-        if not rows.shape[1]:
-            return np.zeros(len(rows), dtype=int)
-        if np.isnan(rows).any():
-            return None
-        by = np.lexsort(rows.T[::-1])
-        rank = np.empty(len(rows), dtype=int)
-        rank[by] = np.concatenate(([0], np.cumsum(np.any(rows[by][1:] != rows[by][:-1], axis=1))))
-        return rank
+        return unique_rows(rows)[1] if rows.shape[1] else np.zeros(len(rows), dtype=np.intp)
 
     def order(self, cost: np.ndarray) -> np.ndarray:
         """The profile's rows in lexicographic order: ``np.lexsort`` of [cost, columns] (its columns reversed)."""
-        if self.rank is None:
-            return np.lexsort(np.concatenate((cost[:, None], self.columns), axis=1).T[::-1])
         return np.lexsort((self.rank, cost))
 
 
 def goldstein(cost: np.ndarray, rest: Rest, worst: list[np.ndarray]) -> np.ndarray:
     """Indices of the strategies (a profile's rows: ``cost``, then ``rest``: the edge blocks side by side and the
-    bytes) that Goldstein's criterion keeps (module docstring): b beats a where c_b − c_a + Σ_edges max_j
+    bytes) that Goldstein's criterion keeps (reduce.py's module docstring): b beats a where c_b − c_a + Σ_edges max_j
     (R[b, j] − R[a, j]) <= 1e-15 (``worst``: each edge's max_j, reduce._worst) and b holds no more bytes (to within
     1e-15). Each is dropped in turn, the last in lexicographic order of the profiles first, where one not dropped
     beats it. It subsumes plain dominance (b no dearer anywhere beats a)."""
