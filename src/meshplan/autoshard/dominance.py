@@ -72,8 +72,8 @@ def goldstein(cost: np.ndarray, rest: Rest, worst: list[np.ndarray]) -> np.ndarr
 
 
 def kept(cost: np.ndarray, rest: Rest, no_more: np.ndarray) -> np.ndarray:
-    """``_dominated``'s test on one profile (a row per strategy: ``cost``, then ``rest``'s columns); ``no_more[i, a]``:
-    i costs no more than a everywhere (to within 1e-15)."""
+    """reduce._dominated's test on one profile (a row per strategy: ``cost``, then ``rest``'s columns);
+    ``no_more[i, a]``: i costs no more than a everywhere (to within 1e-15)."""
     if np.count_nonzero(no_more) == np.count_nonzero(no_more.diagonal()):  # none costs no more than another: all stay
         return np.arange(len(cost))
     order = rest.order(cost)
@@ -81,7 +81,7 @@ def kept(cost: np.ndarray, rest: Rest, no_more: np.ndarray) -> np.ndarray:
     rank[order] = np.arange(len(order))
     earlier: np.ndarray = no_more & (rank[:, None] < rank[None, :])  # i comes before a in the order and costs no more
     beaten = np.asarray(earlier.any(axis=0))
-    kept = ~beaten  # beaten by nothing before it: kept whatever else is
+    stays = ~beaten  # beaten by nothing before it: kept whatever else is
     for a in order[beaten[order]]:
-        kept[a] = not kept[earlier[:, a]].any()
-    return np.flatnonzero(kept)
+        stays[a] = not stays[earlier[:, a]].any()
+    return np.flatnonzero(stays)

@@ -139,7 +139,7 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
     """Indices kept after dropping dominated and duplicate strategies of ``key``: in lexicographic order of their
     profiles (cost, edge rows, bytes), each strategy that no strategy kept before it beats (costs no more, to within
     1e-15, everywhere). Which strategy beats which is one array; only a strategy beaten by one before it in the order
-    can be dropped, and those are decided in order. ``strong``: Goldstein's criterion instead (``_goldstein``)."""
+    can be dropped, and those are decided in order. ``strong``: Goldstein's criterion instead (dominance.goldstein)."""
     near = sorted(around)
     edges = pw.edges
     arrays = (pw.costs[key], pw.memory.get(key), *(edges[(key, v)] if key < v else edges[(v, key)] for v in near))
