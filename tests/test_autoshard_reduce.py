@@ -9,6 +9,8 @@ import itertools
 import numpy as np
 import pytest
 
+from meshplan.autoshard import reduce as reductions
+from meshplan.autoshard.dominance import Rest, goldstein
 from meshplan.autoshard.ilp import _classes
 from meshplan.autoshard.ilp import _constraints as ilp_constraints
 from meshplan.autoshard.ilp import names as ilp_names
@@ -85,6 +87,70 @@ def test_dominance_keeps_what_the_greedy_rule_keeps():
                 profile[0, 0] += 1e-16
                 pw.costs[key] = profile[:, 0].copy()
             assert np.array_equal(_dominated(pw, key, around), greedy(profile))
+
+
+def test_the_rests_rank_orders_a_profile_as_a_lexsort_of_it_whole():
+    """Rest.order(cost) is np.lexsort of the whole profile [cost, rest] (its columns reversed): cost first, ties in
+    the rest's lexicographic order, equal rows in index order; with duplicate rows, -0.0 beside 0.0, inf, and a NaN
+    (sorted whole then)."""
+    rng = np.random.default_rng(11)
+    pool = np.array([0.0, -0.0, 0.5, 1.0, np.inf])
+    for draw in range(DRAWS):
+        rows, width = int(rng.integers(1, 12)), int(rng.integers(0, 5))
+        rest = rng.choice(pool, (rows, width))
+        rest = rest[rng.integers(0, rows, rows)]  # duplicate rows
+        if draw % 10 == 0 and width:
+            rest[int(rng.integers(rows)), int(rng.integers(width))] = np.nan
+        cost = rng.choice(pool[:4], rows)
+        whole = np.concatenate((cost[:, None], rest), axis=1)
+        assert np.array_equal(Rest(rest, 0).order(cost), np.lexsort(whole.T[::-1]))
+
+
+def test_goldstein_on_a_rest_is_goldstein_on_the_whole_profile():
+    """goldstein(cost, Rest(...), worst) against the criterion written out on the whole profile: b beats a where
+    c_b - c_a + the edges' worst changes <= 1e-15 and b holds no more bytes; the last in lexicographic order goes
+    first where one still alive beats it."""
+    rng = np.random.default_rng(5)
+    values = np.array([0.0, 0.5, 1.0, 2.0])
+    for _ in range(DRAWS):
+        rows, held = int(rng.integers(2, 8)), int(rng.integers(0, 3))
+        blocks = [rng.choice(values, (rows, int(rng.integers(1, 4)))) for _ in range(int(rng.integers(0, 3)))]
+        cost, rest = rng.choice(values, rows), np.concatenate([np.zeros((rows, 0)), *blocks,
+                                                               rng.choice(values, (rows, held))], axis=1)
+        worst = [(b[None, :, :] - b[:, None, :]).max(axis=2) for b in blocks]  # [a, b]: max_j R[b, j] - R[a, j]
+        gain = cost[None, :] - cost[:, None] + sum(worst, np.zeros((rows, rows)))
+        beats = (gain <= 1e-15) & np.all(rest[None, :, rest.shape[1] - held:] <= rest[:, None, rest.shape[1] - held:]
+                                         + 1e-15, axis=2)
+        np.fill_diagonal(beats, False)
+        alive = np.ones(rows, dtype=bool)
+        for a in np.lexsort(np.concatenate((cost[:, None], rest), axis=1).T[::-1])[::-1]:
+            alive[a] &= not (beats[a] & alive).any()
+        assert np.array_equal(goldstein(cost, Rest(rest, held), worst), np.flatnonzero(alive))
+
+
+def test_a_profile_whose_rest_was_met_compares_its_cost_only():
+    """Node 0 priced again (a new cost array, its edge and bytes the same objects): its rest (reduce._REST) is the one
+    made before, and what it keeps is what a reduction with every memo empty keeps."""
+    edge = np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 3.0]])
+    pw = Pairwise(costs={0: np.array([1.0, 1.0, 2.0]), 1: np.array([0.0, 0.0])}, edges={(0, 1): edge},
+                  memory={0: np.array([[2.0], [1.0], [1.0]])}, ids={0: np.arange(3), 1: np.arange(2)})
+    reductions._REST.clear()
+    assert _dominated(pw, 0, {1}).tolist() == [1, 2]  # 1 costs no more than 0 anywhere and holds less
+    made = {k: v for k, v in reductions._REST.items() if v.columns.shape == (3, 3)}  # its rest: edge, bytes
+    assert len(made) == 1
+    for new_cost, keeps in (([0.5, 1.0, 2.0], [0, 1, 2]), ([3.0, 1.0, 0.0], [1, 2]), ([1.0, 1.0, 1.0], [1, 2])):
+        again = copy(pw)
+        again.costs[0] = np.array(new_cost)
+        assert _dominated(again, 0, {1}).tolist() == keeps
+        assert all(reductions._REST.get(k) is v for k, v in made.items())  # met again, not made again
+        fresh = copy(again)
+        fresh.costs[0], fresh.edges[(0, 1)], fresh.memory[0] = (a.copy() for a in (fresh.costs[0], edge, pw.memory[0]))
+        saved = {m: dict(getattr(reductions, m)) for m in ("_KEPT", "_SAME", "_REST", "_PARTS")}
+        for m in saved:
+            getattr(reductions, m).clear()
+        assert _dominated(fresh, 0, {1}).tolist() == keeps  # every memo empty: the same strategies kept
+        for m, held in saved.items():
+            getattr(reductions, m).update(held)
 
 
 def test_the_row_classes_are_numpys_unique_rows():

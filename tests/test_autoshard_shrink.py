@@ -121,7 +121,7 @@ def _traced(spec):
 def test_the_shrunk_program_has_the_same_objective(spec, gpus, monkeypatch):
     """A 2-layer trace on H100s; memory unpriced, then priced at 0.1 to 1000 times the step's seconds per byte of the
     limit at the unsharded peak and the end of the forward pass (solve.py's rounds): ilp.solve's objective with
-    Goldstein's sweep equals that without it (reduce._goldstein keeping every strategy) to HiGHS' own tolerance (1e-7
+    Goldstein's sweep equals that without it (reduce.goldstein keeping every strategy) to HiGHS' own tolerance (1e-7
     on a reduced cost, costs of order 1: ilp._unit) where both LP relaxations are integral, and never exceeds it by
     more where branch and bound answers (within ilp.MIP_GAP of the optimum, either), on a program with fewer
     columns in all."""
@@ -136,7 +136,7 @@ def test_the_shrunk_program_has_the_same_objective(spec, gpus, monkeypatch):
     scale = price(problem, free.choice).step(1) / accounting.evaluate(free.choice).peak
     penalties = [None] + [_penalty(rows, scale * f) for f in (0.1, 1.0, 10.0, 1000.0)]
     shrunk = [free] + [ilp.solve(problem, 1, [], penalty=p) for p in penalties[1:]]
-    monkeypatch.setattr(reductions, "_goldstein", lambda profile, blocks, held: np.arange(len(profile)))
+    monkeypatch.setattr(reductions, "goldstein", lambda cost, rest, worst: np.arange(len(cost)))
     monkeypatch.setattr(reductions, "_KEPT", {})  # the strategies kept, remembered by profile: not the shrunk ones
     monkeypatch.setattr(reductions, "_SAME", {})  # nor by the arrays' identity
     whole = [ilp.solve(problem, 1, [], penalty=p) for p in penalties]

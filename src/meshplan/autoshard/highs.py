@@ -250,8 +250,8 @@ def _started(h: Any, highs: Any, basis: Any) -> None:
         highs.setOptionValue("dual_simplex_cost_perturbation_multiplier", 0.0)
 
 
-SOLVED_BY = ("autoshard/highs.py", "autoshard/ilp.py", "autoshard/reduce.py", "autoshard/solve.py",
-             "autoshard/as_written.py")  # the code whose warm starts decide which optimal vertex a program ends at
+SOLVED_BY = ("autoshard/highs.py", "autoshard/ilp.py", "autoshard/reduce.py", "autoshard/dominance.py",
+             "autoshard/solve.py", "autoshard/as_written.py")  # whose warm starts decide a program's optimal vertex
 
 
 def _solved_dir() -> Path | None:

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.autoshard.dominance import Rest, goldstein, kept
+
 
 @dataclass
 class Pairwise:
@@ -137,7 +139,7 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
     """Indices kept after dropping dominated and duplicate strategies of ``key``: in lexicographic order of their
     profiles (cost, edge rows, bytes), each strategy that no strategy kept before it beats (costs no more, to within
     1e-15, everywhere). Which strategy beats which is one array; only a strategy beaten by one before it in the order
-    can be dropped, and those are decided in order. ``strong``: Goldstein's criterion instead (``_goldstein``)."""
+    can be dropped, and those are decided in order. ``strong``: Goldstein's criterion instead (dominance.goldstein)."""
     near = sorted(around)
     edges = pw.edges
     arrays = (pw.costs[key], pw.memory.get(key), *(edges[(key, v)] if key < v else edges[(v, key)] for v in near))
@@ -147,26 +149,43 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
 
 def _profiled(pw: Pairwise, key: int, near: list[int], strong: bool) -> np.ndarray:
     """``_dominated`` of a profile not met by identity: remembered by its parts' digests (``known_digest``: an array
-    met before is not hashed again; the profile is built only where the digests are new)."""
+    met before is not hashed again; the profile is built only where the digests are new). Its columns but the cost
+    (the edge blocks and the bytes) are remembered apart (``_rest``): a Lagrangian round reprices a node's cost and
+    leaves its edges and bytes, so half the profiles met anew have a rest met before (Llama-3-8B on 64 H100s, a
+    first request: 1 156 of 2 199), and those compare their costs only."""
     pairs = [(key, v) if key < v else (v, key) for v in near]
     tags = [known_digest(pw.edges[p]) + (b"r" if p[0] == key else b"c") for p in pairs]
     held = pw.memory.get(key)
-    tag = b"".join((b"G" if strong else b"P", known_digest(pw.costs[key]), *tags,
-                    b"" if held is None else digest(held)))
+    cost = pw.costs[key]
+    rest_tag = b"".join((b"%d:" % len(cost), *tags, b"" if held is None else digest(held)))  # rows: a rest may be empty
+    tag = b"".join((b"G" if strong else b"P", known_digest(cost), rest_tag))
     known = _KEPT.get(tag)
     if known is None:
-        blocks = [pw.matrix(key, v) for v in near]
-        profile = np.concatenate([pw.costs[key][:, None], *blocks, *(() if held is None else (held,))], axis=1)
+        rest = _rest(pw, key, near, held, rest_tag)
         if strong:
-            known = _goldstein(profile, [_worst(pw.edges[p], t) for p, t in zip(pairs, tags, strict=True)],
-                               0 if held is None else held.shape[1])
+            known = goldstein(cost, rest, [_worst(pw.edges[p], t) for p, t in zip(pairs, tags, strict=True)])
         else:
-            known = _kept(profile, np.all(profile[:, None, :] <= profile[None, :, :] + 1e-15, axis=2))
+            known = kept(cost, rest, rest.no_more & (cost[:, None] <= cost[None, :] + 1e-15))
         known = _KEPT[tag] = _INDICES.setdefault(known.tobytes(), known)
         if len(_KEPT) > MEMO:
             _KEPT.clear()
             _INDICES.clear()
+            _REST.clear()
     return known
+
+
+def _rest(pw: Pairwise, key: int, near: list[int], held: np.ndarray | None, tag: bytes) -> Rest:
+    """``Rest`` of a node's profile, remembered by its parts' digests (``tag``)."""
+    hit = _REST.get(tag)
+    if hit is None:
+        blocks = [pw.matrix(key, v) for v in near]
+        columns = np.concatenate([np.zeros((len(pw.costs[key]), 0)), *blocks, *(() if held is None else (held,))],
+                                 axis=1)
+        hit = _REST[tag] = Rest(columns, 0 if held is None else held.shape[1])
+    return hit
+
+
+_REST: dict[bytes, Rest] = {}  # a profile's rest's digests -> Rest
 
 
 def known_digest(m: np.ndarray) -> bytes:
@@ -182,31 +201,6 @@ def known_digest(m: np.ndarray) -> bytes:
 
 
 _PARTS: dict[int, tuple[np.ndarray, bytes]] = {}  # id -> (the array, its digest)
-
-
-def _goldstein(profile: np.ndarray, worst: list[np.ndarray], held: int) -> np.ndarray:
-    """Indices of the strategies (``profile``'s rows: the cost, the edge blocks side by side, then ``held`` columns of
-    bytes) that Goldstein's criterion keeps (module docstring): b beats a where c_b − c_a + Σ_edges max_j
-    (R[b, j] − R[a, j]) <= 1e-15 (``worst``: each edge's max_j, ``_worst``) and b holds no more bytes (to within
-    1e-15). Each is dropped in turn, the last in lexicographic order of the profiles first, where one not dropped
-    beats it. It subsumes plain dominance (b no dearer anywhere beats a)."""
-    cost = profile[:, 0]
-    gain = cost[None, :] - cost[:, None]  # gain[a, b]: c_b - c_a, then each edge's worst change
-    for w in worst:
-        gain = gain + w
-    beats = gain <= 1e-15  # beats[a, b]: b beats a
-    if held:
-        beats &= np.all(profile[None, :, -held:] <= profile[:, None, -held:] + 1e-15, axis=2)
-    np.fill_diagonal(beats, False)
-    beaten = beats.any(axis=1)
-    if not beaten.any():  # nothing beats anything: all stay (no order needed)
-        return np.arange(len(cost))
-    alive = np.ones(len(cost), dtype=bool)
-    order = np.lexsort(profile.T[::-1])[::-1]
-    for a in order[beaten[order]]:  # one that nothing beats stays, whatever goes before it
-        if (beats[a] & alive).any():
-            alive[a] = False
-    return np.flatnonzero(alive)
 
 
 _WORST: dict[bytes, np.ndarray] = {}  # an edge matrix's digest and side -> ``_worst``
@@ -228,22 +222,6 @@ def _worst(stored: np.ndarray, tag: bytes) -> np.ndarray:
         if len(_WORST) > MEMO:
             _WORST.clear()
     return hit
-
-
-def _kept(profile: np.ndarray, no_more: np.ndarray) -> np.ndarray:
-    """``_dominated``'s test on one profile (a row per strategy); ``no_more[i, a]``: i costs no more than a everywhere
-    (to within 1e-15)."""
-    if np.count_nonzero(no_more) == np.count_nonzero(no_more.diagonal()):  # none costs no more than another: all stay
-        return np.arange(len(profile))
-    order = np.lexsort(profile.T[::-1])
-    rank = np.empty(len(order), dtype=int)
-    rank[order] = np.arange(len(order))
-    earlier: np.ndarray = no_more & (rank[:, None] < rank[None, :])  # i comes before a in the order and costs no more
-    beaten = np.asarray(earlier.any(axis=0))
-    kept = ~beaten  # beaten by nothing before it: kept whatever else is
-    for a in order[beaten[order]]:
-        kept[a] = not kept[earlier[:, a]].any()
-    return np.flatnonzero(kept)
 
 
 def reduce(pw: Pairwise) -> Pairwise:
