@@ -200,21 +200,3 @@ def test_the_stack_fields_no_option_says_ride_the_comment(fmt):
         stack = load_stack(preset).with_(**fields)
         text = emit(fmt, model, plan, stack)
         assert read(fmt, model, 16, text=text)[1] == stack, (fmt, fields)
-
-
-def test_megatron_bridge_drops_the_tp_overlap_without_sequence_parallelism_and_the_stack_refuses_it():
-    """comm_overlap.tp_comm_overlap=true is turned off, with a warning, at tp > 1 without sequence parallelism
-    (comm_overlap.py:439-445 @ 0.3.1), so the megatron-bridge stack refuses the plan (refusals.py
-    tp_overlap_dropped_without_sp) rather than price an overlap that would not run; with it, the overlap stays."""
-    comm_overlap = _comm_overlap_module()
-    comm_overlap.HAVE_TE = True  # as on a GPU machine: the TE check is the next one (comm_overlap.py:446-448)
-    bridge = load_stack("megatron-bridge")
-    for sequence_parallel in (True, False):
-        plan = PLAN.with_(sequence_parallel=sequence_parallel)
-        text = emit("nemo", MODEL, plan, bridge)
-        assert "comm_overlap.tp_comm_overlap=true" in text
-        assert _bridge_runs(text, comm_overlap, plan.dp)[2].tp_comm_overlap is sequence_parallel
-        refused = [p for p in bridge.supports.problems(plan, MODEL, bridge) if "TP communication overlap" in p]
-        assert bool(refused) is not sequence_parallel, refused
-    plain = PLAN.with_(sequence_parallel=False)
-    assert not bridge.with_(overlap_tp=False).supports.problems(plain, MODEL, bridge.with_(overlap_tp=False))

@@ -35,15 +35,12 @@ def _site_file(package: str, path: str) -> Path:
 
 def _source_lines(package: tuple[str, str], path: str) -> list[str]:
     """The cited file's lines: of the installed distribution, or of Megatron-LM's megatron/training, which the
-    megatron-core 0.17.0 wheel ships, or of Megatron-Bridge's wheel, both of which .ci/parsers.py unpacks
-    (tests/framework_parsers.py)."""
-    if package[0] in ("megatron-lm", "megatron-bridge"):
+    megatron-core 0.17.0 wheel ships and .ci/parsers.py unpacks (tests/framework_parsers.py)."""
+    if package[0] == "megatron-lm":
         from framework_parsers import parser_path
 
-        root = parser_path(package[0])
-        wheel = "megatron-core==" + package[1].removeprefix("core_v") if package[0] == "megatron-lm" else \
-            f"{package[0]}=={package[1]}"
-        assert (root / "VERSION").read_text().strip() == wheel
+        root = parser_path("megatron-lm")
+        assert (root / "VERSION").read_text().strip() == "megatron-core==" + package[1].removeprefix("core_v")
         return (root / path).read_text().splitlines()
     assert importlib.metadata.version(package[0]) == package[1]
     return _site_file(package[0], path).read_text().splitlines()

@@ -28,9 +28,6 @@ _DS = ("deepspeed", "0.19.8")
 # unpacks it for tests/test_framework_refusals.py; the dev extra's megatron-core 0.16.1 has megatron/core only)
 _MLM = ("megatron-lm", "core_v0.17.0")
 _ARGS = "megatron/training/arguments.py"
-# Megatron-Bridge 0.3.1's Python files, from its PyPI wheel (.ci/parsers.py unpacks them; the package itself imports
-# Transformer Engine, a CUDA build)
-_BRIDGE = ("megatron-bridge", "0.3.1")
 
 
 def _no(value: Any) -> Any:
@@ -124,12 +121,6 @@ REFUSALS: dict[str, Refusal] = {r.name: r for r in (
             & (p.last_stage_layers == 0) & (not getattr(p, "stage_layers", ()))),
     Refusal("tp_overlap_without_sp", "TP communication overlap without sequence parallelism", _MLM, _ARGS,
             (1201, 1202), "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism",
-            lambda p, m, s: s.overlap_tp & (p.tp > 1) & _no(p.sequence_parallel)),
-    # Megatron-Bridge does not refuse it: CommOverlapConfig turns the overlap off with a warning, so the plan would
-    # run its TP collectives exposed where the stack prices them overlapped
-    Refusal("tp_overlap_dropped_without_sp", "TP communication overlap without sequence parallelism (it turns the "
-            "overlap off)", _BRIDGE, "megatron/bridge/training/comm_overlap.py", (439, 445),
-            "Disabling tensor parallel communication overlap due to sequence_parallel=False",
             lambda p, m, s: s.overlap_tp & (p.tp > 1) & _no(p.sequence_parallel)),
     Refusal("interleaved_needs_pp", "virtual pipeline stages with pp = 1 (pp = 2 without p2p overlap)", _MLM, _ARGS,
             (832, 841), "When interleaved schedule is used",
