@@ -123,10 +123,8 @@ def test_accuracy_documents_are_current(accuracy_out, name):
 def test_the_packaged_error_bands_are_current(tmp_path, monkeypatch):
     """src/meshplan/presets/error_bands.json, which every estimate reads its band from (specs/bands.py), is what
     benchmarks/docs/error_bands.py builds from the committed docs/out_of_source.json (whose own staleness
-    tests/test_out_of_source.py checks). The script's module by its own name, as the accuracy documents import it
-    (out_of_source_doc.bands_text): its leave-one-source-out reading (error_bands.held_out) is then made once here."""
+    tests/test_out_of_source.py checks). Imported by its own name, as out_of_source_doc does: held_out is made once."""
     import error_bands  # noqa: PLC0415  (benchmarks/docs, on sys.path since accuracy.py loaded)
-
     monkeypatch.setattr(sys, "argv", ["error_bands.py", "--out", str(tmp_path)])
     error_bands.main()
     for packaged in (error_bands.OUT, error_bands.CORE):
