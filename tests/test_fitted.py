@@ -14,7 +14,8 @@ from meshplan_validation.provenance import SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-         "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15}
+         "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
+         "sixteen": 16}
 
 
 def test_each_constant_reads_its_value_where_it_lives_and_names_known_sources():

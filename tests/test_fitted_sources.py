@@ -16,7 +16,7 @@ import pytest
 
 from meshplan.specs.efficiency import DEFAULT
 from meshplan_validation import loso_serving, loso_training
-from meshplan_validation.fitted import FITTED, Fitted
+from meshplan_validation.fitted import FITTED, NO_PREDICTION, Fitted
 from meshplan_validation.provenance import record_source
 from meshplan_validation.records import read_runs
 
@@ -25,7 +25,7 @@ SERVING_FILES = ("data/serving/published_serving.jsonl", "data/serving/llm_infer
                  "data/serving/dstack_mi300x.jsonl")
 CHUNK = 24
 # chosen, not fitted on a prediction: the plan search's margin, the largest |error| of the peaks its source measured
-PRICES_NO_PREDICTION = {"memory headroom"}
+PRICES_NO_PREDICTION = NO_PREDICTION
 
 
 def _moved(f: Fitted) -> float:

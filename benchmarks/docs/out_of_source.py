@@ -21,7 +21,7 @@ from typing import Any
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.regime import serving_regime, training_regime
 from meshplan_validation import loso_serving, loso_training
-from meshplan_validation.fitted import FITTED
+from meshplan_validation.fitted import FITTED, NO_PREDICTION
 from meshplan_validation.provenance import record_source
 from meshplan_validation.records import read_runs
 from meshplan_validation.render import finite
@@ -72,7 +72,7 @@ def training_priors(runs: dict[str, list[Any]]) -> dict[str, Any]:
     shipped and at its prior, over the runs whose prediction it moves (it earns its place out of source where the
     shipped value reads them better)."""
     out: dict[str, Any] = {}
-    for f in (f for f in FITTED if f.domain == "training" and f.name != "memory headroom"):
+    for f in (f for f in FITTED if f.domain == "training" and f.name not in NO_PREDICTION):
         shipped, prior = [], []
         for run in (r for file in runs.values() for r in file if r.case is not None and r.source not in f.sources):
             p0, e0, _, skip = loso_training.error_of(run.case, DEFAULT)

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from meshplan_validation.fitted import NO_PREDICTION
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "out_of_source.json"
 BANDS = ROOT / "src" / "meshplan" / "presets" / "error_bands.json"
@@ -109,11 +111,11 @@ def registry(data: dict[str, Any], domain: str) -> list[str]:
     for f in (r for r in data["registry"] if r["domain"] == domain):
         values = [v[_field(f["name"])] for s, v in refitted.items() if s in f["sources"] and _field(f["name"]) in v]
         moved = f"{_num(min(values))} – {_num(max(values))}" if values else "not a prediction's input" if (
-            f["name"] == "memory headroom") else "its value (no other source)"
+            f["name"] in NO_PREDICTION) else "its value (no other source)"
         theirs = [r for r in rows if r["source"] in f["sources"]]
         i, o = stats([r["error"] for r in theirs]), stats([r["oos_error"] for r in theirs])
         effect = (f"{pct(i['median'])} / {pct(i['p90'])} → {pct(o['median'])} / {pct(o['p90'])} ({o['runs']} runs)"
-                  if theirs and f["name"] != "memory headroom" else "-")
+                  if theirs and f["name"] not in NO_PREDICTION else "-")
         other = elsewhere.get(f["name"], {})
         earned = "-" if not other.get("runs") else (
             f"{_pair(stats(other['shipped']))} → {_pair(stats(other['prior']))} ({other['runs']} runs)")

@@ -72,6 +72,12 @@ def _vtrain_drained() -> float:
     return 1.0 if VTRAIN_STACK.drained_passes == "layers" else 0.0
 
 
+def _tiny_work() -> float:
+    from meshplan.specs.regime import TINY_WORK  # noqa: PLC0415
+
+    return float(TINY_WORK)
+
+
 def _headroom() -> float:
     from meshplan.fields import MEMORY_HEADROOM  # noqa: PLC0415
 
@@ -148,6 +154,12 @@ FITTED: tuple[Fitted, ...] = (
            "profiler's flushes at every module boundary are host work, not a stated synchronisation",
            frozenset({"vtrain"}), "benchmarks/measure/small_work_cell_parts.py", 0.0,
            "1: drained_passes 'layers'; 0: 'none'"),
+    Fitted("tiny work", "src/meshplan/specs/regime.py TINY_WORK", "training", _tiny_work,
+           "chosen with vTrain's released half in view: a round tenth of an eager host's 50 us launch gap, and only "
+           "3.5-6.9 us make both halves of its small-work runs sharp (data/measured/2026-11-30-vtrain-tiny-work.md); "
+           "a band regime's edge, no prediction's input; its tiny band is vTrain's alone, and Megatron-LM CI's 13 tiny "
+           "runs hold 38 % inside it out of source", frozenset({"vtrain"}), "benchmarks/docs/error_bands.py", 0.0,
+           "s (0: no tiny level)"),
     Fitted("memory headroom", "src/meshplan/fields.py MEMORY_HEADROOM", "training", _headroom,
            "chosen: the largest |error| of the measured peak memories (torchtitan's 18 runs)",
            frozenset({"torchtitan"}), "benchmarks/docs/accuracy.py (reports the errors)", 0.0, "of HBM"),
@@ -201,3 +213,8 @@ FITTED: tuple[Fitted, ...] = (
 
 def by_name(name: str) -> Fitted:
     return next(f for f in FITTED if f.name == name)
+
+
+# the registry's constants that move no prediction: a margin kept free of HBM, a band regime's edge (their
+# leave-one-source-out effect is on what a plan may use or which band it quotes, not on an error)
+NO_PREDICTION = frozenset({"memory headroom", "tiny work"})
