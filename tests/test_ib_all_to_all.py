@@ -81,8 +81,10 @@ def _steps() -> dict[str, tuple[float, float]]:
 
 
 def test_the_priced_inter_node_all_to_all_is_what_b200_measures_it_to_add():
-    """EP 64 against EP 8, one recipe: measured +4.21 s a step (10.18 against 5.97), priced +4.31 s."""
+    """EP 64 against EP 8, one recipe: measured +4.21 s a step (10.18 against 5.97), priced +4.31 s. Two container
+    releases (26.02, 26.02.01), whose spread on one layout is 5-15 % (shared/validation README), so this documents the
+    pair to within that spread rather than guarding the all-to-all, which the hand arithmetic above does."""
     steps = _steps()
     (p64, m64), (p8, m8) = steps[EP64], steps[EP8]
     assert m64 - m8 == pytest.approx(4.21, abs=0.01)
-    assert p64 - p8 == pytest.approx(m64 - m8, rel=0.05)
+    assert p64 - p8 == pytest.approx(m64 - m8, rel=0.15)
