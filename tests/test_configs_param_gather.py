@@ -92,13 +92,16 @@ def test_megatron_lm_parses_every_script_as_the_reader_reads_it(tmp_path):
     assert [v["overlaps"] for v in got] == expected
 
 
-def _comm_overlap_module() -> types.ModuleType:
-    """Megatron-Bridge 0.3.1's training/comm_overlap.py, loaded from its source (module docstring)."""
+def _comm_overlap_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """Megatron-Bridge 0.3.1's training/comm_overlap.py, loaded from its source (module docstring), its two package
+    stand-ins in sys.modules for this test only."""
     path = parser_path("megatron-bridge") / "megatron" / "bridge" / "training" / "comm_overlap.py"
     providers = types.ModuleType("megatron.bridge.models")
     providers.GPTModelProvider = providers.T5ModelProvider = object  # type: ignore[attr-defined]
-    sys.modules.setdefault("megatron.bridge", types.ModuleType("megatron.bridge"))
-    sys.modules.setdefault("megatron.bridge.models", providers)
+    stand_ins = {"megatron.bridge": types.ModuleType("megatron.bridge"), "megatron.bridge.models": providers}
+    for name, module in stand_ins.items():
+        if name not in sys.modules:
+            monkeypatch.setitem(sys.modules, name, module)
     spec = importlib.util.spec_from_file_location("bridge_comm_overlap", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -136,8 +139,8 @@ def _bridge_runs(text: str, comm_overlap: types.ModuleType, dp: int) -> tuple[ob
     return ddp, optimizer, model
 
 
-def test_megatron_bridge_runs_the_overlaps_as_written():
-    comm_overlap = _comm_overlap_module()
+def test_megatron_bridge_runs_the_overlaps_as_written(monkeypatch):
+    comm_overlap = _comm_overlap_module(monkeypatch)
     bridge = load_stack("megatron-bridge")
     for zero, overlap_dp, gather in COMBOS:
         plan, stack = PLAN.with_(zero=zero), bridge.with_(overlap_dp=overlap_dp, overlap_param_gather=gather)
