@@ -108,3 +108,54 @@ def test_an_emitted_megatron_config_says_the_gather_is_not_overlapped():
     plan, stack = Plan(dp=8, tp=4, zero=1, global_batch=64), load_stack("megatron-bridge")
     assert ("--overlap-param-gather", True) in _stack_args(stack, plan)
     assert ("--overlap-param-gather", False) in _stack_args(stack.with_(overlap_param_gather=False), plan)
+
+
+# ---- a record that states its Megatron-LM arguments: read as Megatron-LM reads them (configs/megatron_rules) ---------
+def _records(path: str) -> dict[str, dict]:
+    from pathlib import Path
+
+    from meshplan_validation.records import read_runs
+    return {r["id"]: r for r in read_runs(Path(__file__).parents[1] / path)}
+
+
+@pytest.mark.parametrize(("stated", "overlapped"), [
+    ("--use-distributed-optimizer --overlap-grad-reduce", False),  # store_true: off unless given
+    ("--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather", True),
+    ("Megatron distributed optimizer (--overlap-param-gather)", True),
+])
+def test_a_record_s_stated_arguments_read_as_megatron_lm_reads_them(stated, overlapped):
+    from meshplan.configs.megatron_rules import dp_overlaps
+    from meshplan_validation.map_kernels import stated_arguments
+
+    rec = record(group="paper", framework="Megatron-LM", parallel={"tp": 4, "pp": 8, "vp": 5, "zero_or_fsdp": stated})
+    case = map_run(rec)
+    assert case.plan.zero == 1 and case.stack.overlap_dp
+    # the one reading the config reader (configs/megatron.py) and the validation layer share
+    assert case.stack.overlap_param_gather is dp_overlaps(stated_arguments(rec))["overlap_param_gather"] is overlapped
+    noted = [a for a in case.assumptions if "weight all-gather after the optimizer step" in a]
+    assert noted == ([] if overlapped else
+                     ["weight all-gather after the optimizer step, before the first forward pass (stated arguments "
+                      "without --overlap-param-gather)"])
+
+
+def test_a_flag_listed_as_left_out_is_not_given():
+    from meshplan_validation.map_kernels import stated_arguments
+
+    assert stated_arguments({"parallel": {"zero_or_fsdp": "no --overlap-param-gather, plus --overlap-grad-reduce"}}
+                            ) == {"--overlap-grad-reduce"}
+
+
+def test_the_records_that_state_their_arguments():
+    """Megatron-LM's CI of February 2024 ran `--use-distributed-optimizer --overlap-grad-reduce` (its ADDITIONAL_PARAMS)
+    without --overlap-param-gather, a store_true flag then too (megatron/arguments.py:1130-1131 @ 6aad2116): the
+    distributed optimizer gathered the weights in its step. Megatron-Core 0.8's README runs state both flags, and so
+    on; a Megatron-Bridge table states none, and its recipe's value stands."""
+    small, published = _records("data/validation/small_work.jsonl"), _records("data/validation/published_runs.jsonl")
+    for gpu in ("h100", "a100"):
+        case = map_run(small[f"megatron_ci_gpt_h512_l12_tp1_pp1_dp8_mbs4_gbs32_distopt_ogr_8x{gpu}"])
+        assert (case.plan.zero, case.stack.overlap_dp, case.stack.overlap_param_gather) == (1, True, False)
+        # the same runs without the distributed optimizer: no weight gather, so the flag changes nothing
+        ogr = map_run(small[f"megatron_ci_gpt_h512_l12_tp1_pp1_dp8_mbs4_gbs32_ogr_8x{gpu}"])
+        assert (ogr.plan.zero, ogr.stack.overlap_param_gather) == (0, False)
+    assert map_run(published["mcore_h100_weak_70B"]).stack.overlap_param_gather
+    assert map_run(record()).stack.overlap_param_gather  # no arguments stated: Megatron-Bridge 26.04's recipe

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshplan.configs.megatron_rules import DP_OVERLAP_FLAGS, dp_overlaps
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS
 from meshplan_validation import recipes, recipes_off
@@ -17,6 +18,7 @@ from meshplan_validation.patterns import (
     FLEX_ATTENTION_TEXT,
     FUSED_ATTENTION_TEXT,
     FUSED_KERNELS_TEXT,
+    MEGATRON_ARGUMENT,
     NEGATED_KERNEL_TEXT,
     NO_COMPILE_TEXT,
     NO_FLASH_TEXT,
@@ -61,6 +63,29 @@ def overlap_dp(p: dict[str, Any], src: SourceDefaults, notes: list[str]) -> bool
         notes.append(f"DP communication overlapped (stated: {text!r})")
         return True
     return src.stack.overlap_dp
+
+
+def param_gather(record: dict[str, Any], zero: int, dp_overlap: bool, notes: list[str]) -> bool:
+    """The distributed optimizer's weight all-gather overlapped with the first forward (Stack.overlap_param_gather): as
+    Megatron-LM reads the arguments the record's parallel configuration states (store_true: off unless given,
+    configs/megatron_rules.dp_overlaps), where it states a data-parallel overlap flag; else off where the release's
+    recipe leaves it off (recipes_off.PARAM_GATHER_OFF); else on, the tables' recipes' value."""
+    stated = stated_arguments(record)
+    if stated & {flag for _, flag in DP_OVERLAP_FLAGS}:
+        overlapped, why = dp_overlaps(stated)["overlap_param_gather"], "stated arguments without --overlap-param-gather"
+    else:
+        why = recipes_off.param_gather_off(record)
+        overlapped = not why
+    if not overlapped and dp_overlap and zero in (1, 2):
+        notes.append(f"weight all-gather after the optimizer step, before the first forward pass ({why})")
+    return overlapped
+
+
+def stated_arguments(record: dict[str, Any]) -> set[str]:
+    """The Megatron-LM arguments (``--name``) the record's parallel configuration names as given: its overlap and
+    optimizer-sharding fields (the notes, which also list what a run leaves out, are not read)."""
+    p = record.get("parallel") or {}
+    return {m.group() for key in ("overlap", "zero_or_fsdp") for m in MEGATRON_ARGUMENT.finditer(str(p.get(key) or ""))}
 
 
 def graphs(record: dict[str, Any], src: SourceDefaults, notes: list[str]) -> bool:

@@ -19,6 +19,7 @@ from meshplan_validation.map_kernels import (
     graphs,
     kernels,
     overlap_dp,
+    param_gather,
     recipe_settings,
     tensor_parallel,
 )
@@ -42,7 +43,7 @@ def map_plan(record: dict[str, Any], model: ModelSpec, cluster: Cluster) -> tupl
     notes = [f"defaults: {src.name}"] + ([record["_borrowed"]] if record.get("_borrowed") else [])
     layout = _layout(record, model, cluster.num_gpus, src, notes)
     training, scaling = _training(record, model, layout, src, notes)
-    settings, stack_settings = _stack_settings(record, model, layout, training["precision"], src, notes)
+    settings, stack_settings = _stack_settings(record, model, layout, training, src, notes)
     plan = Plan(**layout, **training, **settings, schedule="interleaved" if layout["vpp"] > 1 else "1f1b")
     base = src.stack
     stack = base.with_(**stack_settings, fp8_scaling=scaling,
@@ -87,16 +88,14 @@ def _training(record: dict[str, Any], model: ModelSpec, layout: dict[str, int], 
             "last_stage_layers": last_layers}, scaling
 
 
-def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, int], precision: str,
+def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, int], training: dict[str, Any],
                     src: SourceDefaults, notes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The rest of the Plan (sequence parallelism, fine-tuning, gradient bytes, offload) and the Stack's settings
     that depart from its source's (map_kernels.py)."""
-    p = record.get("parallel") or {}
+    p, precision, zero = record.get("parallel") or {}, training["precision"], training["zero"]
     sp, overlap_tp = tensor_parallel(record, src, layout["tp"], precision, notes)
     dp_overlap = overlap_dp(p, src, notes)
-    gather_off = recipes_off.param_gather_off(record)
-    if gather_off and dp_overlap:
-        notes.append(f"weight all-gather after the optimizer step, before the first forward pass ({gather_off})")
+    gather = param_gather(record, zero, dp_overlap, notes)
     mode, lora_rank, lora_targets = finetune(record, p, src, notes)
     # Composer FSDP mixed_precision PURE: bf16 reduce; DeepSpeed's fp16 engine: fp16 gradients (SourceDefaults)
     pure = str(p.get("mp_mode") or "").upper() == "PURE"
@@ -111,7 +110,7 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     plan = {"sequence_parallel": sp, "finetune": mode, "lora_rank": lora_rank, "lora_targets": lora_targets,
             "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers,
             "moe_expert_capacity_factor": factor, "moe_pad_expert_input_to_capacity": padded}
-    stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_param_gather": not gather_off,
+    stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_param_gather": gather,
              "overlap_ep": overlap_ep, "flash_attention": flash,
              "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,
              "cuda_graphs": graphs(record, src, notes), "dglu_slowdown": dglu,

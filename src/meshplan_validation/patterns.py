@@ -125,6 +125,9 @@ FP8_CURRENT_TEXT = re.compile(r"current|dynamic")  # fp8 scaled from each tensor
 EP_DISPATCH_TEXT = re.compile(r"deep[-_ ]?ep|hybrid[-_ ]?ep", re.I)
 NOT_INTERLEAVED = re.compile(r"\bno\b|not used|false", re.I)  # an interleaved_schedule field that says no
 OVERLAP_TEXT = re.compile(r"overlap", re.I)  # an optimizer text that states an overlap
+# A Megatron-LM argument that a record's parallel configuration names as given ("--overlap-grad-reduce"), not as left
+# out ("no --overlap-grad-reduce", as the CI records' notes list what their runs do not give)
+MEGATRON_ARGUMENT = re.compile(r"(?<!\bno )--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # "none", "no", "off": nothing sharded. A bare "DDP" is not read as this: Megatron's DDP wrapper runs under its
 # distributed optimizer, which the NeMo / Megatron-Bridge tables leave unstated.
 NO_SHARDING = re.compile(r"\s*(?:none|no|false|off)\b")

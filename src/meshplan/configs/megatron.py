@@ -22,7 +22,8 @@ stages; arguments.py:2657, validate_args turns it into virtual_pipeline_model_pa
 arguments.py:1488-1492), ``--optimizer {adam,sgd}``, ``--sgd-momentum`` (default 0.9),
 ``--use-precision-aware-optimizer`` with ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (fp32, fp16, bf16, fp8),
 ``--overlap-grad-reduce``, ``--overlap-param-gather`` (store_true: read as off unless given, as Megatron-LM
-does; written where validate_args takes it, configs/common.param_gather, else the comment), ``--tp-comm-overlap``,
+does: configs/megatron_rules.dp_overlaps; written where validate_args takes it, configs/common.param_gather, else
+the comment), ``--tp-comm-overlap``,
 ``--no-overlap-p2p-communication`` (store_false: overlap is on by default), ``--cp-comm-type {p2p,all_gather,...}``
 (default p2p), ``--moe-grouped-gemm``, ``--attention-backend {flash,fused,unfused,local,auto}``; the model:
 ``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--num-attention-heads``, ``--group-query-attention``,
@@ -67,7 +68,7 @@ from meshplan.configs.common import (
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments, capacity_factor
-from meshplan.configs.megatron_rules import check_rules
+from meshplan.configs.megatron_rules import check_rules, dp_overlaps
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.model import ModelSpec
@@ -360,8 +361,7 @@ def _stack(options: dict[str, Any], extra: dict[str, Any]) -> Stack:
                          ("delayed", "tensorwise", "mxfp8"))
     cp_comm = known_value(_NAME, "cp_comm_type", options.get("--cp-comm-type", "p2p"), tuple(CP_COMM_TYPE.values()))
     read = dict(  # then the comment's fields, which say what the arguments cannot (overlap_tp at tp = 1, ...)
-        overlap_dp="--overlap-grad-reduce" in options, overlap_tp="--tp-comm-overlap" in options,
-        overlap_param_gather="--overlap-param-gather" in options,
+        **dp_overlaps(options), overlap_tp="--tp-comm-overlap" in options,
         overlap_pp="--no-overlap-p2p-communication" not in options,
         cp_comm={v: k for k, v in CP_COMM_TYPE.items()}[cp_comm],
         expert_gemm="grouped" if "--moe-grouped-gemm" in options else "per_expert",

@@ -5,11 +5,14 @@ ships; the line numbers are that file's, and tests/test_configs_megatron_lm.py r
 each rule's example to see it refuse), or an argument its argparse does not know that meshplan once wrote.
 
 A rule reads the parsed options (``--name`` -> value, or True for a flag) and the sizes already read.
+
+Also how Megatron-LM reads its data-parallel overlap flags (``dp_overlaps``): the one reading of them that the config
+reader (configs/megatron.py) and the validation layer (a published record's stated arguments) share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,21 @@ class ArgumentRule:
     @property
     def source(self) -> str:
         return f"Megatron-LM core_v0.17.0 {ARGUMENTS}:{self.lines[0]}-{self.lines[1]}"
+
+
+# Megatron-LM's data-parallel overlap flags, Stack field -> argument: both store_true, off unless the argument list
+# gives them (arguments.py:2662-2663 and 2683-2684 @ core_v0.17.0; megatron/arguments.py:1125-1131 @ 6aad2116, the
+# February 2024 tree its CI golden values come from). Without --overlap-param-gather the distributed optimizer
+# all-gathers the updated weights synchronously in its step, before the next forward starts
+# (megatron/core/optimizer/distrib_optimizer.py step_with_ready_grads @ core_v0.15.0; megatron/optimizer/
+# distrib_optimizer.py:1231-1241 @ 6aad2116)
+DP_OVERLAP_FLAGS = (("overlap_dp", "--overlap-grad-reduce"), ("overlap_param_gather", "--overlap-param-gather"))
+
+
+def dp_overlaps(given: Collection[str]) -> dict[str, bool]:
+    """Stack.overlap_dp and Stack.overlap_param_gather as Megatron-LM reads the arguments ``given`` (names such as
+    ``--overlap-grad-reduce``): each on exactly where its flag is given."""
+    return {field: flag in given for field, flag in DP_OVERLAP_FLAGS}
 
 
 def _number(options: dict[str, Any], name: str, default: int) -> int:
