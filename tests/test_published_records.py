@@ -9,7 +9,8 @@ import pytest
 
 from meshplan.specs.model_load import load_model
 from meshplan_validation.case import map_run
-from meshplan_validation.record_fields import fill_from_siblings
+from meshplan_validation.map_model import map_model
+from meshplan_validation.record_fields import fill_from_siblings, lenders
 from meshplan_validation.records import clean_record, unstated_settings
 from meshplan_validation.skip import Skip
 from meshplan_validation.summary import summaries
@@ -42,6 +43,43 @@ def test_completeness_is_judged_on_the_record_as_published():
     assert results["b"].error == pytest.approx(results["a"].error)  # evaluated with the sibling's micro-batch
     summary = summaries(list(results.values()))
     assert (summary["complete"]["evaluated"], summary["overall"]["evaluated"]) == (1, 2)
+
+
+def test_the_lender_is_the_first_current_sibling_that_states_the_settings_looked_up_or_scanned():
+    """fill_from_siblings with the index a validation builds once (``lenders``) lends what the search without it
+    lends: the first record of the same group, model and tp/pp that is current, states every borrowed setting and a
+    dp; its global batch scaled by dp (256 × 4 / 2 = 512)."""
+    def run(rid, **parallel):
+        return clean_record(record(id=rid, parallel={"activation_recompute": "none", "dp": 2} | parallel))
+    lent = run("lent", dp=4, micro_batch_size=None, global_batch_size=None)
+    superseded = run("old", micro_batch_size=7) | {"superseded": True}
+    no_dp = run("no-dp", dp=None, micro_batch_size=6)
+    other_tp = run("tp8", tp=8, micro_batch_size=5)
+    other_group = run("grp", micro_batch_size=4) | {"group": "paper"}
+    first, second = run("first", micro_batch_size=3), run("second", micro_batch_size=2)
+    records = [lent, superseded, no_dp, other_tp, other_group, first, second]
+    index = lenders(records)
+    assert index is not None and [r["id"] for r in index[("megatron_bridge_26.04", "Llama3-70B", 4, 8)]] == [
+        "first", "second"]
+    for given in (None, index):
+        filled = fill_from_siblings(lent, records, given)
+        assert (filled["parallel"]["micro_batch_size"], filled["parallel"]["global_batch_size"]) == (3, 512)
+        assert filled["_borrowed"].startswith("from first ")
+    listed = lent | {"model": lent["model"] | {"name": ["Llama3-70B"]}}  # raw: a list where a name goes, scanned
+    assert lenders([listed, listed | {"parallel": first["parallel"]}]) is None
+    assert fill_from_siblings(listed, [listed, listed | {"id": "l2", "parallel": first["parallel"]}])["_borrowed"] \
+        .startswith("from l2 ")
+
+
+def test_a_repeated_model_section_maps_to_the_same_spec_and_notes():
+    """map_model's memo: the same section and text give an equal spec and a fresh list of the same notes (a caller
+    that extends it does not change the next answer); another text is mapped afresh."""
+    m = dict(record()["model"], ffn_hidden_size=None, vocab_size=32000)
+    spec, notes = map_model(m, "")
+    notes.append("changed by the caller")
+    again, notes_again = map_model(dict(m), "")
+    assert again == spec and "changed by the caller" not in notes_again and notes_again == notes[:-1]
+    assert map_model(m | {"vocab_size": 32001}, "")[0].vocab_size == 32001
 
 
 @pytest.mark.parametrize(("over", "reason"), [

@@ -13,7 +13,7 @@ import pytest
 from meshplan.cost.kv_cache import token_bytes
 from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan.serve.metrics import instance
-from meshplan_validation.serving_eval import batch_of, predict, setting
+from meshplan_validation.serving_eval import batch_of, predict, results, setting
 from meshplan_validation.serving_map import case_of
 
 PATH = Path(__file__).resolve().parent.parent / "data" / "serving" / "published_serving.jsonl"
@@ -127,3 +127,17 @@ def test_amds_latency_runs_find_their_prompts_in_the_prefix_cache():
     cases = [case_of(r) for r in RECORDS.values() if not r["workload"].get("prefix_hit")]
     mapped = [c for c in cases if not isinstance(c, str)]
     assert mapped and all(c.workload.cached_len == 0 for c in mapped)
+
+
+def test_a_result_carries_the_architecture_and_engine_it_was_priced_with():
+    """serving_errors.json groups runs by (architecture, engine) read from the results (benchmarks/measure/
+    serving_errors.py), which must be case_of's: the system preset's architecture ("unstated" where it names none)
+    and the engine preset's name, on every row of a mapped record; a skipped record's rows carry neither."""
+    runs = [RECORDS["trtllm017_llama3.1-70b_a100_tp8_128x4096"],
+            RECORDS["trtllm014srv_llama3.1-8b_h100_tp1_467x16_qpsinf"]]
+    rows = results(runs + [{**runs[0], "id": "no-gpu", "hardware": {**runs[0]["hardware"], "preset": None}}])
+    for r in runs:
+        case = case_of(r)
+        priced = {(x.architecture, x.engine) for x in rows if x.id == r["id"]}
+        assert priced == {(case.cluster.accelerator.architecture or "unstated", case.engine.name)}, r["id"]
+    assert [(x.skipped != "", x.architecture, x.engine) for x in rows if x.id == "no-gpu"] == [(True, "", "")]

@@ -222,6 +222,15 @@ def test_sweep_command_writes_tables_and_pictures(tmp_path, capsys):
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_sweep_command_format_none_writes_the_rows_only(tmp_path, capsys):
+    """--format none: sweep.csv and sweep.json, no picture (what the docs' sweep-row check reads)."""
+    code = main(["sweep", "--model", "gpt2", "--systems", "h100", "--gpus", "8", "--global-batch", "64",
+                 "--placements", "default", "--no-offload", "--workers", "1", "--format", "none", "-o", str(tmp_path)])
+    assert code == 0, capsys.readouterr().err
+    assert {p.name for p in tmp_path.iterdir()} == {"sweep.csv", "sweep.json"}
+    assert len(read_csv(tmp_path / "sweep.csv")) == 1
+
+
 def test_sweep_command_param(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     code = main(["sweep", "--model", "gpt2", "--systems", "h100", "--gpus", "8,16", "--global-batch", "64",
@@ -239,6 +248,7 @@ def test_sweep_command_param(tmp_path, capsys):
     (["--gpus", "8", "--param", "hbm"], "param='hbm' must be one of"),
     (["--gpus", "8", "--factors", "1,-2"], "factors='1,-2' must be numbers from 1e-06"),
     (["--gpus", "8", "--format", "jpg"], "format='jpg' must be png or svg"),
+    (["--gpus", "8", "--format", "none,svg"], "format='none,svg': none (no pictures) goes alone"),
 ])
 def test_sweep_command_bad_input_is_one_line(args, message, tmp_path, capsys):
     code = main(["sweep", "--model", "gpt2", "--systems", "h100", "-o", str(tmp_path), *args])

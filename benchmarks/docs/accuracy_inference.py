@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     text = document(res, path, records, bench)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ACCURACY_INFERENCE.md").write_text(text)
-    serving_errors.write(res, records, PACKAGED if out == DOCS else out / PACKAGED.name)
+    serving_errors.write(res, PACKAGED if out == DOCS else out / PACKAGED.name)
     print("\n".join(headline_section(res)[:8]))
     print("\n".join(bench[bench.index("Out of source:"):][:5]))
     print("\n".join(latency_section(res)[5:]))

@@ -29,7 +29,7 @@ from meshplan.specs.efficiency import DEFAULT, FITTED
 from meshplan.step.assemble import step_costs
 from meshplan_validation.case import map_run
 from meshplan_validation.evaluate import predicted_metric
-from meshplan_validation.record_fields import fill_from_siblings
+from meshplan_validation.record_fields import fill_from_siblings, lenders
 from meshplan_validation.records import clean_record, runs_from_command_line
 from meshplan_validation.selection import in_fit_set
 from meshplan_validation.skip import Skip
@@ -42,12 +42,12 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "validation" / "published_
 
 def cases(records: list[dict]) -> list:
     cleaned = [clean_record(r) for r in records]  # as run_validation reads them
-    out = []
+    index, out = lenders(cleaned), []  # the siblings indexed once, as run_validation does
     for r in cleaned:
         if r.get("superseded"):
             continue
         try:
-            out.append(map_run(fill_from_siblings(r, cleaned)))
+            out.append(map_run(fill_from_siblings(r, cleaned, index)))
         except Skip:
             continue
         except Exception:  # noqa: BLE001  (invalid plans are reported by the validation itself)

@@ -7,7 +7,8 @@ trust note reads (report/serve_trust.py: the core never imports meshplan_validat
 when the file is stale.
 
 A run's architecture and engine are those meshplan prices it with (serving_map.case_of: the system preset's
-``architecture``, the engine preset), so that the report finds the runs of the GPU it plans for by the same key.
+``architecture``, the engine preset; ServingResult carries them from serving_eval.results, which mapped the record),
+so that the report finds the runs of the GPU it plans for by the same key.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from meshplan_validation.serving_eval import LATENCY, ServingResult
-from meshplan_validation.serving_map import case_of
 
 
 def stats(errors: Sequence[float]) -> dict[str, Any]:
@@ -32,19 +32,14 @@ def stats(errors: Sequence[float]) -> dict[str, Any]:
             "bias": round(float(np.median(e)), 4)}
 
 
-def _where(records: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
-    """Record id -> (architecture, engine) as meshplan prices it."""
-    out = {}
-    for r in records:
-        case = case_of(r)
-        if not isinstance(case, str):
-            out[str(r["id"])] = (case.cluster.accelerator.architecture or "unstated", case.engine.name)
-    return out
+def _where(results: Sequence[ServingResult]) -> dict[str, tuple[str, str]]:
+    """Run id -> (architecture, engine) as meshplan prices it, of every run that was mapped (the last of an id)."""
+    return {r.id: (r.architecture, r.engine) for r in results if not r.skipped}
 
 
-def serving_errors(results: Sequence[ServingResult], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def serving_errors(results: Sequence[ServingResult]) -> dict[str, Any]:
     """The file's contents (module docstring)."""
-    where = _where(records)
+    where = _where(results)
     rated = [r for r in results if r.error is not None and r.id in where]
     head = [r for r in rated if r.headline and r.layout_stated]  # an unstated MoE layout: no band of a GPU
     by_arch: dict[str, dict[str, Any]] = {}
@@ -69,5 +64,5 @@ def serving_errors(results: Sequence[ServingResult], records: Sequence[dict[str,
             "engines": {e: stats(v) for e, v in sorted(engines.items())}}
 
 
-def write(results: Sequence[ServingResult], records: Sequence[dict[str, Any]], path: Any) -> None:
-    path.write_text(json.dumps(serving_errors(results, records), indent=1, sort_keys=True) + "\n")
+def write(results: Sequence[ServingResult], path: Any) -> None:
+    path.write_text(json.dumps(serving_errors(results), indent=1, sort_keys=True) + "\n")

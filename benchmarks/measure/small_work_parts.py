@@ -27,7 +27,7 @@ import numpy as np
 from meshplan.estimate import estimate
 from meshplan.specs.efficiency import DEFAULT
 from meshplan_validation.case import Case, map_run
-from meshplan_validation.record_fields import fill_from_siblings
+from meshplan_validation.record_fields import fill_from_siblings, lenders
 from meshplan_validation.records import clean_record, read_runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,8 @@ SERIES = ("measured", "priced", "gpu", "host")
 
 def cases(records: Sequence[dict[str, Any]]) -> list[Case]:
     """Each record mapped as ``meshplan validate`` maps it."""
-    return [map_run(fill_from_siblings(r, records), False) for r in records]
+    index = lenders(records)  # the siblings indexed once, as run_validation does
+    return [map_run(fill_from_siblings(r, records, index), False) for r in records]
 
 
 def step_times(found: Sequence[Case], host_scale: float = 1.0) -> np.ndarray:

@@ -28,7 +28,7 @@ from meshplan_validation.case import Case, map_run
 from meshplan_validation.evaluate import evaluated, predicted_metric
 from meshplan_validation.fitted import by_name
 from meshplan_validation.provenance import record_source
-from meshplan_validation.record_fields import fill_from_siblings
+from meshplan_validation.record_fields import fill_from_siblings, lenders
 from meshplan_validation.records import clean_record
 from meshplan_validation.refit import Coordinate, Linear
 from meshplan_validation.selection import in_fit_set
@@ -54,10 +54,10 @@ class Run:
 def runs_of(records: list[dict[str, Any]], file: str) -> list[Run]:
     """Every record of one file mapped as ``meshplan validate`` maps it (siblings lend unstated batch sizes)."""
     cleaned = [clean_record(r) for r in records]
-    out = []
+    index, out = lenders(cleaned), []
     for r in cleaned:
         try:
-            case: Case | None = map_run(fill_from_siblings(r, cleaned))
+            case: Case | None = map_run(fill_from_siblings(r, cleaned, index))
             reason = ""
         except Exception as exc:  # noqa: BLE001  (any record it cannot map: validate reports the reason)
             case, reason = None, str(exc) or type(exc).__name__

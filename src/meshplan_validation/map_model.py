@@ -11,6 +11,7 @@ from where in the notes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +37,11 @@ CORE_SIZES = ("num_layers", "hidden_size", "num_heads")  # without them a spec i
 # a record that states these (and a MoE record its MoE_FIELDS' experts and top-k) states every size a spec needs
 STATED_SIZES = (*CORE_SIZES, "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_length")
 _PRESETS: dict[str, ModelSpec] = {}
+# map_model's answers by the record's model section and text: a validation maps every record, and a source's
+# records share a few models (vTrain's 720 runs: 4), each a ModelSpec built and checked afresh (17 % of that
+# validation's CPU). A pure function of its arguments and the presets (loaded once, above); specs are frozen.
+_MAPPED: dict[tuple[str, str], tuple[ModelSpec, tuple[str, ...]]] = {}
+_MAPPED_MAX = 4096  # emptied when full: a bound on what a long process keeps
 
 
 def presets() -> dict[str, ModelSpec]:
@@ -80,7 +86,20 @@ def map_model(m: dict[str, Any], text: str = "") -> tuple[ModelSpec, list[str]]:
     """The record's model (module docstring): priced as written where it states every size (``states_sizes``),
     else the preset whose sizes equal the record's (ties broken by vocabulary, then name), else built from its own
     fields with the sizes its family's convention fixes; with the record's own sequence length and vocabulary.
-    ``text``: the record's notes, read with the model's ``arch_source`` for what it says of its architecture."""
+    ``text``: the record's notes, read with the model's ``arch_source`` for what it says of its architecture.
+    Memoised (``_MAPPED``): a repeated section gets the same spec and a fresh list of the same notes; a Skip is
+    raised afresh each time."""
+    key = (json.dumps(m, sort_keys=True, default=repr), text)
+    if key not in _MAPPED:
+        if len(_MAPPED) >= _MAPPED_MAX:
+            _MAPPED.clear()
+        spec, notes = _map_model(m, text)
+        _MAPPED[key] = spec, tuple(notes)
+    spec, said = _MAPPED[key]
+    return spec, list(said)
+
+
+def _map_model(m: dict[str, Any], text: str) -> tuple[ModelSpec, list[str]]:
     problems = size_problems(m)
     if problems:
         raise Skip("; ".join(problems))

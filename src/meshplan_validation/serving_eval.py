@@ -47,6 +47,8 @@ class ServingResult:
     headline: bool  # the run's throughput, not set by an offered rate
     skipped: str = ""
     layout_stated: bool = True  # False: a MoE layout the source does not state, priced at the engine's default
+    architecture: str = ""  # as priced (case_of: the system preset's, "unstated" where it names none; serving_errors)
+    engine: str = ""  # the engine preset it is priced with (case_of)
 
     @property
     def error(self) -> float | None:
@@ -248,6 +250,8 @@ def results(records: list[dict[str, Any]], eff: ServeEfficiency = SERVE_DEFAULT,
     out = []
     for r in records:
         case = case_of(r)
+        priced_as = {} if isinstance(case, str) else {
+            "architecture": case.cluster.accelerator.architecture or "unstated", "engine": case.engine.name}
         if engines and not isinstance(case, str) and case.engine.name in engines:
             case = replace(case, engine=case.engine.with_(**engines[case.engine.name]))
         if slow_hosts and not isinstance(case, str) and case.cluster.python_host >= 2:
@@ -265,7 +269,8 @@ def results(records: list[dict[str, Any]], eff: ServeEfficiency = SERVE_DEFAULT,
         head = headline_metric(case, measured)
         for metric, value in measured.items():
             out.append(ServingResult(**base, mode=case.mode, metric=metric, measured=value,
-                                     predicted=predicted.get(metric), batch=batch, headline=metric == head))
+                                     predicted=predicted.get(metric), batch=batch, headline=metric == head,
+                                     **priced_as))
     return out
 
 

@@ -21,7 +21,7 @@ from meshplan.errors import MeshplanError, PlanError, SpecError
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan_validation.case import map_run
 from meshplan_validation.evaluate import evaluated, with_band
-from meshplan_validation.record_fields import fill_from_siblings
+from meshplan_validation.record_fields import Lenders, fill_from_siblings, lenders
 from meshplan_validation.records import clean_record, read_runs, unstated_settings
 from meshplan_validation.render import finite, render_text
 from meshplan_validation.result import RunResult
@@ -42,6 +42,7 @@ def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, 
     cleaned = [r if is_serving(r) else clean_record(r) if isinstance(r, dict) else {
         "id": f"#{i + 1}", "_not_object": JSON_KINDS.get(type(r), type(r).__name__)} for i, r in enumerate(records)]
     training = [r for r in cleaned if not is_serving(r)]
+    siblings = (training, lenders(training))  # the records that lend unstated settings, indexed once
     results = []
     for record, reason in select(cleaned, group, exclude_superseded):
         rid = str(record.get("id"))
@@ -53,7 +54,7 @@ def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, 
         unstated = unstated_settings(record)
         if record.get("_not_object"):
             reason = f"record {rid} is a JSON {record['_not_object']}, not an object"
-        outcome = reason or _evaluated_or_reason(record, training, eff, hybrid)
+        outcome = reason or _evaluated_or_reason(record, siblings, eff, hybrid)
         if isinstance(outcome, RunResult):
             results.append(replace(outcome, unstated=unstated))
         else:
@@ -62,11 +63,11 @@ def run_validation(records: Sequence[dict[str, Any]], group: str | None = None, 
     return results
 
 
-def _evaluated_or_reason(record: dict[str, Any], cleaned: Sequence[dict[str, Any]], eff: Efficiency, hybrid: bool
-                         ) -> RunResult | str:
+def _evaluated_or_reason(record: dict[str, Any], siblings: tuple[Sequence[dict[str, Any]], Lenders | None],
+                         eff: Efficiency, hybrid: bool) -> RunResult | str:
     """The record's RunResult, or the reason it is skipped: a Skip's, invalid input, or what it could not read."""
     try:
-        case = map_run(fill_from_siblings(record, cleaned), hybrid)
+        case = map_run(fill_from_siblings(record, *siblings), hybrid)
         return with_band(evaluated(case, eff), case)
     except (Skip, PlanError) as exc:
         return str(exc) or type(exc).__name__

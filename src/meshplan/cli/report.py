@@ -234,12 +234,14 @@ def _fastest_points(given: dict[str, Any]) -> None:
 @click.option("--factors", default=FACTORS, show_default=True, help="scale factors for --param")
 @_run_options
 @stack_options
-@click.option("--format", "formats", default="png,svg", show_default=True, help="picture formats: png, svg")
+@click.option("--format", "formats", default="png,svg", show_default=True,
+              help="picture formats: png, svg; none: no pictures (sweep.csv and sweep.json only)")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("sweep"),
               show_default=True, help="directory for sweep.csv, sweep.json and the pictures")
 def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any) -> None:
     """Best-plan throughput of MODEL over GPU counts × systems × NVLink sizes (strong scaling) or over a
-    hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures."""
+    hardware parameter's scale factors; writes CSV / JSON (pandas reads them) and PNG / SVG pictures (none with
+    --format none)."""
     from meshplan.cli.common import model_at
     from meshplan.search.sweep import PARAMS, param_points, write_csv, write_json
 
@@ -271,8 +273,10 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
     if params is None and factors != FACTORS:
         raise SpecError(f"factors={factors} needs --param (the hardware parameter they scale)")
     kinds = [f.strip().lower() for f in formats.split(",")]
-    for kind in (k for k in kinds if k not in ("png", "svg")):
-        raise SpecError(f"format={kind!r} must be png or svg")
+    for kind in (k for k in kinds if k not in ("png", "svg", "none")):
+        raise SpecError(f"format={kind!r} must be png or svg (or none: no pictures)")
+    if "none" in kinds and len(kinds) > 1:
+        raise SpecError(f"format={formats!r}: none (no pictures) goes alone")
     if workers is not None and workers < 1:
         raise SpecError(f"workers={workers} must be a positive integer")
     check_options(workers=workers)
@@ -288,6 +292,14 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
         rows = _search_or_keep(points, workers, ray_address, output)
     make_dir(output, "output")
     written = [write_csv(rows, output / "sweep.csv"), write_json(rows, output / "sweep.json")]
+    if kinds != ["none"]:  # --format none: the rows only, matplotlib not loaded
+        written += _pictures(rows, kinds, output)
+    _print_rows(rows, written)
+
+
+def _pictures(rows: list, kinds: list[str], output: Path) -> list:
+    """The sweep's pictures in each of ``kinds``, written to ``output``; none, said on stderr, without matplotlib."""
+    written: list = []
     try:
         from meshplan.report.plots import save
         from meshplan.report.sweep_plots import sweep_figures
@@ -296,7 +308,7 @@ def sweep(model_ref: str, systems: str, gpus: str, output: Path, **options: Any)
             written += [save(fig, output / f"{key}.{kind}") for kind in kinds]
     except MissingDependency as exc:
         click.echo(f"meshplan: no pictures: {exc}", err=True)
-    _print_rows(rows, written)
+    return written
 
 
 def _search_or_keep(points: list, workers: int | None, ray_address: str | None, output: Path) -> list:
