@@ -4,12 +4,14 @@ product, views, element-wise ops), the data flow of a traced model and its repea
 from __future__ import annotations
 
 from dataclasses import replace
+from math import prod
 
+import numpy as np
 import pytest
 
 from meshplan import load_model
 from meshplan.autoshard.mesh import device_mesh, sub_mesh
-from meshplan.autoshard.placement import PARTIAL, REPLICATE, describe, local_shape, short, valid
+from meshplan.autoshard.placement import PARTIAL, REPLICATE, describe, local_shape, shards, short, valid
 from meshplan.autoshard.reshard import Resharder, moves
 from meshplan.autoshard.rules import PASS, Rule, assignments, follow, place
 from meshplan.autoshard.views import reshape_labels
@@ -68,6 +70,25 @@ def test_moves_over_two_dimensions_gather_inner_first():
     found = moves((0, 0), (R, R), n, MESH)
     assert [(c.kind, c.dim, c.nbytes) for c in found] == [("all_gather", 1, 8 * n), ("all_gather", 0, 16 * n)]
     assert Resharder(MESH).seconds((0, 0), (R, R), n) == pytest.approx(sum(c.seconds for c in found))
+
+
+@pytest.mark.parametrize("shape", [(2, 8), (2, 3, 4)])
+def test_a_move_table_is_each_moves_cost_to_the_bit(shape):
+    """Resharder.table (problem._move_matrix's, the steps taken over a whole table at once) against ``move`` pair by
+    pair: equal bits, seconds and collectives, with an empty last row and column; placements of every kind (Shard of
+    either dimension, Replicate, Partial) on a 2-D mesh and on a 3-D one of uneven sizes (24 GPUs)."""
+    rng = np.random.default_rng(7)
+    mesh = device_mesh(load_system("h100").cluster(prod(shape)), shape)
+    draw = [tuple(int(x) for x in rng.integers(-2, 2, len(shape))) for _ in range(40)]
+    rows, cols = list(dict.fromkeys(draw[:20])), list(dict.fromkeys(draw[20:]))
+    nbytes = 3e6 / 7
+    table = Resharder(mesh).table(rows, cols, nbytes)
+    one = Resharder(mesh)
+    want = np.zeros((2, len(rows) + 1, len(cols) + 1))
+    for a, src in enumerate(rows):
+        for b, dst in enumerate(cols):
+            want[:, a, b] = one.move(src, dst, nbytes / shards(src, mesh.sizes))
+    assert table.tobytes() == want.tobytes() and want[1].max() >= len(shape) - 1  # several steps do occur
 
 
 MM = Rule(inputs=(("m", "k"), ("k", "n")), outputs=(("m", "n"),), gemm=("m", "n", "k"))
