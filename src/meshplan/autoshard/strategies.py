@@ -100,6 +100,7 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
             src = flow.sources[key - n]
             produced[(key, 0)] = place(head_rule, combo)[1][0]
             created[src.storage] = flow.trace.storages[src.storage].nbytes / shards(produced[(key, 0)], mesh.sizes)
+        seconds, inside, count = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]  # node.time, comm and calls of this strategy
         for i in members:
             op = ops[i]
             c = combo if i == key else _follower_combo(flow, i, produced, mesh)
@@ -110,11 +111,11 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
                 needed[(i, j)] = p
             phase = 0 if op.phase == "fwd" else 1
             compute, extra, extra_calls = _op_seconds(facts[i], flow.rules[i], c, p_in, p_out, mesh, eff)
-            node.time[s, phase] += compute
+            seconds[phase] += compute
             (moves, inner_calls), (made, made_calls) = _inner_moves(flow, i, p_in, produced, moved, mesh, resharder)
             again, again_calls = _remade(flow, i, phase, remake, moved)
-            node.comm[s, phase] += extra + moves + again
-            calls[s, phase] += extra_calls + inner_calls + again_calls
+            inside[phase] += extra + moves + again
+            count[phase] += extra_calls + inner_calls + again_calls
             carried, carried_calls = made, made_calls
             if remake:  # moves carried over from the arguments' own
                 carried += sum(remake[src][1] for src in flow.producers[i] if src in remake)
@@ -126,6 +127,7 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
                 storage = flow.trace.storages[t.storage]
                 if storage.created == i:
                     created[t.storage] = storage.nbytes / shards(p, mesh.sizes)
+        node.time[s], node.comm[s], calls[s] = seconds, inside, count
         node.outs.append(produced)
         node.needs.append(needed)
         node.created.append(created)
