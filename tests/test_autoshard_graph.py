@@ -107,6 +107,16 @@ def test_matrix_product_strategies_as_alpa_table_3():
     assert place(twin, ("m", "n")) is place(MM, ("m", "n")) and place(MM, ("m", "n")) is place(MM, ("m", "n"))
 
 
+def test_a_label_that_cannot_be_partial_is_split_only_where_every_result_keeps_it():
+    """A row max over k (``no_partial`` k, a result without k): splitting k would leave partial maxima, so only m
+    or nothing on each mesh dimension: 3 x 3 options less those with k, 2 x 2, in product order. Softmax over k
+    keeps k in its result, so k may be split: all 3 x 3."""
+    row_max = Rule(inputs=(("m", "k"),), outputs=(("m",),), no_partial=frozenset({"k"}))
+    assert assignments(row_max, (2, 8), [(64, 64)], [(64,)]) == [(None, None), (None, "m"), ("m", None), ("m", "m")]
+    softmax = Rule(inputs=(("m", "k"),), outputs=(("m", "k"),), no_partial=frozenset({"k"}))
+    assert len(assignments(softmax, (2, 8), [(64, 64)], [(64, 64)])) == 9
+
+
 def test_followers_keep_or_replicate():
     add = Rule(inputs=(("d0", "d1"), ("d0", "d1")), outputs=(("d0", "d1"),), linear=frozenset({0, 1}),
                additive=frozenset({0, 1}))
