@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -203,14 +204,14 @@ class _Facts:
             return
         self.cost = op_cost(op)
         self.precision = precision(op)
-        self.ins = [t.nbytes for t in op.inputs]
-        self.outs = [t.nbytes for t in op.outputs]
+        self.ins = tuple(t.nbytes for t in op.inputs)
+        self.outs = tuple(t.nbytes for t in op.outputs)
         self.seconds: dict[tuple, float] = {}
         self.bytes: dict[tuple, float] = {}  # HBM bytes per device by (argument, result) placements
 
 
-def _op_seconds(facts: _Facts, r: Rule, combo: tuple[str | None, ...], p_in: Sequence[Placements],
-                p_out: Sequence[Placements], mesh: DeviceMesh, eff: Efficiency) -> tuple[float, float, int]:
+def _op_seconds(facts: _Facts, r: Rule, combo: tuple[str | None, ...], p_in: tuple[Placements, ...],
+                p_out: tuple[Placements, ...], mesh: DeviceMesh, eff: Efficiency) -> tuple[float, float, int]:
     """Roofline time of one op on the share each device computes (module docstring), and that of the rule's
     extra collectives with their count."""
     if facts.view:
@@ -243,9 +244,11 @@ def _op_seconds(facts: _Facts, r: Rule, combo: tuple[str | None, ...], p_in: Seq
     return seconds, extra, calls
 
 
-def _share(nbytes: list[int], places: Sequence[Placements], sizes: tuple[int, ...]) -> float:
+@lru_cache(maxsize=65536)
+def _share(nbytes: tuple[int, ...], places: tuple[Placements, ...], sizes: tuple[int, ...]) -> float:
     """The share of an op's tensors' bytes (``nbytes``) one device holds (of what the op reads, or of what it
-    writes: a factory such as zeros_like reads none of its argument, trace/capture.py)."""
+    writes: a factory such as zeros_like reads none of its argument, trace/capture.py). Memoised: ops of one shape
+    recur (Llama-3-8B on 64 H100s: 6,848 calls, 1,245 distinct)."""
     whole = sum(nbytes)
     return sum(b / shards(p, sizes) for b, p in zip(nbytes, places, strict=True)) / whole if whole else 1.0
 
