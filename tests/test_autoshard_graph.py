@@ -4,12 +4,14 @@ product, views, element-wise ops), the data flow of a traced model and its repea
 from __future__ import annotations
 
 from dataclasses import replace
+from math import prod
 
+import numpy as np
 import pytest
 
 from meshplan import load_model
 from meshplan.autoshard.mesh import device_mesh, sub_mesh
-from meshplan.autoshard.placement import PARTIAL, REPLICATE, describe, local_shape, short, valid
+from meshplan.autoshard.placement import PARTIAL, REPLICATE, describe, local_shape, shards, short, valid
 from meshplan.autoshard.reshard import Resharder, moves
 from meshplan.autoshard.rules import PASS, Rule, assignments, follow, place
 from meshplan.autoshard.views import reshape_labels
@@ -70,6 +72,25 @@ def test_moves_over_two_dimensions_gather_inner_first():
     assert Resharder(MESH).seconds((0, 0), (R, R), n) == pytest.approx(sum(c.seconds for c in found))
 
 
+@pytest.mark.parametrize("shape", [(2, 8), (2, 3, 4)])
+def test_a_move_table_is_each_moves_cost_to_the_bit(shape):
+    """Resharder.table (problem._move_matrix's, the steps taken over a whole table at once) against ``move`` pair by
+    pair: equal bits, seconds and collectives, with an empty last row and column; placements of every kind (Shard of
+    either dimension, Replicate, Partial) on a 2-D mesh and on a 3-D one of uneven sizes (24 GPUs)."""
+    rng = np.random.default_rng(7)
+    mesh = device_mesh(load_system("h100").cluster(prod(shape)), shape)
+    draw = [tuple(int(x) for x in rng.integers(-2, 2, len(shape))) for _ in range(40)]
+    rows, cols = list(dict.fromkeys(draw[:20])), list(dict.fromkeys(draw[20:]))
+    nbytes = 3e6 / 7
+    table = Resharder(mesh).table(rows, cols, nbytes)
+    one = Resharder(mesh)
+    want = np.zeros((2, len(rows) + 1, len(cols) + 1))
+    for a, src in enumerate(rows):
+        for b, dst in enumerate(cols):
+            want[:, a, b] = one.move(src, dst, nbytes / shards(src, mesh.sizes))
+    assert table.tobytes() == want.tobytes() and want[1].max() >= len(shape) - 1  # several steps do occur
+
+
 MM = Rule(inputs=(("m", "k"), ("k", "n")), outputs=(("m", "n"),), gemm=("m", "n", "k"))
 
 
@@ -84,6 +105,16 @@ def test_matrix_product_strategies_as_alpa_table_3():
     assert len(assignments(MM, (2, 8), [(4, 64), (64, 64)], [(4, 64)])) == 12  # m = 4 cannot split 8 ways
     twin = replace(MM, sizes={"m": 1})  # an equal rule, another object: looked up by identity first, then by value
     assert place(twin, ("m", "n")) is place(MM, ("m", "n")) and place(MM, ("m", "n")) is place(MM, ("m", "n"))
+
+
+def test_a_label_that_cannot_be_partial_is_split_only_where_every_result_keeps_it():
+    """A row max over k (``no_partial`` k, a result without k): splitting k would leave partial maxima, so only m
+    or nothing on each mesh dimension: 3 x 3 options less those with k, 2 x 2, in product order. Softmax over k
+    keeps k in its result, so k may be split: all 3 x 3."""
+    row_max = Rule(inputs=(("m", "k"),), outputs=(("m",),), no_partial=frozenset({"k"}))
+    assert assignments(row_max, (2, 8), [(64, 64)], [(64,)]) == [(None, None), (None, "m"), ("m", None), ("m", "m")]
+    softmax = Rule(inputs=(("m", "k"),), outputs=(("m", "k"),), no_partial=frozenset({"k"}))
+    assert len(assignments(softmax, (2, 8), [(64, 64)], [(64, 64)])) == 9
 
 
 def test_followers_keep_or_replicate():

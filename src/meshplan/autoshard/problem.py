@@ -322,7 +322,7 @@ def _grad_edges(problem: Problem, owner: list[int], eff: Efficiency, traffic: fl
 
 def _fill_costs(problem: Problem, resharder: Resharder) -> None:
     """The matrices: for each use, the move from the producer's placement to the needed one, per strategy pair."""
-    ops, n, sizes = problem.flow.trace.ops, len(problem.flow.trace.ops), problem.mesh.sizes
+    ops, n = problem.flow.trace.ops, len(problem.flow.trace.ops)
     for edge in problem.edges.values():
         nu, nv = problem.nodes[edge.u], problem.nodes[edge.v]
         for produced, needed, weight, per_step in edge.uses:
@@ -343,14 +343,13 @@ def _fill_costs(problem: Problem, resharder: Resharder) -> None:
                     if hit is not None and hit[0] != phase:
                         target[a, :] += weight * hit[1]
                         edge.calls[phase][a, :] += weight * hit[2]
-            seconds, count = _move_matrix(have, want, info.nbytes, sizes, resharder)
+            seconds, count = _move_matrix(have, want, info.nbytes, resharder)
             target += weight * seconds
             if not per_step:  # a per-step reduction's calls are not in a pass (host_seconds)
                 edge.calls[phase] += weight * count
 
 
-def _move_matrix(have: list, want: list, nbytes: float, sizes: tuple[int, ...], resharder: Resharder
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def _move_matrix(have: list, want: list, nbytes: float, resharder: Resharder) -> tuple[np.ndarray, np.ndarray]:
     """Seconds and collectives of the move from each producer strategy's placement to each consumer strategy's,
     computed once per distinct pair of placements (most strategies share a few) and spread by index (0 where either
     has none)."""
@@ -359,11 +358,7 @@ def _move_matrix(have: list, want: list, nbytes: float, sizes: tuple[int, ...], 
     key = (tuple(rows), tuple(cols), nbytes)
     small = resharder.tables.get(key)
     if small is None:  # the last row and column: no placement
-        none = [(0.0, 0)]
-        table = [resharder.row(pa, cols, nbytes / shards(pa, sizes)) + none for pa in rows]
-        table.append(none * (len(cols) + 1))
-        small = np.array(table, dtype=float).transpose(2, 0, 1)
-        resharder.tables[key] = small
+        small = resharder.tables[key] = resharder.table(rows, cols, nbytes)
     grid = np.ix_(have_ids, want_ids)
     return small[0][grid], small[1][grid]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.autoshard.mesh import DeviceMesh
-from meshplan.autoshard.placement import PARTIAL, REPLICATE, Placements
+from meshplan.autoshard.placement import PARTIAL, REPLICATE, Placements, shards
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +80,35 @@ class Resharder:
         """Seconds to move a tensor of ``local_bytes`` per device held as ``src`` to ``dst`` (0 when no collective)."""
         return self.move(src, dst, local_bytes)[0]
 
-    def row(self, src: Placements, dsts: list[Placements], local_bytes: float) -> list[tuple[float, int]]:
-        """``move`` from ``src`` to each of ``dsts`` (one table row: problem._move_matrix), cache hits looked up
-        without a call each."""
-        get, move = self._cache.get, self.move
-        return [get((src, dst, local_bytes)) or move(src, dst, local_bytes) for dst in dsts]
+    def table(self, rows: list[Placements], cols: list[Placements], nbytes: float) -> np.ndarray:
+        """(seconds, collectives) of ``move`` from each of ``rows`` (a tensor of ``nbytes`` in all, so each device
+        holds ``nbytes / shards``) to each of ``cols``: a (2, rows + 1, cols + 1) array whose last row and column (no
+        placement) are 0 (problem._move_matrix's table). ``_steps`` taken over the whole table at once, one mesh
+        dimension at a time from the innermost, each collective priced once per distinct bytes, and the seconds
+        added in ``_steps``' order: each entry is ``move``'s to the bit (tests/test_autoshard_graph.py)."""
+        ndim, out = len(self.mesh.sizes), np.zeros((2, len(rows) + 1, len(cols) + 1))
+        if not rows or not cols:
+            return out
+        src = np.array(rows, dtype=np.int64).reshape(len(rows), 1, ndim)
+        dst = np.array(cols, dtype=np.int64).reshape(1, len(cols), ndim)
+        local = np.repeat(np.array([float(nbytes / shards(p, self.mesh.sizes)) for p in rows])[:, None], len(cols), 1)
+        seconds, count = out[0, :-1, :-1], out[1, :-1, :-1]  # views: written in place
+        for i in reversed(range(ndim)):
+            s, d, g = src[..., i], dst[..., i], self.mesh.sizes[i]
+            moving = (s != d) & (s != REPLICATE)
+            gather = moving & (s >= 0) & (d < 0)
+            scatter = moving & (s == PARTIAL) & (d >= 0)
+            for kind, mask, moved in (("all_to_all", moving & (s >= 0) & (d >= 0), local),
+                                      ("all_gather", gather, local * g),
+                                      ("all_reduce", moving & (s == PARTIAL) & (d == REPLICATE), local),
+                                      ("reduce_scatter", scatter, local)):
+                if mask.any():
+                    found = moved[mask].tolist()
+                    price = {b: self.mesh.collective(kind, b, i) for b in set(found)}
+                    seconds[mask] += np.fromiter(map(price.__getitem__, found), float, len(found))
+                    count[mask] += 1
+            local = np.where(gather, local * g, np.where(scatter, local / g, local))
+        return out
 
     def move(self, src: Placements, dst: Placements, local_bytes: float) -> tuple[float, int]:
         """(seconds, collectives) of the move: its collectives' time and how many calls the host makes for it."""

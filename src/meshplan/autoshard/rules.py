@@ -91,19 +91,15 @@ def assignments(rule: Rule, sizes: tuple[int, ...], shapes_in: list[tuple[int, .
     """Every valid strategy of an anchor op: one label (or none) per mesh dimension, each tensor split evenly; an
     op linear in its first argument may also carry a Partial through (``PASS``: add P + P, a view of P)."""
     passes = [passing(j) for j in sorted(rule.linear)] if rule.one_partial else [PASS] if rule.linear else []
-    options: list[str | None] = [None, *rule.labels, *passes]
-    found = []
-    for combo in product(options, repeat=len(sizes)):
-        if _allowed(rule, combo) and _fits(rule, combo, sizes, shapes_in, shapes_out):
-            found.append(combo)
-    return found
+    barred = _barred(rule)  # product() of the others: the allowed combos, in the same order
+    options: list[str | None] = [lab for lab in (None, *rule.labels, *passes) if lab not in barred]
+    return [combo for combo in product(options, repeat=len(sizes)) if _fits(rule, combo, sizes, shapes_in, shapes_out)]
 
 
-def _allowed(rule: Rule, combo: tuple[str | None, ...]) -> bool:
-    for lab in combo:
-        if lab in rule.no_partial and any(lab in rule.result_sums(i) for i in range(len(rule.outputs))):
-            return False
-    return True
+def _barred(rule: Rule) -> frozenset[str]:
+    """The ``no_partial`` labels a result sums over: a strategy that splits one is not allowed."""
+    outputs = range(len(rule.outputs))
+    return frozenset(lab for lab in rule.no_partial if any(lab in rule.result_sums(i) for i in outputs))
 
 
 def _fits(rule: Rule, combo: tuple[str | None, ...], sizes: tuple[int, ...], shapes_in: list[tuple[int, ...]],
@@ -184,8 +180,10 @@ def follow(rule: Rule, leader: int, placements: Placements) -> tuple[str | None,
     return tuple(combo)
 
 
+@lru_cache(maxsize=65536)
 def split_factor(combo: tuple[str | None, ...], sizes: tuple[int, ...], labels: frozenset[str] | None = None) -> int:
-    """Devices that share an op's work: the mesh dimensions that split one of its labels (``labels``: only those)."""
+    """Devices that share an op's work: the mesh dimensions that split one of its labels (``labels``: only those).
+    Memoised: the strategies of all ops share a few label names (Llama-3-8B on 64 H100s: 4,158 calls, 188 distinct)."""
     n = 1
     for lab, size in zip(combo, sizes, strict=True):
         if lab is not None and not is_pass(lab) and (labels is None or lab in labels):
