@@ -53,7 +53,7 @@ COMMANDS = [
          "SYSTEM for requests of INPUT-LEN / OUTPUT-LEN tokens under the TTFT and TPOT targets."),
     Lazy("sweep", "meshplan.cli.report", "sweep", "Best-plan throughput of MODEL over GPU counts × systems × "
          "NVLink sizes (strong scaling) or over a hardware parameter's scale factors; writes CSV / JSON (pandas "
-         "reads them) and PNG / SVG pictures."),
+         "reads them) and PNG / SVG pictures (none with --format none)."),
     Lazy("trace", "meshplan.cli.tools", "trace_cmd", "Trace a PyTorch model (MODULE:FACTORY or file.py:FACTORY "
          "returns an nn.Module) on fake tensors: per-op time on one GPU of SYSTEM, FLOPs and the liveness peak memory "
          "of one forward + backward pass."),
