@@ -150,3 +150,52 @@ def test_kept_rank_shared_is_the_fresh_one() -> None:
         assert kept == _rank_shared(model, cluster, plan, stack, EFF, rank)
     other = plan.with_(stage_layers=(16, 16, 16, 13))  # an equal plan is not the same object: priced again
     assert rank_shared(model, cluster, other, stack, EFF, 0) == _rank_shared(model, cluster, other, stack, EFF, 0)
+
+
+def _settings(plan: Plan) -> dict[str, object]:
+    """A value other than the plans' for every field of the ranks' settings (step/ranks.SETTINGS_UNREAD)."""
+    return {"recompute": "full", "recompute_layers": 2, "offload_activations": True, "offload_layers": 1,
+            "stage_recompute": ("selective",) * plan.pp, "stage_offload": (1,) * plan.pp}
+
+
+def test_rank_shared_reads_no_ranks_setting() -> None:
+    """A plan differing from another only in its ranks' recompute and activation offload (each field flipped alone,
+    then all): every rank's shared part computed afresh is the other's, and the kept one (by the plan without them)
+    is the fresh one; on 40 drawn (model, cluster, plan, stack) and a DeepSeek-V3 plan of uneven stages."""
+    from meshplan.specs.efficiency import DEFAULT as EFF
+    from meshplan.step.ranks import SETTINGS_UNREAD, _rank_shared, rank_shared  # noqa: PLC2701 (its own)
+    drawn = [(m, c, p, s) for m, c, p, s in draw_kept(83, 40, lambda *_: True)]
+    deepseek = (load_model("deepseek-v3"), load_system("h100").cluster(256),
+                Plan(dp=8, tp=2, pp=4, ep=8, global_batch=256, stage_layers=(13, 16, 16, 16)), Stack())
+    for model, cluster, plan, stack in [deepseek, *drawn]:
+        flips = _settings(plan)
+        assert flips.keys() == SETTINGS_UNREAD.keys()
+        for changes in [*({k: v} for k, v in flips.items()), flips]:
+            other = plan.with_(**changes)
+            for rank in sorted({0, plan.pp // 2, plan.pp - 1}):
+                fresh = _rank_shared(model, cluster, plan, stack, EFF, rank)
+                assert _rank_shared(model, cluster, other, stack, EFF, rank) == fresh, (model.name, plan, changes)
+                assert rank_shared(model, cluster, other, stack, EFF, rank) == fresh, (model.name, plan, changes)
+
+
+def test_kept_rank_price_is_the_fresh_one() -> None:
+    """``price_rank`` of the same objects again is the answer kept (step/ranks._PRICED), equal to the one computed
+    afresh; an equal plan that is another object is priced again."""
+    from meshplan.specs.efficiency import DEFAULT as EFF
+    from meshplan.step.parts import timed_parts
+    from meshplan.step.ranks import _PRICED, price_rank, stage_modes  # noqa: PLC2701 (its own)
+    from meshplan.step.units import units_for_recomputes
+    model, cluster = load_model("deepseek-v3"), load_system("h100").cluster(256)
+    plan = Plan(dp=8, tp=2, pp=4, ep=8, global_batch=256, stage_layers=(13, 16, 16, 16), stage_recompute=(
+        "full", "selective", "none", "none"))
+    stack = Stack()
+    units = units_for_recomputes(model, plan, stack, timed_parts(model, cluster, plan, stack, EFF),
+                                 stage_modes(plan), EFF)
+    for rank in range(plan.pp):
+        kept = price_rank(model, cluster, plan, stack, units, EFF, rank)
+        assert price_rank(model, cluster, plan, stack, units, EFF, rank) is kept
+        _PRICED.answers.clear()
+        assert price_rank(model, cluster, plan, stack, units, EFF, rank) == kept  # computed afresh: equal
+    twin = plan.with_()  # equal, another object
+    assert price_rank(model, cluster, twin, stack, units, EFF, 0) is not price_rank(model, cluster, plan, stack,
+                                                                                      units, EFF, 0)

@@ -123,14 +123,31 @@ class RankShared:
 # ``estimate`` prices them again (``assemble_ranks``), the same objects (8-count sweep: 30 of 266 calls; DeepSeek-V3:
 # 36). Every argument is frozen, so the same objects give the same answer.
 _KEPT: Kept[RankShared] = Kept(16)
+# the plan fields of the ranks' recompute and activation offload, none of which ``_rank_shared`` reads (nor anything it
+# calls: cost/params, step/channels' data-parallel collectives and optimizer step, step/host, memory.buffer_memory;
+# tests/test_kept_answers.py flips each): and their answers, by the plan without them (``_ALIKE``), for the plans the
+# stage DP prices, which differ in them (DeepSeek-V3 on 2,048 H100: 98 computed -> 46; search/stage_dp.py)
+SETTINGS_UNREAD: dict[str, object] = {"recompute": "none", "recompute_layers": 0, "offload_activations": False,
+                                      "offload_layers": 0, "stage_recompute": (), "stage_offload": ()}
+_ALIKE: Kept[RankShared] = Kept(64)
 
 
 def rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int
                 ) -> RankShared:
     """``RankShared`` of rank ``rank`` of ``plan``: nothing here reads the rank's own recompute or offload. The
-    answer for the same objects kept a while (``_KEPT``)."""
+    answer for the same objects kept a while (``_KEPT``), and for a plan equal but for those settings
+    (``SETTINGS_UNREAD``, ``_ALIKE``)."""
     held = (model, cluster, plan, stack, eff)
-    return _KEPT.answer((*map(id, held), rank), held, _rank_shared, model, cluster, plan, stack, eff, rank)
+    return _KEPT.answer((*map(id, held), rank), held, _alike, model, cluster, plan, stack, eff, rank)
+
+
+def _alike(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int) -> RankShared:
+    """``_rank_shared``'s answer kept by the plan without its ranks' settings (``SETTINGS_UNREAD``)."""
+    if type(plan) is not Plan:
+        return _rank_shared(model, cluster, plan, stack, eff, rank)
+    held = (model, cluster, stack, eff)
+    key = (*map(id, held), revised(plan, SETTINGS_UNREAD), rank)
+    return _ALIKE.answer(key, held, _rank_shared, model, cluster, plan, stack, eff, rank)
 
 
 def _rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int
@@ -149,12 +166,28 @@ def _rank_shared(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, e
                       buffer_memory(model, plan))
 
 
+# the last few answers of ``price_rank``, by the identities of what it reads (the objects held with the answer, as
+# ``_KEPT``'s): the stage DP's pruning (search/stage_lines.ends_reach) prices a proposal's end ranks, then ``estimate``
+# prices every rank of it (``assemble_ranks``) with the same objects (DeepSeek-V3 on 2,048 H100: 56 of 489 calls)
+_PRICED: Kept[RankCost] = Kept(64)
+
+
 def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: Mapping[str, Units],
                eff: Efficiency, rank: int, shared: RankShared | None = None) -> RankCost:
     """Rank ``rank`` of ``plan`` under its own settings (``rank_view``); ``units`` per recompute mode; ``shared``:
-    ``rank_shared``'s answer for this rank of a plan differing at most in its ranks' settings, where known."""
+    ``rank_shared``'s answer for this rank of a plan differing at most in its ranks' settings, where known. The
+    answer for the same objects kept a while (``_PRICED``): it reads ``units`` only at the rank's own mode."""
     view = rank_view(plan, rank)
-    u, last = units[view.recompute].under(work_of(view, stack)), rank == plan.pp - 1
+    fixed = shared or rank_shared(model, cluster, plan, stack, eff, rank)
+    held = (model, cluster, plan, stack, eff, units[view.recompute], fixed)
+    return _PRICED.answer((*map(id, held), rank), held, _price_rank, model, cluster, plan, stack, held[5], eff, rank,
+                          view, fixed)
+
+
+def _price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, mine: Units, eff: Efficiency,
+                rank: int, view: Plan, fixed: RankShared) -> RankCost:
+    """``price_rank`` of the rank's ``view``, its units ``mine`` and ``fixed`` (its ``rank_shared``)."""
+    u, last = mine.under(work_of(view, stack)), rank == plan.pp - 1
     times = with_sends(view, stack, rank_body(view, u, layers_on_rank(model, plan, rank)), u)
     # the embedding's and the head's shares this rank runs, where its schedule's record places them (issue 82:
     # ZB-V's head on the first rank, Chimera's ends half each, as the end ranks' path prices them)
@@ -162,7 +195,6 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
         times = times.plus(part if share == 1 else part.scaled(share)) if share else times
     if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)
         times = times.plus(loop_times(loop_host(stack, cluster.python_host)))
-    fixed = shared or rank_shared(model, cluster, plan, stack, eff, rank)
     params, zero = fixed.params, fixed.zero
     per_update, updates = cadence(plan)
     copies = offload(model, cluster, view, u.layer_saved, last, rank)
