@@ -22,12 +22,22 @@ says so for a plan and for a search's batch alike (a batch shares its sequence p
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from meshplan.specs.host_cost import HostCost
 
-if TYPE_CHECKING:
-    from meshplan.specs.stack import Stack
+
+class Stack(Protocol):
+    """What of a Stack (specs/stack.py, which reads this module) the TP overlap reads."""
+
+    @property
+    def overlap_tp(self) -> bool: ...
+
+    @property
+    def overlap_tp_needs_sp(self) -> bool: ...
+
+    @property
+    def host(self) -> HostCost: ...
 
 
 def tp_hidden(stack: Stack, sequence_parallel: Any = None) -> bool:
