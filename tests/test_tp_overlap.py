@@ -130,3 +130,18 @@ def test_the_emitters_write_the_overlap_as_the_framework_runs_it(small):
     assert "comm_overlap.tp_comm_overlap=true" in text.splitlines() and "priced exposed" in text
     assert read("nemo", model, 8, text) == (plan, bridge)
     assert "priced exposed" not in emit("nemo", model, replace(plan, sequence_parallel=True), bridge)
+
+
+def test_estimate_says_the_framework_runs_the_tp_collectives_exposed():
+    from click.testing import CliRunner
+
+    from meshplan.cli.main import cli
+
+    args = ["estimate", "--model", "llama3-8b", "--system", "h100", "--gpus", "8", "--tp", "4", "--framework"]
+    note = "note: megatron-bridge turns its TP overlap off without sequence parallelism"
+    off = CliRunner().invoke(cli, [*args, "megatron-bridge", "--no-sp"])
+    assert off.exit_code == 0, off.output
+    assert note in off.stderr
+    assert note not in CliRunner().invoke(cli, [*args, "megatron-bridge", "--sp"]).stderr
+    core = CliRunner().invoke(cli, [*args, "megatron-core", "--no-sp", "--overlap-tp"]).stderr
+    assert "refuses this plan: TP communication overlap without sequence parallelism" in core and "turns" not in core
