@@ -11,6 +11,7 @@ from typing import Any
 from meshplan.configs.megatron_rules import DP_OVERLAP_FLAGS, dp_overlaps
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS
+from meshplan.specs.tp_overlap import tp_hidden
 from meshplan_validation import recipes, recipes_off
 from meshplan_validation.patterns import (
     FA2_ATTENTION_TEXT,
@@ -51,6 +52,8 @@ def tensor_parallel(record: dict[str, Any], src: SourceDefaults, tp: int, precis
         notes.append(f"TP communication exposed ({recipe_off})")
     elif tp > 1:
         notes.append(f"TP communication {'overlapped' if overlap_tp else 'exposed'} (not stated)")
+    if tp > 1 and overlap_tp and not tp_hidden(src.stack.with_(overlap_tp=True), sp):
+        notes.append(f"TP communication exposed: {src.stack.name} turns its overlap off without sequence parallelism")
     return sp, overlap_tp
 
 

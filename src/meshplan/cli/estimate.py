@@ -19,6 +19,7 @@ from meshplan.report.fit_hints import fit_hints, print_hints
 from meshplan.report.host_note import host_note
 from meshplan.specs.refusals import refused
 from meshplan.specs.stack import stack_modules
+from meshplan.specs.tp_overlap import tp_hidden
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
@@ -72,6 +73,9 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     unrun = [p for p in stack.supports.problems(plan) if config is None]  # the default framework's: JSON only
     for text in [] if as_json else refusals:  # priced all the same: the search leaves such plans out
         click.echo(f"note: {stack.name} refuses this plan: {text}", err=True)
+    if not as_json and stack.overlap_tp and plan.tp > 1 and not tp_hidden(stack, plan.sequence_parallel):
+        click.echo(f"note: {stack.name} turns its TP overlap off without sequence parallelism (specs/tp_overlap.py): "
+                   "the TP collectives are priced exposed", err=True)
     host = host_note(est)
     if as_json:
         out = est.to_dict() | ({} if est.fits else {"fit_hints": [h.to_dict() for h in hints], "fit_search": search})

@@ -43,7 +43,8 @@ adam with the distributed optimizer only (specs/refusals.py ``optimizer_offload_
 moments stay fp32 unless adam-bf16. ``export CUDA_DEVICE_MAX_CONNECTIONS=1`` precedes the array where tp or cp > 1
 (validate_args asserts it on GPUs before Blackwell, arguments.py:1214-1240, and it orders the TP / CP collectives
 ahead of the GEMMs they overlap on every GPU); ``--tp-comm-overlap`` is written where tp > 1 (validate_args turns
-sequence parallelism off at tp = 1 and then refuses the overlap: arguments.py:1192-1202).
+sequence parallelism off at tp = 1 and then refuses the overlap: arguments.py:1192-1202) and the plan runs it (not
+without sequence parallelism under Megatron-Bridge or NeMo, which run it exposed: specs/tp_overlap.py; the comment).
 Left out (refused): ZeRO-2/3 (Megatron-FSDP), activation offload, fp4, 8-bit Adam and Adafactor (no argument).
 """
 
@@ -74,6 +75,7 @@ from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FLEX_BACKENDS, Stack, load_stack
+from meshplan.specs.tp_overlap import tp_hidden
 
 _NAME = "megatron"
 _PRESET = "megatron-core"
@@ -160,6 +162,10 @@ def _optimizer_args(plan: Plan) -> list[tuple[str, Any]]:
     return [("--use-precision-aware-optimizer", True)] if aware else []
 
 
+def _tp_overlap(stack: Stack, plan: Plan) -> bool:  # --tp-comm-overlap: tp > 1 and the plan runs it (module doc)
+    return plan.tp > 1 and tp_hidden(stack, plan.sequence_parallel)
+
+
 def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
     backend = _BACKEND.get((stack.attention_kernel, stack.flash_attention), "unfused")
     if stack.flash_attention and stack.attention_kernel_mode.fp8:
@@ -167,7 +173,7 @@ def _stack_args(stack: Stack, plan: Plan) -> list[tuple[str, Any]]:
     args: list[tuple[str, Any]] = [
         ("--overlap-grad-reduce", stack.overlap_dp),
         ("--overlap-param-gather", param_gather(stack, plan)),
-        ("--tp-comm-overlap", stack.overlap_tp and plan.tp > 1),
+        ("--tp-comm-overlap", _tp_overlap(stack, plan)),
         ("--no-overlap-p2p-communication", not stack.overlap_pp),
         ("--cp-comm-type", CP_COMM_TYPE[stack.cp_comm]), ("--moe-grouped-gemm", stack.expert_gemm_mode.grouped),
         ("--attention-backend", backend)]
@@ -192,7 +198,7 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     expressed = tuple(f for f in _EXPRESSED if f != "overlap_tp" or plan.tp > 1) + \
         (("moe_dispatcher", *flex) if model.is_moe else ())
     note = comment(carried_stack_fields(stack, _PRESET, expressed) | unsaid(stack, overlap_param_gather=param_gather(
-        stack, plan)), {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
+        stack, plan), overlap_tp=_tp_overlap(stack, plan)), {"optimizer": "adamw"} if plan.optimizer == "adamw" else {})
     head = ["#!/usr/bin/env bash",
             f"# Megatron-LM pretrain_gpt.py arguments for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
             f"# for {_RELEASE} (its parse_args and validate_args take them).",

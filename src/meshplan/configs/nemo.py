@@ -19,7 +19,9 @@ off where not given, its defaults), the two overlaps also as ``comm_overlap.over
 ``optimizer.overlap_param_gather``;
 ``optimizer.use_distributed_optimizer``, ``optimizer.optimizer_cpu_offload``, ``optimizer.optimizer`` ("adam" / "sgd")
 and ``optimizer.sgd_momentum`` (OptimizerConfig);
-``model.seq_length`` (Megatron-Bridge's GPTModelProvider); ``comm_overlap.tp_comm_overlap``; ``mixed_precision`` a
+``model.seq_length`` (Megatron-Bridge's GPTModelProvider); ``comm_overlap.tp_comm_overlap`` as the stack says it
+(Megatron-Bridge's own setup turns it off at tp = 1 or without sequence parallelism, as meshplan prices it:
+specs/tp_overlap.py; a note says so); ``mixed_precision`` a
 Megatron-Bridge preset name (src/megatron/bridge/training/mixed_precision.py: bf16_mixed, fp16_mixed,
 bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
 
@@ -74,6 +76,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import padded_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FLEX_BACKENDS, Stack, load_stack
+from meshplan.specs.tp_overlap import tp_hidden
 
 _NAME = "nemo"
 _PRESET = "megatron-bridge"
@@ -193,6 +196,9 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     plan, fallback = per_rank_fallback(plan, _NAME)
     shape, notes = _model(model, plan, stack)
     notes = [*notes, *fallback]
+    if stack.overlap_tp and plan.tp > 1 and not tp_hidden(stack, plan.sequence_parallel):  # written as the stack says
+        notes.append("comm_overlap.tp_comm_overlap=true: Megatron-Bridge turns it off without sequence parallelism "
+                     "(training/comm_overlap.py:439-445 @ v0.3.1): the TP collectives are priced exposed")
     launch = torchrun(plan, "RECIPE_SCRIPT.py $(grep -v '^#' THIS_FILE)")
     lines = [f"# Megatron-Bridge recipe overrides for {model.name} ({plan.num_gpus} GPUs), written by meshplan",
              f"# launch (RECIPE_SCRIPT: the model family's, e.g. examples/recipes/llama/pretrain_llama3_8b.py): "

@@ -37,7 +37,7 @@ class HostCost:
     blocking_collectives: bool = False  # the host waits out each exposed collective: a synchronisation
     blocking_launches: bool = False  # every launch waits for its kernel: host and GPU take turns
     drained_layers: bool = False  # every layer's pass starts from an empty queue (Stack.drained_passes "layers")
-    hidden_tp: bool = False  # TP collectives hide behind the GEMMs (Stack.overlap_tp): they close no segment
+    hidden_tp: bool = False  # TP collectives hide behind the GEMMs (tp_overlap.tp_hidden): they close no segment
     # serving (Engine.host): the engine loop's seconds per iteration and per running sequence the GPU waits on, per
     # running sequence beside the GPU's step, and one eager layer's launches
     per_iteration: float = 0.0  # Engine.iteration_overhead

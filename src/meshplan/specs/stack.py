@@ -30,6 +30,7 @@ from meshplan.specs.fusion import FUSION_NAMES as FUSION
 from meshplan.specs.fusion import Fusion, fusion_of
 from meshplan.specs.host_cost import HostCost
 from meshplan.specs.supports import Supports, supports_from_dict
+from meshplan.specs.tp_overlap import tp_hidden
 
 # each choice's variants, from its registry (specs/stack_variants.py)
 ATTENTION_KERNELS, CROSS_ENTROPY, EXPERT_GEMM = (variants.names_of("attention_kernel"), variants.LOSS_NAMES,
@@ -198,15 +199,15 @@ class Stack:
                                      "torch.compile mode='reduce-overhead'): the host launches one graph per layer "
                                      "and pass, not each kernel")
     blocking_collectives: bool = _flag(False, "the host waits for each exposed collective to finish "
-                                              "(TORCH_NCCL_BLOCKING_WAIT, or a loop that reads a collective's result "
-                                              "on the host): each drains the host's lead (step/host.py); false: "
-                                              "PyTorch's NCCL calls return once enqueued and the lead carries on")
+        "(TORCH_NCCL_BLOCKING_WAIT, or a loop that reads a collective's result on the host): each drains the host's "
+        "lead (step/host.py); false: PyTorch's NCCL calls return once enqueued and the lead carries on")
     blocking_launches: bool = _flag(False, "every kernel launch returns only once its kernel has run "
-                                           "(CUDA_LAUNCH_BLOCKING=1): the host and the GPU take turns, and a pass "
-                                           "takes its host time plus its GPU time (step/host.py); no stream overlaps "
-                                           "another, so it needs every overlap_* false")
+        "(CUDA_LAUNCH_BLOCKING=1): the host and the GPU take turns, and a pass takes its host time plus its GPU time "
+        "(step/host.py); no stream overlaps another, so it needs every overlap_* false")
     # ---- overlap --------------------------------------------------------------------------------------------
     overlap_tp: bool = _flag(False, "TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap)")
+    overlap_tp_needs_sp: bool = _flag(False, "without sequence parallelism the framework turns overlap_tp off "
+                                             "(specs/tp_overlap.py: Megatron-Bridge, NeMo); false: as stated")
     overlap_dp: bool = _flag(True, "the data-parallel collectives overlapped with the passes (overlap-grad-reduce)")
     overlap_param_gather: bool = _flag(True, "with overlap_dp, ZeRO-1 / 2's weight gather beside the first forward "
                                              "(Megatron overlap_param_gather); false: before it, exposed")
@@ -296,14 +297,14 @@ class Stack:
 
     @property
     def host(self) -> HostCost:
-        """The host's cost of issuing work, the stack's own record of it (specs/host_cost.py): what step/host.py
-        composes a pass with."""
+        """The host's cost of issuing work, the stack's own record of it (specs/host_cost.py; a plan's:
+        tp_overlap.plan_host): what step/host.py composes a pass with."""
         return HostCost(per_kernel=self.host_dispatch, per_collective=self.collective_host,
                         per_region=self.region_host, compiled=self.compiled, cuda_graphs=self.cuda_graphs,
                         blocking_collectives=self.blocking_collectives, blocking_launches=self.blocking_launches,
                         drained_layers=self.drained_passes == "layers",
-                        hidden_tp=self.overlap_tp, source=" ".join(x for x in (self.name, self.version, self.source)
-                                                                    if x))
+                        hidden_tp=tp_hidden(self), source=" ".join(x for x in (self.name, self.version, self.source)
+                                                                   if x))
 
     def with_(self, **changes: Any) -> Stack:
         return replace(self, **changes)
@@ -372,8 +373,7 @@ def load_stack(ref: str | Stack, field_name: str = "framework") -> Stack:
 
 @cache
 def _preset_stack(name: str) -> Stack:
-    """A stack preset read once per process: the package's presets do not change under it, and Stack is frozen
-    (ranking a search's plans asks, per plan, which framework presets run it: hundreds of reads of the same files)."""
+    """A stack preset read once per process (frozen; a search's ranking asks which presets run each plan)."""
     return stack_from_dict(read_preset(f"stacks/{name}.toml", f"preset {name}"), f"preset {name}")
 
 

@@ -4,8 +4,9 @@ overlap rules applied and recompute added (``pass_times``), giving ``PassTimes``
 
 Overlap rules (stated once, here and in channels.py). A collective that hides behind compute slows it by the overlap
 slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing in every op's time (channels.py):
-- TP collectives are exposed unless ``stack.overlap_tp``; then they hide behind the GEMMs of the same pass, which they
-  share with SUMMA's panel broadcasts: what exceeds the GEMMs is exposed, once.
+- TP collectives are exposed unless the plan runs ``stack.overlap_tp`` (specs/tp_overlap.py: off without sequence
+  parallelism where the framework turns it off); then they hide behind the GEMMs of the same pass, which they share
+  with SUMMA's panel broadcasts: what exceeds the GEMMs is exposed, once.
 - Context-parallel K/V exchange hides behind the attention kernel of the same pass (ring attention).
 - EP all-to-all (and expert-TP) traffic is exposed unless ``stack.overlap_ep``: Megatron-Core's 1F1B
   all-to-all overlap (MCore v0.14 "batch-level overlapping to hide EP-A2A communication",
@@ -59,6 +60,7 @@ from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.specs.tp_overlap import plan_host, tp_hidden
 from meshplan.step.channels import Passes
 from meshplan.step.host import forget_issued, host_idle, hosted, most_launches
 from meshplan.xp import Num, maximum, minimum
@@ -171,7 +173,8 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
     g = s.get
     kernels = {ph: g((ph, "gemm"), 0.0) + g((ph, "attention"), 0.0) + g((ph, "memory"), 0.0) for ph in "fb"}
     sd = eff.overlap_slowdown
-    tp, cp, ep, hidden = _overlap(s, stack, sd)
+    hides_tp = tp_hidden(stack, plan.sequence_parallel)  # the TP overlap as the framework runs this plan
+    tp, cp, ep, hidden = _overlap(s, hides_tp, sd)
     unpaired: Num = ZERO
     if paired:  # forward all-to-all behind the other micro-batch's backward kernels, and vice versa
         alone = ep["f"] + ep["b"]  # the all-to-alls exposed, as a pass without a partner runs them
@@ -183,7 +186,7 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
         redo = kernels["f"] + tp["f"] + cp["f"] + ep["f"]
         hidden_b = hidden_b + hidden["f"]
     elif recompute == "selective":
-        redo, again = _selective_redo(ops, times, plan, stack, ep["f"], sd)
+        redo, again = _selective_redo(ops, times, plan, hides_tp, ep["f"], sd)
         hidden_b = hidden_b + again
     else:
         redo = 0.0
@@ -196,7 +199,7 @@ def pass_times(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, re
         gpu_f = kernels["f"] + fwd_comm - sd * hidden["f"]
         gpu_b = kernels["b"] + redo + tp["b"] + cp["b"] + ep["b"] + pp["b"] - sd * hidden_b
         gpu = {"f": gpu_f, "b": gpu_b}
-        host = stack.host  # the host's costs, their own record (specs/host_cost.py)
+        host = plan_host(stack, plan.sequence_parallel)  # the host's costs, their own record (specs/host_cost.py)
         most = host_idle(ops, times, plan, host, recompute, gpu, most_launches, region)  # a bound: idle nowhere,
         if np.any(most["f"] > 0) or np.any(most["b"] > 0):  # skip
             waits = host_idle(ops, times, plan, host, recompute, gpu, region=region)
@@ -273,7 +276,7 @@ def _summed(ops: list[OpCost], times: list[Num], paired: bool) -> dict[tuple[str
     return s
 
 
-def _overlap(s: dict[tuple[str, str], Num], stack: Stack, sd: float
+def _overlap(s: dict[tuple[str, str], Num], hides_tp: bool, sd: float
              ) -> tuple[dict[str, Num], dict[str, Num], dict[str, Num], dict[str, Num]]:
     """Per pass, the TP, CP and EP time the overlap rules leave (exposed, plus the slowdown ``sd`` of what hides),
     and the communication that hides under the kernels."""
@@ -281,12 +284,12 @@ def _overlap(s: dict[tuple[str, str], Num], stack: Stack, sd: float
     tp, cp, ep, hidden = {}, {}, {}, {}
     for ph in "fb":
         gemm, attention, ring = g((ph, "gemm"), 0.0), g((ph, "attention"), 0.0), g((ph, "cp"), 0.0)
-        behind = g((ph, "tp"), 0.0) if stack.overlap_tp else 0.0  # TP collectives that hide behind the GEMMs
+        behind = g((ph, "tp"), 0.0) if hides_tp else 0.0  # TP collectives that hide behind the GEMMs
         summa = g((ph, "summa"), 0.0)
         # the GEMMs of the pass are one window for the TP collectives that hide (slowing them by σ per second
         # hidden) and SUMMA's panel broadcasts after the first (seed 003: the first panel is exposed, the rest
         # hides; priced without slowdown as seed 003 does): what exceeds the window is exposed, once
-        tp[ph] = (0.0 if stack.overlap_tp else g((ph, "tp"), 0.0)) + g((ph, "tp_exposed"), 0.0) + g(
+        tp[ph] = (0.0 if hides_tp else g((ph, "tp"), 0.0)) + g((ph, "tp_exposed"), 0.0) + g(
             (ph, "summa_panel"), 0.0)
         if not (_none(behind) and _none(summa)):
             tp[ph] = tp[ph] + maximum(0.0, behind + summa - gemm) + sd * minimum(behind, gemm)
@@ -312,11 +315,11 @@ def _none(x: Num) -> bool:
     return type(x) is float and x == 0.0
 
 
-def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stack, ep_exposed: Num,
+def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, hides_tp: bool, ep_exposed: Num,
                     slowdown: float) -> tuple[Num, Num]:
     """What selective recompute of ``plan.recompute_modules`` adds to the backward pass, and the communication it
     hides: their forward kernels again; the TP collectives inside them again (``recompute.tp_rerun_by``), those that
-    hide behind GEMMs (``stack.overlap_tp``) behind the re-run GEMMs (``hide``), the others exposed; and a recomputed
+    hide behind GEMMs (``hides_tp``) behind the re-run GEMMs (``hide``), the others exposed; and a recomputed
     MoE layer's exposed forward all-to-alls."""
     modules = plan.recompute_modules
     redo: Num
@@ -331,7 +334,7 @@ def _selective_redo(ops: list[OpCost], times: list[Num], plan: Plan, stack: Stac
             if op.kind == "gemm":
                 gemm = gemm + part
     for op, t, again in zip(ops, times, tp_rerun_by(ops, modules), strict=True):
-        if again and stack.overlap_tp and op.overlap == "tp":
+        if again and hides_tp and op.overlap == "tp":
             behind = behind + t
         elif again:
             exposed = exposed + t
