@@ -74,10 +74,9 @@ SDPA = ("PyTorch SDPA (FlashAttention-2 on Hopper and Blackwell: sdp_utils.cpp c
         "first only with the cuDNN > 9.15 that PyTorch 2.11 bundles)")
 
 # Megatron-LM before FlashAttention and before its communication overlaps (2020-2022 releases, and the Megatron-LM
-# model code on DeepSpeed's engine of 2022): unfused softmax attention, data-parallel gradients all-reduced after the
-# backward pass, TP and pipeline communication exposed
-# Megatron-LM's host issues its kernels as the megatron-core preset's does (12 us per launched kernel, that preset's
-# sources: TransformerEngine #2053, dgxc-benchmarking cpu_overhead): no CUDA graphs before core_r0.11.0
+# model code on DeepSpeed's engine of 2022): unfused softmax attention, DP gradients all-reduced after the backward
+# pass, TP and pipeline communication exposed. Megatron-LM's host issues its kernels as the megatron-core preset's
+# does (12 us a kernel; TransformerEngine #2053, dgxc-benchmarking cpu_overhead): no CUDA graphs before core_r0.11.0
 MEGATRON_HOST = load_stack("megatron-core").host_dispatch
 # Megatron-LM pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by, default 128, since its
 # first release): the presets' vocab_multiple
@@ -90,6 +89,9 @@ MEGATRON_VOCAB = load_stack("megatron-core").vocab_multiple
 # fusions of the published releases issue fewer, lighter calls; data/measured/gpu/*-megatron.json,
 # docs/SMALL_WORK_GPU.md), against 25 us for a plain-PyTorch layer measured in the same call
 MEGATRON_LM_HOST = 50e-6
+# Its TP collective is one c10d call (mappings.py _reduce), not a kernel in module Python: at tp 2 the layer makes tp
+# 1's Python calls plus 4 all-reduces (data/measured/2026-11-27-megatron-host-cpu-tp.json): megatron-deepspeed's price
+MEGATRON_LM_COLLECTIVE = load_stack("megatron-deepspeed").collective_host
 # Per parameter tensor per optimizer step (step/host.step_host), counted in Megatron-LM's own code (NVIDIA/Megatron-LM
 # 6aad2116, its CI of February 2024, run on CPU: data/measured/2026-11-26-optimizer-host-ops.md): the fp16 optimizer
 # wrapper, clip_grads.py's gradient norm and the step's copies run 2 kernel-launching ops + 1 view a tensor, 5 .data
@@ -106,12 +108,11 @@ MEGATRON_LM_CI_TENSOR = 76e-6
 # attention-mask copy and the loss's NaN check and all-reduce: GPU work to time, so fitted, the one constant, by least
 # squares on the fit half of the CI records (its six pipelined runs; tests/test_megatron_ci_loop.py re-fits it), at the
 # DGX A100's measured python_host (1.34, presets/hardware/a100.toml), with the GPT convention's biases, dropout and
-# learned positions priced (record_fields.GPT_ARCH, Megatron-LM's argument defaults): 0.26 ms (3.15 ms while these
-# records were priced without them, 1.98 ms when python_host was fitted jointly at 1.57 on the same runs' twins)
+# learned positions priced (record_fields.GPT_ARCH, Megatron-LM's argument defaults): 0.44 ms (0.26 ms while a TP
+# all-reduce was priced as a kernel, MEGATRON_LM_COLLECTIVE; 3.15 ms without the biases, 1.98 ms at python_host 1.57)
 MEGATRON_LM_CI_STEP = 1.0e-3
-MEGATRON_LM_CI_MICROBATCH = 0.26e-3  # the fit: 0.265 ms
-# Megatron-Core's distributed optimizer: the megatron-core preset's
-MEGATRON_CORE_TENSOR = load_stack("megatron-core").tensor_host
+MEGATRON_LM_CI_MICROBATCH = 0.44e-3  # the fit: 0.439 ms
+MEGATRON_CORE_TENSOR = load_stack("megatron-core").tensor_host  # Megatron-Core's distributed optimizer: its preset's
 # DeepSpeed's FP16_Optimizer (ZeRO-0 fp16: DeepSpeedExamples' Megatron-LM v1 on DeepSpeed's engine), counted in
 # DeepSpeed 0.19.8 (cost/wrappers.py: 206.6 us per tensor of the whole model), stated for both of that profile's plans:
 # its 2020 ZeRO-1 (stage1.py, not counted, not today's stage_1_and_2.py) taken alike, since OneFlow DLPerf measured
@@ -120,8 +121,8 @@ DEEPSPEED_FP16_TENSOR = DEEPSPEED_FP16
 # Its kernels: the module code with its fusions on (fused softmax and LayerNorm, TorchScript bias-GeLU and bias-dropout-
 # add), counted as cost/eager.py's "jit" rows (58 a GPT layer with dropout), not one per fused record
 MEGATRON_2021 = Stack(name="megatron-lm-2021", family="megatron", flash_attention=False, overlap_dp=False,
-                      host_dispatch=MEGATRON_LM_HOST, fusion="jit", vocab_multiple=MEGATRON_VOCAB,
-                      tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True,
+                      host_dispatch=MEGATRON_LM_HOST, collective_host=MEGATRON_LM_COLLECTIVE, fusion="jit",
+                      vocab_multiple=MEGATRON_VOCAB, tensor_host=MEGATRON_LM_TENSOR, tensor_sharded=True,
                       source="Megatron-LM 2020-22 (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. "
                              "2022): fused-softmax attention, no overlap flags yet")
 # Megatron-Core 0.8 with the overlaps its README scaling runs state (--overlap-grad-reduce --overlap-param-gather
@@ -370,10 +371,9 @@ SOURCES: tuple[SourceDefaults, ...] = (
                  "bfloat16: gradients reduced in bf16)"),
 )
 # Trainers that pad the vocabulary themselves, without Megatron's code: llm.c pads GPT-2's 50257 to 50304, "padded to
-# 128 for CUDA kernel efficiency" (karpathy/llm.c train_gpt2.cu, padded_vocab_size); FlashAttention's training
-# scripts to a multiple of 8 (Dao-AILab/flash-attention training/configs/experiment/owt/gpt2s-flash.yaml and
-# pile/gpt3s-flash.yaml, which the other sizes' configs extend: model.config.pad_vocab_size_multiple 8). Otherwise the
-# generic profile below.
+# 128 for CUDA kernel efficiency" (karpathy/llm.c train_gpt2.cu, padded_vocab_size); FlashAttention's training scripts
+# to 8 (Dao-AILab/flash-attention training/configs/experiment/owt/gpt2s-flash.yaml and pile/gpt3s-flash.yaml, which
+# the other sizes' configs extend: model.config.pad_vocab_size_multiple 8). Otherwise the generic profile below.
 # llm.c's loss is its fused classifier (llmc/fused_classifier.cuh: softmax, loss and the logits' gradient in one
 # kernel, cost/embed_head.loss_ops "fused_grad"); the FlashAttention scripts' is apex's xentropy kernel
 # (configs/experiment/pile/base.yaml and owt/base.yaml: loss_fn src.losses.cross_entropy_apex.CrossEntropyLossApex,
