@@ -114,7 +114,7 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
             compute, extra, extra_calls = _op_seconds(facts[i], flow.rules[i], c, p_in, p_out, mesh, eff)
             seconds[phase] += compute
             (moves, inner_calls), (made, made_calls) = _inner_moves(flow, i, p_in, produced, moved, mesh, resharder)
-            again, again_calls = _remade(flow, i, phase, remake, moved)
+            again, again_calls = _remade(flow, i, phase, remake, moved) if remake else (0.0, 0)  # none moved yet
             inside[phase] += extra + moves + again
             count[phase] += extra_calls + inner_calls + again_calls
             carried, carried_calls = made, made_calls
