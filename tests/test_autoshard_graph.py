@@ -92,6 +92,13 @@ def test_a_move_table_is_each_moves_cost_to_the_bit(shape):
     assert table.tobytes() == want.tobytes() and want[1].max() >= len(shape) - 1  # several steps do occur
 
 
+def test_a_move_table_on_one_gpu_is_free():
+    """A one-GPU stage's mesh has no dimension (mesh.sub_mesh drops size-1 ones): placements are empty and every move
+    in its table costs nothing (stage plans of 1 GPU build such tables)."""
+    table = Resharder(sub_mesh(load_system("h100").cluster(8), (1,))).table([()], [()], 1e6)
+    assert table.shape == (2, 2, 2) and not table.any()
+
+
 MM = Rule(inputs=(("m", "k"), ("k", "n")), outputs=(("m", "n"),), gemm=("m", "n", "k"))
 
 

@@ -121,7 +121,7 @@ class Resharder:
             return out
         src = np.array(rows, dtype=np.int64).reshape(len(rows), 1, ndim) - PARTIAL  # ``_rule``'s indices
         dst = np.array(cols, dtype=np.int64).reshape(1, len(cols), ndim) - PARTIAL
-        kinds, growth = _rule(int(max(src.max(), dst.max())) + 1)
+        kinds, growth = _rule(int(max(src.max(initial=0), dst.max(initial=0))) + 1)  # a 0-D mesh: none
         local = np.repeat(np.array([float(nbytes / shards(p, self.mesh.sizes)) for p in rows])[:, None], len(cols), 1)
         seconds, count = out[0, :-1, :-1], out[1, :-1, :-1]  # views: written in place
         for i in reversed(range(ndim)):
