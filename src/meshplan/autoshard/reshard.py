@@ -121,11 +121,13 @@ class Resharder:
             return out
         src = np.array(rows, dtype=np.int64).reshape(len(rows), 1, ndim) - PARTIAL  # ``_rule``'s indices
         dst = np.array(cols, dtype=np.int64).reshape(1, len(cols), ndim) - PARTIAL
-        kinds, growth = _rule(int(max(src.max(initial=0), dst.max(initial=0))) + 1)  # a 0-D mesh: none
+        codes = int(max(src.max(initial=0), dst.max(initial=0))) + 1  # a 0-D mesh: none
+        kinds, growth = _rule(codes)
+        pair = src * codes + dst  # each cell's and mesh dimension's entry of the tables, flattened
         local = np.repeat(np.array([float(nbytes / shards(p, self.mesh.sizes)) for p in rows])[:, None], len(cols), 1)
         seconds, count = out[0, :-1, :-1], out[1, :-1, :-1]  # views: written in place
         for i in reversed(range(ndim)):
-            g, taken, grows = self.mesh.sizes[i], kinds[src[..., i], dst[..., i]], growth[src[..., i], dst[..., i]]
+            g, taken, grows = self.mesh.sizes[i], kinds.take(pair[..., i]), growth.take(pair[..., i])
             local = np.where(grows > 0, local * g, local)
             for k, kind in enumerate(KINDS, 1):
                 mask = taken == k
