@@ -74,9 +74,10 @@ def test_moves_over_two_dimensions_gather_inner_first():
 
 @pytest.mark.parametrize("shape", [(2, 8), (2, 3, 4)])
 def test_a_move_table_is_each_moves_cost_to_the_bit(shape):
-    """Resharder.table (problem._move_matrix's, the steps taken over a whole table at once) against ``move`` pair by
-    pair: equal bits, seconds and collectives, with an empty last row and column; placements of every kind (Shard of
-    either dimension, Replicate, Partial) on a 2-D mesh and on a 3-D one of uneven sizes (24 GPUs)."""
+    """Resharder.table (problem._move_matrix's, reshard.dim_step taken over a whole table at once) against ``move``
+    pair by pair (dim_step walked for one pair, ``_steps``): equal bits, seconds and collectives, with an empty last
+    row and column; placements of every kind (Shard of either dimension, Replicate, Partial) on a 2-D mesh and on a
+    3-D one of uneven sizes (24 GPUs)."""
     rng = np.random.default_rng(7)
     mesh = device_mesh(load_system("h100").cluster(prod(shape)), shape)
     draw = [tuple(int(x) for x in rng.integers(-2, 2, len(shape))) for _ in range(40)]
@@ -89,6 +90,13 @@ def test_a_move_table_is_each_moves_cost_to_the_bit(shape):
         for b, dst in enumerate(cols):
             want[:, a, b] = one.move(src, dst, nbytes / shards(src, mesh.sizes))
     assert table.tobytes() == want.tobytes() and want[1].max() >= len(shape) - 1  # several steps do occur
+
+
+def test_a_move_table_on_one_gpu_is_free():
+    """A one-GPU stage's mesh has no dimension (mesh.sub_mesh drops size-1 ones): placements are empty and every move
+    in its table costs nothing (stage plans of 1 GPU build such tables)."""
+    table = Resharder(sub_mesh(load_system("h100").cluster(8), (1,))).table([()], [()], 1e6)
+    assert table.shape == (2, 2, 2) and not table.any()
 
 
 MM = Rule(inputs=(("m", "k"), ("k", "n")), outputs=(("m", "n"),), gemm=("m", "n", "k"))

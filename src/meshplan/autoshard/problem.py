@@ -359,7 +359,7 @@ def _move_matrix(have: list, want: list, nbytes: float, resharder: Resharder) ->
     small = resharder.tables.get(key)
     if small is None:  # the last row and column: no placement
         small = resharder.tables[key] = resharder.table(rows, cols, nbytes)
-    grid = np.ix_(have_ids, want_ids)
+    grid = (have_ids[:, None], want_ids[None, :])  # np.ix_'s open mesh, without its checks
     return small[0][grid], small[1][grid]
 
 

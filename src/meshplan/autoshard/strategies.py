@@ -114,7 +114,7 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
             compute, extra, extra_calls = _op_seconds(facts[i], flow.rules[i], c, p_in, p_out, mesh, eff)
             seconds[phase] += compute
             (moves, inner_calls), (made, made_calls) = _inner_moves(flow, i, p_in, produced, moved, mesh, resharder)
-            again, again_calls = _remade(flow, i, phase, remake, moved)
+            again, again_calls = _remade(flow, i, phase, remake, moved) if remake else (0.0, 0)  # none moved yet
             inside[phase] += extra + moves + again
             count[phase] += extra_calls + inner_calls + again_calls
             carried, carried_calls = made, made_calls
@@ -152,8 +152,9 @@ def _remade(flow: Flow, i: int, phase: int, remake: dict[Slot, tuple[int, float,
 
 def _follower_combo(flow: Flow, i: int, produced: dict[Slot, Placements], mesh: DeviceMesh
                     ) -> tuple[str | None, ...]:
-    """The follower's strategy from its leader's placement; a label whose split does not fit the follower's
-    tensors (uneven) is dropped, i.e. replicated first."""
+    """The follower's strategy from its leader's placement; while its split does not fit the follower's tensors
+    (uneven), its first label left is dropped, i.e. replicated first (a combo that fits is the answer: the check
+    reads the whole combo, so it would pass again)."""
     op = flow.trace.ops[i]
     leader = flow.leaders[i]
     src = flow.producers[i][leader]
@@ -165,8 +166,9 @@ def _follower_combo(flow: Flow, i: int, produced: dict[Slot, Placements], mesh: 
         if combo[m] is None:
             continue
         p_in, p_out = place(r, tuple(combo), leader)
-        if not all(valid(s, q, mesh.sizes) for s, q in zip(shapes, (*p_in, *p_out), strict=True)):
-            combo[m] = None
+        if all(valid(s, q, mesh.sizes) for s, q in zip(shapes, (*p_in, *p_out), strict=True)):
+            break
+        combo[m] = None
     return tuple(combo)
 
 
