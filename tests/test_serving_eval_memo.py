@@ -30,11 +30,11 @@ def test_a_changed_record_is_priced_anew():
 
 
 def test_a_record_mapped_again_gets_the_same_specs_and_holds_itself():
-    """serving_map.case_of keeps its cases by the record's JSON text: the same record again is the same case; an equal
-    copy gets the same specs in a case that holds the copy; a record at tp 2 (2 GPUs) is mapped anew; a skipped
+    """serving_map.case_of keeps its cases by the record's JSON text: the same record, or an equal copy, again gets
+    the same specs in a case that holds the record it was given; a record at tp 2 (2 GPUs) is mapped anew; a skipped
     record's reason is kept as well."""
     first = case_of(RECORD)
-    assert case_of(RECORD) is first
+    assert case_of(RECORD).record is RECORD and case_of(RECORD).cluster is first.cluster
     twin = copy.deepcopy(RECORD)
     again = case_of(twin)
     assert again == first and again.record is twin and again.model is first.model and again.plan is first.plan
