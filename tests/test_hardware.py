@@ -287,3 +287,27 @@ def test_rtx_pro_6000_is_a_pcie_part_without_nvlink():
     assert acc.architecture == "blackwell" and acc.async_mma is False
     assert acc.nvlink_bandwidth == pytest.approx(16 * 240 / 80 * 1e9 / 1.2)
     assert s.network.nvlink_domain == 8
+
+
+def test_a_preset_loaded_again_is_the_same_system_until_a_file_it_reads_changes(tmp_path, monkeypatch):
+    """load_system keeps a preset's System by its resolved document (files.preset_spec): the same frozen object while
+    a100.toml reads the same; its HBM edited from 81,920 to 40,960 MiB, built afresh (40,960 × 2^20 = 42,949,672,960 B),
+    and so is a preset that extends it; the old text again gives the first System back."""
+    import shutil  # noqa: PLC0415
+
+    from meshplan import files  # noqa: PLC0415
+    from meshplan.specs import hardware  # noqa: PLC0415
+
+    root = tmp_path / "presets"
+    shutil.copytree(files.PRESETS / "hardware", root / "hardware")
+    monkeypatch.setattr(files, "PRESETS", root)
+    monkeypatch.setattr(hardware, "PRESETS", root)
+    (root / "hardware" / "mine.toml").write_text('extends = "a100"\nname = "mine"\n')
+    a100, text = root / "hardware" / "a100.toml", (root / "hardware" / "a100.toml").read_text()
+    first, derived = load_system("a100"), load_system("mine")
+    assert load_system("a100") is first and load_system("mine") is derived
+    assert first.accelerator.hbm_bytes == derived.accelerator.hbm_bytes == 81920 * MiB
+    a100.write_text(text.replace('hbm_bytes = "81920 MiB"', 'hbm_bytes = "40960 MiB"', 1))
+    assert load_system("a100").accelerator.hbm_bytes == load_system("mine").accelerator.hbm_bytes == 42_949_672_960
+    a100.write_text(text)
+    assert load_system("a100") is first and load_system("mine") is derived

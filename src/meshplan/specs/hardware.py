@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from meshplan import ranges
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_GPUS, at_least_one, check_types, not_a_preset, require_fields, unknown_field
-from meshplan.files import PRESETS, derived, parse_toml, read_preset, read_text
+from meshplan.files import PRESETS, derived, parse_toml, preset_spec, read_text
 from meshplan.specs.architectures import ARCHITECTURES
 from meshplan.specs.mesh import Tier, TierSpec, build_tiers, check_tiers
 from meshplan.units import MiB, parse_quantity
@@ -397,4 +397,4 @@ def load_system(ref: str, field: str = "system") -> System:
         return system_from_dict(derived(parse_toml(text, f"{field}={ref!r}"), path, where, PRESETS / "hardware"), where)
     if ref not in system_names():
         raise not_a_preset(field, ref, system_names(), "a preset or a .toml file")
-    return system_from_dict(read_preset(f"hardware/{ref}.toml", f"{field}={ref!r}"), f"preset {ref}")
+    return preset_spec(f"hardware/{ref}.toml", f"{field}={ref!r}", system_from_dict, f"preset {ref}")
