@@ -69,13 +69,8 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     hints = fit_hints(est)
     conditions = conditions_text(stragglers, cap, shown)
     search = _search_command(model_ref, system_ref, where, est, framework)
-    refusals = [f"{r.what} ({r.source})" for r in refused(stack.supports.refuses, plan, model, stack)]
+    refusals = _refusals(model, plan, stack, as_json)
     unrun = [p for p in stack.supports.problems(plan) if config is None]  # the default framework's: JSON only
-    for text in [] if as_json else refusals:  # priced all the same: the search leaves such plans out
-        click.echo(f"note: {stack.name} refuses this plan: {text}", err=True)
-    if not as_json and stack.overlap_tp and plan.tp > 1 and not tp_hidden(stack, plan.sequence_parallel):
-        click.echo(f"note: {stack.name} turns its TP overlap off without sequence parallelism (specs/tp_overlap.py): "
-                   "the TP collectives are priced exposed", err=True)
     host = host_note(est)
     if as_json:
         out = est.to_dict() | ({} if est.fits else {"fit_hints": [h.to_dict() for h in hints], "fit_search": search})
@@ -99,6 +94,18 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         console.print(host.text(), highlight=False, markup=False)
     if not est.fits:
         print_hints(est, hints, search, console)
+
+
+def _refusals(model: Any, plan: Any, stack: Any, as_json: bool) -> list[str]:
+    """What the stack's framework refuses of this plan (priced all the same: the search leaves such plans out), and,
+    on stderr for the text output, those refusals and a TP overlap the framework turns off (specs/tp_overlap.py)."""
+    refusals = [f"{r.what} ({r.source})" for r in refused(stack.supports.refuses, plan, model, stack)]
+    for text in [] if as_json else refusals:
+        click.echo(f"note: {stack.name} refuses this plan: {text}", err=True)
+    if not as_json and stack.overlap_tp and plan.tp > 1 and not tp_hidden(stack, plan.sequence_parallel):
+        click.echo(f"note: {stack.name} turns its TP overlap off without sequence parallelism (specs/tp_overlap.py): "
+                   "the TP collectives are priced exposed", err=True)
+    return refusals
 
 
 def _runs(plan: Any, stack: Any, framework: str) -> None:
