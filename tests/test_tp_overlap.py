@@ -1,4 +1,4 @@
-"""The TP overlap a plan runs (specs/tp_overlap.py): Megatron-Bridge and NeMo turn their TP communication overlap off
+"""The TP overlap a plan runs (specs/host_cost.py): Megatron-Bridge and NeMo turn their TP communication overlap off
 in a plan with tp > 1 and sequence parallelism off (Megatron-Bridge training/comm_overlap.py:439-445 @ v0.3.1, NeMo
 callbacks/megatron_comm_overlap.py:122-128 @ v2.0.0), where Megatron-LM refuses the plan. One place says which (
 ``tp_hidden``), read by the pass's overlap rules, its selective recompute and its host segments, and by the search's
@@ -17,11 +17,11 @@ from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system
+from meshplan.specs.host_cost import plan_host, tp_hidden
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.refusals import refused
 from meshplan.specs.stack import Stack, frameworks_running, load_stack
-from meshplan.specs.tp_overlap import plan_host, tp_hidden
 from meshplan.step.passes import pass_times
 
 US = 1e-6

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.configs.megatron_rules import DP_OVERLAP_FLAGS, dp_overlaps
+from meshplan.specs.host_cost import tp_hidden
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS
-from meshplan.specs.tp_overlap import tp_hidden
 from meshplan_validation import recipes, recipes_off
 from meshplan_validation.patterns import (
     FA2_ATTENTION_TEXT,

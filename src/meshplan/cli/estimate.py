@@ -17,9 +17,9 @@ from meshplan.errors import SpecError
 from meshplan.fields import usable_hbm
 from meshplan.report.fit_hints import fit_hints, print_hints
 from meshplan.report.host_note import host_note
+from meshplan.specs.host_cost import tp_hidden
 from meshplan.specs.refusals import refused
 from meshplan.specs.stack import stack_modules
-from meshplan.specs.tp_overlap import tp_hidden
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
@@ -98,12 +98,12 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
 
 def _refusals(model: Any, plan: Any, stack: Any, as_json: bool) -> list[str]:
     """What the stack's framework refuses of this plan (priced all the same: the search leaves such plans out), and,
-    on stderr for the text output, those refusals and a TP overlap the framework turns off (specs/tp_overlap.py)."""
+    on stderr for the text output, those refusals and a TP overlap the framework turns off (specs/host_cost.py)."""
     refusals = [f"{r.what} ({r.source})" for r in refused(stack.supports.refuses, plan, model, stack)]
     for text in [] if as_json else refusals:
         click.echo(f"note: {stack.name} refuses this plan: {text}", err=True)
     if not as_json and stack.overlap_tp and plan.tp > 1 and not tp_hidden(stack, plan.sequence_parallel):
-        click.echo(f"note: {stack.name} turns its TP overlap off without sequence parallelism (specs/tp_overlap.py): "
+        click.echo(f"note: {stack.name} turns its TP overlap off without sequence parallelism (specs/host_cost.py): "
                    "the TP collectives are priced exposed", err=True)
     return refusals
 

@@ -44,7 +44,7 @@ moments stay fp32 unless adam-bf16. ``export CUDA_DEVICE_MAX_CONNECTIONS=1`` pre
 (validate_args asserts it on GPUs before Blackwell, arguments.py:1214-1240, and it orders the TP / CP collectives
 ahead of the GEMMs they overlap on every GPU); ``--tp-comm-overlap`` is written where tp > 1 (validate_args turns
 sequence parallelism off at tp = 1 and then refuses the overlap: arguments.py:1192-1202) and the plan runs it (not
-without sequence parallelism under Megatron-Bridge or NeMo, which run it exposed: specs/tp_overlap.py; the comment).
+without sequence parallelism under Megatron-Bridge or NeMo, which run it exposed: specs/host_cost.py; the comment).
 Left out (refused): ZeRO-2/3 (Megatron-FSDP), activation offload, fp4, 8-bit Adam and Adafactor (no argument).
 """
 
@@ -72,10 +72,10 @@ from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arg
 from meshplan.configs.megatron_rules import check_rules, dp_overlaps
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
+from meshplan.specs.host_cost import tp_hidden
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FLEX_BACKENDS, Stack, load_stack
-from meshplan.specs.tp_overlap import tp_hidden
 
 _NAME = "megatron"
 _PRESET = "megatron-core"

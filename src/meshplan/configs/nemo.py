@@ -21,7 +21,7 @@ off where not given, its defaults), the two overlaps also as ``comm_overlap.over
 and ``optimizer.sgd_momentum`` (OptimizerConfig);
 ``model.seq_length`` (Megatron-Bridge's GPTModelProvider); ``comm_overlap.tp_comm_overlap`` as the stack says it
 (Megatron-Bridge's own setup turns it off at tp = 1 or without sequence parallelism, as meshplan prices it:
-specs/tp_overlap.py; a note says so); ``mixed_precision`` a
+specs/host_cost.py; a note says so); ``mixed_precision`` a
 Megatron-Bridge preset name (src/megatron/bridge/training/mixed_precision.py: bf16_mixed, fp16_mixed,
 bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
 
@@ -72,11 +72,11 @@ from meshplan.configs.megatron import CP_COMM_TYPE
 from meshplan.configs.megatron_model import architecture, capacity_factor
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
+from meshplan.specs.host_cost import tp_hidden
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import padded_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import FLEX_BACKENDS, Stack, load_stack
-from meshplan.specs.tp_overlap import tp_hidden
 
 _NAME = "nemo"
 _PRESET = "megatron-bridge"

@@ -10,11 +10,33 @@ measurement these are (the preset's ``name``, ``version`` and ``source``).
 
 A serving engine's host (serve/engine.py ``Engine.host``) is the same record: its per-kernel cost as a layer's eager
 launches (``per_layer``), and its loop's costs per iteration and per running sequence, with whether the loop is
-Python (scaled by the host CPU's Python speed) and whether it runs beside the GPU's step (``overlapped``)."""
+Python (scaled by the host CPU's Python speed) and whether it runs beside the GPU's step (``overlapped``).
+
+The TP overlap a plan runs (``tp_hidden``, ``plan_host``): a stack's ``overlap_tp`` (Megatron --tp-comm-overlap,
+Transformer Engine's userbuffers overlap of the TP collectives with the GEMMs) as its framework runs it in one plan,
+the one place the pricing reads it (``hidden_tp``).
+
+Userbuffers overlaps the all-gather and reduce-scatter of sequence parallelism with the GEMMs they feed; a plan without
+sequence parallelism has all-reduces instead, which it does not overlap. The frameworks built on Megatron-Core meet
+such a plan in two ways:
+
+- Megatron-LM refuses it (validate_args asserts sequence parallelism: specs/refusals.py ``tp_overlap_without_sp``);
+- Megatron-Bridge and NeMo run it with the overlap turned off, a warning in the log (``Stack.overlap_tp_needs_sp``):
+  Megatron-Bridge src/megatron/bridge/training/comm_overlap.py:439-445 @ v0.3.1 (9c9dd848) "Disabling tensor parallel
+  communication overlap due to sequence_parallel=False"; NeMo 2 nemo/lightning/pytorch/callbacks/
+  megatron_comm_overlap.py:122-128 @ v2.0.0 (e938df32), the same; NeMo 1 (the NeMo-Framework-Launcher recipes)
+  nemo/collections/nlp/models/language_modeling/megatron_base_model.py:1002-1009 @ v2.0.0 "Setting
+  `ub_tp_comm_overlap` to False".
+
+So a Megatron-Bridge or NeMo plan with tp > 1 and sequence parallelism off has its TP collectives exposed. ``tp_hidden``
+says so for a plan and for a search's batch alike (a batch shares its sequence parallelism: search/batch.py), and
+``plan_host`` gives the host record (``HostCost.hidden_tp``) that composes the plan's passes with it
+(step/passes.py reads both: the overlap rules, selective recompute's re-run collectives, the host's segments)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 # One eager PyTorch op that launches a kernel, on an x86 DGX H100 host: the Python call, the dispatcher and the launch,
 # 14.5 us, the middle of the 11.3-17.7 us per eager op that NVIDIA's dgxc-benchmarking measures
@@ -37,7 +59,7 @@ class HostCost:
     blocking_collectives: bool = False  # the host waits out each exposed collective: a synchronisation
     blocking_launches: bool = False  # every launch waits for its kernel: host and GPU take turns
     drained_layers: bool = False  # every layer's pass starts from an empty queue (Stack.drained_passes "layers")
-    hidden_tp: bool = False  # TP collectives hide behind the GEMMs (tp_overlap.tp_hidden): they close no segment
+    hidden_tp: bool = False  # TP collectives hide behind the GEMMs (tp_hidden): they close no segment
     # serving (Engine.host): the engine loop's seconds per iteration and per running sequence the GPU waits on, per
     # running sequence beside the GPU's step, and one eager layer's launches
     per_iteration: float = 0.0  # Engine.iteration_overhead
@@ -52,3 +74,32 @@ class HostCost:
     def per_call(self, collective: bool) -> float:
         """Host seconds per launch: a collective call at ``per_collective`` where stated, else ``per_kernel``."""
         return self.per_collective if collective and self.per_collective else self.per_kernel
+
+
+class Stack(Protocol):
+    """What of a Stack (specs/stack.py, which reads this module) the TP overlap reads."""
+
+    @property
+    def overlap_tp(self) -> bool: ...
+
+    @property
+    def overlap_tp_needs_sp(self) -> bool: ...
+
+    @property
+    def host(self) -> HostCost: ...
+
+
+def tp_hidden(stack: Stack, sequence_parallel: Any = None) -> bool:
+    """Whether the TP collectives of a plan with ``sequence_parallel`` (Plan.sequence_parallel, one bool; None: no
+    plan, the stack as stated) hide behind the GEMMs under ``stack``: its ``overlap_tp``, unless its framework turns
+    the overlap off without sequence parallelism (``overlap_tp_needs_sp``)."""
+    if not stack.overlap_tp:
+        return False
+    return sequence_parallel is None or not stack.overlap_tp_needs_sp or bool(sequence_parallel)
+
+
+def plan_host(stack: Stack, sequence_parallel: Any) -> HostCost:
+    """``stack.host`` for a plan with ``sequence_parallel``: its TP collectives hidden where ``tp_hidden`` says."""
+    host = stack.host
+    hidden = tp_hidden(stack, sequence_parallel)
+    return host if host.hidden_tp == hidden else replace(host, hidden_tp=hidden)

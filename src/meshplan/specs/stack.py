@@ -28,9 +28,8 @@ from meshplan.specs.fsdp_modes import FSDP_NAMES as FSDP
 from meshplan.specs.fsdp_modes import FsdpMode, fsdp_of
 from meshplan.specs.fusion import FUSION_NAMES as FUSION
 from meshplan.specs.fusion import Fusion, fusion_of
-from meshplan.specs.host_cost import HostCost
+from meshplan.specs.host_cost import HostCost, tp_hidden
 from meshplan.specs.supports import Supports, supports_from_dict
-from meshplan.specs.tp_overlap import tp_hidden
 
 # each choice's variants, from its registry (specs/stack_variants.py)
 ATTENTION_KERNELS, CROSS_ENTROPY, EXPERT_GEMM = (variants.names_of("attention_kernel"), variants.LOSS_NAMES,
@@ -207,7 +206,7 @@ class Stack:
     # ---- overlap --------------------------------------------------------------------------------------------
     overlap_tp: bool = _flag(False, "TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap)")
     overlap_tp_needs_sp: bool = _flag(False, "without sequence parallelism the framework turns overlap_tp off "
-                                             "(specs/tp_overlap.py: Megatron-Bridge, NeMo); false: as stated")
+                                             "(specs/host_cost.py: Megatron-Bridge, NeMo); false: as stated")
     overlap_dp: bool = _flag(True, "the data-parallel collectives overlapped with the passes (overlap-grad-reduce)")
     overlap_param_gather: bool = _flag(True, "with overlap_dp, ZeRO-1 / 2's weight gather beside the first forward "
                                              "(Megatron overlap_param_gather); false: before it, exposed")

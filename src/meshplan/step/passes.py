@@ -4,7 +4,7 @@ overlap rules applied and recompute added (``pass_times``), giving ``PassTimes``
 
 Overlap rules (stated once, here and in channels.py). A collective that hides behind compute slows it by the overlap
 slowdown per second hidden (efficiency.py); a pass's time stays non-decreasing in every op's time (channels.py):
-- TP collectives are exposed unless the plan runs ``stack.overlap_tp`` (specs/tp_overlap.py: off without sequence
+- TP collectives are exposed unless the plan runs ``stack.overlap_tp`` (specs/host_cost.py: off without sequence
   parallelism where the framework turns it off); then they hide behind the GEMMs of the same pass, which they share
   with SUMMA's panel broadcasts: what exceeds the GEMMs is exposed, once.
 - Context-parallel K/V exchange hides behind the attention kernel of the same pass (ring attention).
@@ -58,9 +58,9 @@ from meshplan.cost.records import OpCost
 from meshplan.roofline import op_time
 from meshplan.specs.efficiency import DEFAULT, Efficiency
 from meshplan.specs.hardware import Cluster
+from meshplan.specs.host_cost import plan_host, tp_hidden
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.specs.tp_overlap import plan_host, tp_hidden
 from meshplan.step.channels import Passes
 from meshplan.step.host import forget_issued, host_idle, hosted, most_launches
 from meshplan.xp import Num, maximum, minimum
