@@ -39,9 +39,9 @@ def test_every_serving_record_is_evaluated_or_skipped_with_the_accuracy_docs_rea
     """921 records: 907 evaluated (each record the benchmark prices); the 14 skipped are the exclusions of
     docs/ACCURACY_INFERENCE.md ("Runs not evaluated"), reason for reason: MI300X throughput unlabelled 8, QPS = INF
     bursts of varied lengths 4, MTP 2: 8 + 4 + 2 = 14. The 132 TensorRT-LLM 1.0 multi-GPU MoE runs, once skipped for
-    their unstated EP size, are priced at the engine's default layout, and SGLang's two prefill runs at prompts
-    printed "1K" / "2K" at 1,024 / 2,048; each says so (its ``assumed`` readings, shown as the run's unstated
-    settings)."""
+    their unstated EP size, are priced with the attention DP the page sets and the experts over its ranks, and
+    SGLang's two prefill runs at prompts printed "1K" / "2K" at 1,024 / 2,048; each says so (its ``assumed`` readings,
+    shown as the run's unstated settings)."""
     runs, rows = whole_file
     assert [r.id for r in runs] == [r["id"] for r in RECORDS] and all(r.kind == "serving" for r in runs)
     for r in runs:
@@ -54,7 +54,8 @@ def test_every_serving_record_is_evaluated_or_skipped_with_the_accuracy_docs_rea
     evaluated = sum(r.error is not None for r in runs)
     assert evaluated == len({r.id for r in rows if r.error is not None}) == 921 - 14
     assert summaries(runs)["overall"]["evaluated"] == evaluated
-    moe = [r for r in runs if r.group == "trtllm_perf_v1.0" and any("moe_ep_size = 1" in a for a in r.unstated)]
+    moe = [r for r in runs if r.group == "trtllm_perf_v1.0"
+           and any("enable_attention_dp: true" in a for a in r.unstated)]
     assert len(moe) == 132 and all(r.error is not None for r in moe)
 
 

@@ -77,8 +77,8 @@ def headline_section(res: list[ServingResult]) -> list[str]:
         lines.append(f"| {label} | {n} | {pct(median)} | {pct(p90)} |")
     if unstated:  # evaluated (meshplan validate counts them) but kept apart: a layout the source does not state
         n, median, p90 = stats(unstated)
-        lines.append(f"| MoE layout unstated, at the engine's default (not in the rows above) | {n} | {pct(median)} | "
-                     f"{pct(p90)} |")
+        lines.append(f"| MoE layout unstated (its EP size; attention DP as stated), not in the rows above | {n} | "
+                     f"{pct(median)} | {pct(p90)} |")
     generations = sorted({r.generation for r in head})
     lines += ["", f"{len(generations)} GPU generations: {', '.join(generations)}.", "",
               "Per source (group):", "", "| group | runs | median \\|error\\| | p90 \\|error\\| |",

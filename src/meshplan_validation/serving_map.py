@@ -12,8 +12,9 @@ What the records leave unstated is read as the README says the sources ran: pp =
 checkpoint's KV cache in FP8 (TensorRT-LLM's FP8 quantization sets it), an FP4 checkpoint's in 16 bits (TensorRT-LLM's
 DeepSeek-R1 blog runs its FP4 model with an FP16 KV cache unless it turns FP8 on, and prints the two apart), a 16-bit
 engine's in 16 bits. A multi-GPU MoE run of TensorRT-LLM's v1.0 page, which passes '--ep $ep_size' without printing
-the value, is priced at the engine's default layout (experts split over the TP GPUs, ep = 1, attention TP), and each
-such record says so in its ``assumed`` readings (data/serving/README.md). A v1.0 run's max batch size and CUDA graphs
+the value and sets enable_attention_dp, is priced with data-parallel attention over its tp ranks and the experts
+spread over them (its ``attention_dp``; the EP size is the unstated part, and each such record says so in its
+``assumed`` readings, data/serving/README.md). A v1.0 run's max batch size and CUDA graphs
 are trtllm-bench's own choice (trtllm_bench.py).
 """
 
@@ -253,8 +254,10 @@ def _case_of(record: dict[str, Any]) -> ServingCase | str:
         plan = plan.with_(batch=w["batch_size"] * plan.dpa)
     cluster = cluster_of(record)
     if (record.get("engine") or "").startswith(TRTLLM_BENCH):  # the CUDA graphs trtllm-bench captured for it
-        bench = bench_graphs(model, quant, plan.tp, plan.pp, cluster.accelerator.hbm_bytes, engine.memory_utilization,
-                             w["input_len"], output)
+        # its --tp: the tp ranks of an attention-DP run are the attention groups (the heuristic's KV memory is theirs
+        # together, and its max batch size each rank's: serving_map.plan_of)
+        bench = bench_graphs(model, quant, plan.tp * plan.dpa, plan.pp, cluster.accelerator.hbm_bytes,
+                             engine.memory_utilization, w["input_len"], output)
         if not engine.mode("prefill").chunked:  # get_settings: max_num_tokens at least the longest prompt + max batch
             bench["max_batched_tokens"] = max(engine.max_batched_tokens, w["input_len"] + bench["graph_max_batch"])
         engine = engine.with_(**bench)
