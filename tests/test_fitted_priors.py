@@ -134,25 +134,3 @@ def test_a_run_with_a_throughput_is_judged_by_it_alone():
     results = loso_serving.priced(records)
     judged = _out_of_source()._judged(results)
     assert judged == {i for i, r in enumerate(results) if r.headline} and len(judged) == 3
-
-
-def test_the_pytorch_backends_host_time_a_request_falls_to_nvidias_gb200_measurement():
-    """Without TensorRT-LLM's performance pages (its only source) ``trtllm-pytorch sequence_overhead`` falls to what
-    NVIDIA/TensorRT-LLM PR #10273 measured on GB200 (fitted.py): a host step of 45.11 ms an iteration with 1,536
-    requests per attention-DP rank, 45.11 / 1,536 = 29.37 us a request on Grace; at an x86 host's speed, over Grace's
-    python_host of 2.75 (presets/hardware/gb200.toml), 10.68 us. Not 0: a Python executor handles every request in
-    flight every iteration."""
-    from meshplan.specs.hardware import load_system
-    from meshplan_validation.fitted import (
-        GRACE_PYTHON_HOST,
-        PR10273_HOST_STEP_S,
-        PR10273_REQUESTS_PER_RANK,
-        SEQUENCE_OVERHEAD_PRIOR,
-    )
-
-    f = by_name("trtllm-pytorch sequence_overhead")
-    assert pytest.approx(29.37e-6, abs=0.01e-6) == PR10273_HOST_STEP_S / PR10273_REQUESTS_PER_RANK
-    assert load_system("gb200").cluster(1).python_host == GRACE_PYTHON_HOST
-    assert f.prior == SEQUENCE_OVERHEAD_PRIOR == pytest.approx(10.68e-6, abs=0.01e-6)
-    low, high = loso_serving.ENGINES["trtllm-pytorch"][2]
-    assert low < f.prior < high and f.sources == frozenset({"trtllm_perf"})

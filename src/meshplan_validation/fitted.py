@@ -119,17 +119,6 @@ V0_LAUNCHED_DISPATCHES = 20
 V0_LAUNCH_US = 5.0
 ITERATION_LATENCY_PRIOR = V0_LAUNCHED_DISPATCHES * V0_LAUNCH_US * 1e-6
 
-# trtllm-pytorch sequence_overhead without TensorRT-LLM's performance pages: not 0 (a Python executor that handles no
-# request costs nothing per request), but the host time a request costs the PyTorch backend's executor each iteration
-# as NVIDIA measured it outside those pages: NVIDIA/TensorRT-LLM PR #10273 (GB200, GPT-OSS-120B, attention DP 2 and
-# max_batch_size 1536 per rank at a concurrency of 3072: "the average per iteration host_step_time is 45.11 ms" with
-# the C++ scheduler), 45.11 ms / 1,536 = 29.4 us a request on Grace, 10.7 us at an x86 host's speed (/ 2.75, Grace's
-# python_host, presets/hardware/gb200.toml; presets/engines/trtllm-pytorch.toml cross-checks its fitted value so)
-PR10273_HOST_STEP_S = 45.11e-3
-PR10273_REQUESTS_PER_RANK = 1536
-GRACE_PYTHON_HOST = 2.75
-SEQUENCE_OVERHEAD_PRIOR = PR10273_HOST_STEP_S / PR10273_REQUESTS_PER_RANK / GRACE_PYTHON_HOST
-
 # A constant's ``sources`` are those of the fit runs that read it: leaving out a source none of whose runs moves the
 # constant leaves its fit unchanged, and a refit without the others has nothing to place it by (issue 79;
 # tests/test_fitted_sources.py perturbs each constant on each listed source's runs).
@@ -218,7 +207,7 @@ FITTED: tuple[Fitted, ...] = (
     Fitted("trtllm-pytorch sequence_overhead", "src/meshplan/presets/engines/trtllm-pytorch.toml sequence_overhead",
            "serving", _engine("trtllm-pytorch", "sequence_overhead"),
            "the fit half's TensorRT-LLM PyTorch-backend runs (v1.0)", frozenset({"trtllm_perf"}),
-           "benchmarks/measure/fit_inference.py --per-sequence", SEQUENCE_OVERHEAD_PRIOR, "s"),
+           "benchmarks/measure/fit_inference.py --per-sequence", 0.0, "s"),
 )
 
 
