@@ -46,8 +46,10 @@ def stats(errors: list[float]) -> dict[str, Any]:
 
 def rows_of(data: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     """The priced observations of ``kind``; serving: each run's headline throughput or, without one, its first
-    latency (serving_runs.primary's rule), so a run counts once."""
-    out = [r for r in data["runs"] if r["kind"] == kind and r.get("oos_error") is not None]
+    latency (serving_runs.primary's rule), so a run counts once, and only the runs whose layout their source states,
+    as the in-sample headline (accuracy_inference.py) and the bands (error_bands.py) count them."""
+    out = [r for r in data["runs"] if r["kind"] == kind and r.get("oos_error") is not None
+           and r.get("layout_stated", True)]
     if kind == "training":
         return out
     by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
