@@ -189,6 +189,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 #   the second costs 4.0 s of CPU instead of 13.9 (the suite5 note). test_fitted_sources.py, test_loso_alternate.py,
 #   test_serve_transient.py and test_serving_eval.py price some of the same runs at the shipped constants too: after
 #   test_docs.py they cost 9.1, 28.3, 1.2 and 1.6 s of CPU instead of 13.7, 43.6, 10.0 and 4.7 (the suite7 note).
+#   test_out_of_source.py prices every fourth serving run at the shipped constants: 0.6 s of CPU after test_docs.py
+#   instead of 7.2 (its training half 4.3 s either way; the suite15 note).
 # - test_published.py, test_ranges.py and test_validate_records.py validate the published and the independent runs
 #   whole (published_helpers.validated: once per process; 3.5 s of CPU for the published file, 1.3 s for the
 #   independent one), as do test_docs.py's accuracy.py, accuracy_doc.py and independent.py (validation_of): one group.
@@ -198,8 +200,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 #   modelling module; test_model_extras.py's registry types build 14 of them again: 7.6 s of CPU in a fresh worker,
 #   2.5 s where the modules are already imported (the outcomes equal).
 SHARED_WORKER = (("test_bands.py", "test_docs.py", "test_fitted_sources.py", "test_loso_alternate.py",
-                  "test_published.py", "test_ranges.py", "test_serve_transient.py", "test_serving_eval.py",
-                  "test_validate_records.py", "test_validate_serving.py"),
+                  "test_out_of_source.py", "test_published.py", "test_ranges.py", "test_serve_transient.py",
+                  "test_serving_eval.py", "test_validate_records.py", "test_validate_serving.py"),
                  ("test_hf_registry.py", "test_model_extras.py"))
 _GROUP_OF = {name: " + ".join(group) for group in SHARED_WORKER for name in group}
 
