@@ -116,6 +116,19 @@ def browser():
         yield b
 
 
+@pytest.fixture(scope="session")
+def megatron():
+    """Megatron-LM's own parse_args / validate_args in one child for the whole test process (tests/framework_parsers.py
+    ``megatron_lm``, tests/megatron_lm_check.py): its imports, ~10 s of CPU, paid once per process, not once per file
+    (test_configs_megatron_lm.py and test_configs_param_gather.py share a worker: SHARED_WORKER below). Each case
+    still goes through parse_args and validate_args from the child's starting state (megatron_lm_check.py puts back
+    what a case changes), so a case's verdict does not depend on which file's cases went before it."""
+    from framework_parsers import megatron_lm  # noqa: PLC0415  (tests/, on sys.path as the test modules are)
+
+    with megatron_lm() as verdicts:
+        yield verdicts
+
+
 def _no_skip(report: pytest.TestReport | pytest.CollectReport, what: str) -> None:
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
@@ -199,10 +212,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # - test_hf_registry.py's sweep builds every causal-LM type of transformers on the meta device, importing each one's
 #   modelling module; test_model_extras.py's registry types build 14 of them again: 7.6 s of CPU in a fresh worker,
 #   2.5 s where the modules are already imported (the outcomes equal).
+# - test_configs_megatron_lm.py and test_configs_param_gather.py hand their scripts to Megatron-LM's parser in a child
+#   that imported it (the ``megatron`` fixture above: about 10 s of CPU to start, 0.2 s a case): one child for both.
 SHARED_WORKER = (("test_bands.py", "test_docs.py", "test_fitted_sources.py", "test_loso_alternate.py",
                   "test_out_of_source.py", "test_published.py", "test_ranges.py", "test_serve_transient.py",
                   "test_serving_eval.py", "test_validate_records.py", "test_validate_serving.py"),
-                 ("test_hf_registry.py", "test_model_extras.py"))
+                 ("test_hf_registry.py", "test_model_extras.py"),
+                 ("test_configs_megatron_lm.py", "test_configs_param_gather.py"))
 _GROUP_OF = {name: " + ".join(group) for group in SHARED_WORKER for name in group}
 
 # ---- the longest units first ----------------------------------------------------------------------------------------
