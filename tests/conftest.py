@@ -214,11 +214,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 #   2.5 s where the modules are already imported (the outcomes equal).
 # - test_configs_megatron_lm.py and test_configs_param_gather.py hand their scripts to Megatron-LM's parser in a child
 #   that imported it (the ``megatron`` fixture above: about 10 s of CPU to start, 0.2 s a case): one child for both.
+#   test_configs_param_gather.py and six more files import Megatron-Core itself in the test process (its config
+#   classes, GPTModel, the layer layout), 5.3 s of CPU in a worker that has torch and transformers: once on one worker.
 SHARED_WORKER = (("test_bands.py", "test_docs.py", "test_fitted_sources.py", "test_loso_alternate.py",
                   "test_out_of_source.py", "test_published.py", "test_ranges.py", "test_serve_transient.py",
                   "test_serving_eval.py", "test_validate_records.py", "test_validate_serving.py"),
                  ("test_hf_registry.py", "test_model_extras.py"),
-                 ("test_configs_megatron_lm.py", "test_configs_param_gather.py"))
+                 ("test_configs_build_megatron.py", "test_configs_framework_loaders.py",
+                  "test_configs_megatron_bridge.py", "test_configs_megatron_lm.py", "test_configs_param_gather.py",
+                  "test_framework_refusals.py", "test_optimizer.py", "test_stage_dp.py"))
 _GROUP_OF = {name: " + ".join(group) for group in SHARED_WORKER for name in group}
 
 # ---- the longest units first ----------------------------------------------------------------------------------------
