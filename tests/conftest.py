@@ -116,6 +116,19 @@ def browser():
         yield b
 
 
+@pytest.fixture(scope="session")
+def megatron():
+    """Megatron-LM's own parse_args / validate_args in one child for the whole test process (tests/framework_parsers.py
+    ``megatron_lm``, tests/megatron_lm_check.py): its imports, ~10 s of CPU, paid once per process, not once per file
+    (test_configs_megatron_lm.py and test_configs_param_gather.py share a worker: SHARED_WORKER below). Each case
+    still goes through parse_args and validate_args from the child's starting state (megatron_lm_check.py puts back
+    what a case changes), so a case's verdict does not depend on which file's cases went before it."""
+    from framework_parsers import megatron_lm  # noqa: PLC0415  (tests/, on sys.path as the test modules are)
+
+    with megatron_lm() as verdicts:
+        yield verdicts
+
+
 def _no_skip(report: pytest.TestReport | pytest.CollectReport, what: str) -> None:
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
@@ -189,6 +202,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 #   the second costs 4.0 s of CPU instead of 13.9 (the suite5 note). test_fitted_sources.py, test_loso_alternate.py,
 #   test_serve_transient.py and test_serving_eval.py price some of the same runs at the shipped constants too: after
 #   test_docs.py they cost 9.1, 28.3, 1.2 and 1.6 s of CPU instead of 13.7, 43.6, 10.0 and 4.7 (the suite7 note).
+#   test_out_of_source.py prices every fourth serving run at the shipped constants: 0.6 s of CPU after test_docs.py
+#   instead of 7.2 (its training half 4.3 s either way; the suite15 note).
 # - test_published.py, test_ranges.py and test_validate_records.py validate the published and the independent runs
 #   whole (published_helpers.validated: once per process; 3.5 s of CPU for the published file, 1.3 s for the
 #   independent one), as do test_docs.py's accuracy.py, accuracy_doc.py and independent.py (validation_of): one group.
@@ -197,10 +212,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # - test_hf_registry.py's sweep builds every causal-LM type of transformers on the meta device, importing each one's
 #   modelling module; test_model_extras.py's registry types build 14 of them again: 7.6 s of CPU in a fresh worker,
 #   2.5 s where the modules are already imported (the outcomes equal).
+# - test_configs_megatron_lm.py and test_configs_param_gather.py hand their scripts to Megatron-LM's parser in a child
+#   that imported it (the ``megatron`` fixture above: about 10 s of CPU to start, 0.2 s a case): one child for both.
+#   test_configs_param_gather.py and six more files import Megatron-Core itself in the test process (its config
+#   classes, GPTModel, the layer layout), 5.3 s of CPU in a worker that has torch and transformers: once on one worker.
 SHARED_WORKER = (("test_bands.py", "test_docs.py", "test_fitted_sources.py", "test_loso_alternate.py",
-                  "test_published.py", "test_ranges.py", "test_serve_transient.py", "test_serving_eval.py",
-                  "test_validate_records.py", "test_validate_serving.py"),
-                 ("test_hf_registry.py", "test_model_extras.py"))
+                  "test_out_of_source.py", "test_published.py", "test_ranges.py", "test_serve_transient.py",
+                  "test_serving_eval.py", "test_validate_records.py", "test_validate_serving.py"),
+                 ("test_hf_registry.py", "test_model_extras.py"),
+                 ("test_configs_build_megatron.py", "test_configs_framework_loaders.py",
+                  "test_configs_megatron_bridge.py", "test_configs_megatron_lm.py", "test_configs_param_gather.py",
+                  "test_framework_refusals.py", "test_optimizer.py", "test_stage_dp.py"))
 _GROUP_OF = {name: " + ".join(group) for group in SHARED_WORKER for name in group}
 
 # ---- the longest units first ----------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from framework_parsers import megatron_arguments, megatron_lm, parser_path
+from framework_parsers import megatron_arguments, parser_path
 from meshplan.cli.main import cli
 from meshplan.configs import emit, read
 from meshplan.configs.megatron_rules import ARGUMENT_RULES
@@ -37,14 +37,6 @@ def _case(tmp_path: Path, text: str, gpus: int, label: str, capability: list[int
     script.write_text(text)
     argv, env = megatron_arguments(script, "--mock-data")  # what the user appends: the data
     return {"argv": argv, "env": env, "world_size": gpus, "capability": capability, "label": label}
-
-
-@pytest.fixture(scope="module")
-def megatron():
-    """Megatron-LM in one child for the whole file (tests/megatron_lm_check.py): its imports, ~10 s, paid once, not
-    once per test; each case still goes through its parse_args and validate_args from the child's starting state."""
-    with megatron_lm() as verdicts:
-        yield verdicts
 
 
 def _verdicts(megatron, cases: list[dict]) -> list[tuple[dict, dict]]:

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import pytest
 
-from framework_parsers import megatron_arguments, megatron_lm, parser_path
+from framework_parsers import megatron_arguments, parser_path
 from meshplan.configs import emit, read
 from meshplan.configs.common import param_gather
 from meshplan.estimate import estimate
@@ -74,7 +74,7 @@ def test_a_user_s_megatron_arguments_without_the_flag_price_a_synchronous_gather
     assert not load_stack("megatron-core").overlap_param_gather
 
 
-def test_megatron_lm_parses_every_script_as_the_reader_reads_it(tmp_path):
+def test_megatron_lm_parses_every_script_as_the_reader_reads_it(tmp_path, megatron):
     cases, expected = [], []
     for zero, overlap_dp, gather in COMBOS:
         plan = PLAN.with_(zero=zero)
@@ -86,8 +86,7 @@ def test_megatron_lm_parses_every_script_as_the_reader_reads_it(tmp_path):
         back = read("megatron", MODEL, 16, text=script.read_text())[1]
         expected.append([back.overlap_dp, back.overlap_param_gather, back.overlap_pp])
         assert back.overlap_param_gather is param_gather(stack, plan)
-    with megatron_lm() as verdicts:
-        got = verdicts(cases)
+    got = megatron(cases)  # Megatron-LM's child of this test process (conftest.py)
     assert all(v["ok"] for v in got), [(c["label"], v.get("error")) for c, v in zip(cases, got, strict=True)]
     assert [v["overlaps"] for v in got] == expected
 
