@@ -79,19 +79,19 @@ def _steps(src: Placements, dst: Placements, local_bytes: float, sizes: tuple[in
     return found
 
 
-KINDS = ("all_to_all", "all_gather", "all_reduce", "reduce_scatter")  # ``dim_step``'s collectives
+MOVE_KINDS = ("all_to_all", "all_gather", "all_reduce", "reduce_scatter")  # ``dim_step``'s collectives
 
 
 @lru_cache(maxsize=16)
 def _rule(codes: int) -> tuple[np.ndarray, np.ndarray]:
     """``dim_step`` as two lookup tables over placements PARTIAL .. codes - 1 + PARTIAL (source, destination): the
-    collective (1 + its index in KINDS, 0 none) and how the bytes change."""
+    collective (1 + its index in MOVE_KINDS, 0 none) and how the bytes change."""
     kind, grows = np.zeros((codes, codes), dtype=np.int64), np.zeros((codes, codes), dtype=np.int64)
     for s in range(codes):
         for d in range(codes):
             taken = dim_step(s + PARTIAL, d + PARTIAL)
             if taken is not None:
-                kind[s, d], grows[s, d] = 1 + KINDS.index(taken[0]), taken[1]
+                kind[s, d], grows[s, d] = 1 + MOVE_KINDS.index(taken[0]), taken[1]
     kind.setflags(write=False)
     grows.setflags(write=False)
     return kind, grows
@@ -129,7 +129,7 @@ class Resharder:
         for i in reversed(range(ndim)):
             g, taken, grows = self.mesh.sizes[i], kinds.take(pair[..., i]), growth.take(pair[..., i])
             local = np.where(grows > 0, local * g, local)
-            for k, kind in enumerate(KINDS, 1):
+            for k, kind in enumerate(MOVE_KINDS, 1):
                 mask = taken == k
                 if mask.any():
                     found = local[mask].tolist()

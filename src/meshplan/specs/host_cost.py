@@ -76,7 +76,7 @@ class HostCost:
         return self.per_collective if collective and self.per_collective else self.per_kernel
 
 
-class Stack(Protocol):
+class OverlapStack(Protocol):
     """What of a Stack (specs/stack.py, which reads this module) the TP overlap reads."""
 
     @property
@@ -89,7 +89,7 @@ class Stack(Protocol):
     def host(self) -> HostCost: ...
 
 
-def tp_hidden(stack: Stack, sequence_parallel: Any = None) -> bool:
+def tp_hidden(stack: OverlapStack, sequence_parallel: Any = None) -> bool:
     """Whether the TP collectives of a plan with ``sequence_parallel`` (Plan.sequence_parallel, one bool; None: no
     plan, the stack as stated) hide behind the GEMMs under ``stack``: its ``overlap_tp``, unless its framework turns
     the overlap off without sequence parallelism (``overlap_tp_needs_sp``)."""
@@ -98,7 +98,7 @@ def tp_hidden(stack: Stack, sequence_parallel: Any = None) -> bool:
     return sequence_parallel is None or not stack.overlap_tp_needs_sp or bool(sequence_parallel)
 
 
-def plan_host(stack: Stack, sequence_parallel: Any) -> HostCost:
+def plan_host(stack: OverlapStack, sequence_parallel: Any) -> HostCost:
     """``stack.host`` for a plan with ``sequence_parallel``: its TP collectives hidden where ``tp_hidden`` says."""
     host = stack.host
     hidden = tp_hidden(stack, sequence_parallel)
