@@ -92,3 +92,17 @@ def test_a_longer_iteration_latency_never_speeds_an_alternate_run(serving_record
     slow, fast = (loso_serving.judged(loso_serving.priced(amd, {NAME: v})) for v in (2e-3, 0.5e-3))
     assert all(s.predicted is not None and f.predicted is not None and s.predicted >= f.predicted
                for s, f in zip(slow, fast, strict=True))  # latencies: a longer loop never shortens them
+
+
+def test_the_runs_a_constant_can_read_hold_every_run_that_pricing_twice_finds_it_moves(
+        serving_records: list[dict]) -> None:
+    # alternate_fit prices only loso_serving.reading's records at the bounds: the runs of the constant's engine presets
+    # (GRACE: of a host at python_host >= 2), whole ids; the two-pricing definition over every record finds the same
+    sample = serving_records[::15] + [r for s in ("amd_vllm", "dstack") for r in
+                                      [r for r in serving_records if record_source(r) == s][:5]]
+    for name, (lo, hi) in ((NAME, loso_serving.ALTERNATE[NAME]), (loso_serving.GRACE, (0.0, 3.0))):
+        cheap = loso_serving.reading(name, sample)
+        moved = loso_serving.moving(name, sample, lo, hi)
+        assert loso_serving.moving(name, cheap, lo, hi) == moved
+        assert len(cheap) < len(sample) / 2  # the selection leaves most runs unpriced
+    assert loso_serving.moving(NAME, sample, 0.0, 4e-3)  # the sample holds runs it moves (AMD's, dstack's)

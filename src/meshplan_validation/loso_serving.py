@@ -24,6 +24,7 @@ from meshplan_validation.fitted import Fitted, by_name
 from meshplan_validation.provenance import record_source
 from meshplan_validation.refit import Coordinate, Linear
 from meshplan_validation.serving_eval import ServingResult, results
+from meshplan_validation.serving_map import case_of
 
 CAP = 0.7  # fit_inference.py's clip
 EFFICIENCY = (Coordinate("kv_read", (0.3, 1.0)), Coordinate("experts", (0.15, 1.0)))
@@ -138,9 +139,7 @@ def alternate_fit(name: str, records: list[dict[str, Any]]) -> float | None:
     (a run it does not price leaves the median alone), by golden-section search over ``ALTERNATE``'s bounds; None
     where it moves none."""
     lo, hi = ALTERNATE[name]
-    ends = [{r.id: r for r in judged(priced(records, {name: x}))} for x in (lo, hi)]
-    moved = [r for r in records if r["id"] in ends[0] and r["id"] in ends[1]
-             and ends[0][r["id"]].predicted != ends[1][r["id"]].predicted]
+    moved = moving(name, reading(name, records), lo, hi)
     if not moved:
         return None
 
@@ -149,6 +148,31 @@ def alternate_fit(name: str, records: list[dict[str, Any]]) -> float | None:
                                 if r.error is not None and r.error > -1]))
 
     return grid_golden(objective, lo, hi)
+
+
+def moving(name: str, records: Sequence[dict[str, Any]], lo: float, hi: float) -> list[dict[str, Any]]:
+    """The records whose judged observation ``name`` moves: priced at ``lo`` and at ``hi``, predicted apart."""
+    ends = [{r.id: r for r in judged(priced(list(records), {name: x}))} for x in (lo, hi)]
+    return [r for r in records if r["id"] in ends[0] and r["id"] in ends[1]
+            and ends[0][r["id"]].predicted != ends[1][r["id"]].predicted]
+
+
+def reading(name: str, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records that ``name`` (one of ``SINGLE`` or ``GRACE``) can move, without pricing them: ``priced`` writes a
+    ``SINGLE`` constant only into its engine presets (``GRACE`` only into the slow hosts' cluster fields), and
+    serving_eval.results swaps a case's engine only where its preset is one of those (its cluster only where
+    python_host >= 2); every other record is priced from the same case at any value, so ``moving`` finds the same
+    runs in these as in all. Whole ids, as ``judged`` picks an observation per id."""
+    presets = next((p for n, p, _ in SINGLE if n == name), None)
+    if presets is None and name != GRACE:
+        return list(records)
+
+    def reads(r: dict[str, Any]) -> bool:
+        case = case_of(r)
+        return not isinstance(case, str) and (case.engine.name in presets if presets is not None
+                                              else case.cluster.python_host >= 2)
+    ids = {r["id"] for r in records if reads(r)}
+    return [r for r in records if r["id"] in ids]
 
 
 def grid_golden(objective: Callable[[float], float], lo: float, hi: float) -> float:
