@@ -128,8 +128,7 @@ def registry(data: dict[str, Any], domain: str) -> list[str]:
 
 def _field(name: str) -> str:
     """The key a refit records a registry constant under."""
-    return {"trtllm iteration_overhead": "trtllm", "lmdeploy iteration_overhead": "lmdeploy",
-            "trtllm-pytorch sequence_overhead": "trtllm-pytorch"}.get(name, name)
+    return {"trtllm iteration_overhead": "trtllm", "lmdeploy iteration_overhead": "lmdeploy"}.get(name, name)
 
 
 def _num(x: float) -> str:

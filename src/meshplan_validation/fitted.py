@@ -204,10 +204,6 @@ FITTED: tuple[Fitted, ...] = (
            "benchmark of interpreted CPython on Grace against an x86 core found: gh200.toml)",
            frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py", 0.0,
            "x the DGX x86 host (0: python_host)"),
-    Fitted("trtllm-pytorch sequence_overhead", "src/meshplan/presets/engines/trtllm-pytorch.toml sequence_overhead",
-           "serving", _engine("trtllm-pytorch", "sequence_overhead"),
-           "the fit half's TensorRT-LLM PyTorch-backend runs (v1.0)", frozenset({"trtllm_perf"}),
-           "benchmarks/measure/fit_inference.py --per-sequence", 0.0, "s"),
 )
 
 

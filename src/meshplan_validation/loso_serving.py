@@ -3,11 +3,12 @@ registry (fitted.py) refitted without the run's source, beside its in-sample err
 
 The shipped fit (benchmarks/measure/fit_inference.py) fits, on the fit half of data/serving/published_serving.jsonl, the
 decode attention's share of the streaming rate (``kv_read``), the MoE path's rate (``experts``) and the host time per
-iteration of TensorRT-LLM's and LMDeploy's engines (and, per sequence, of TensorRT-LLM's PyTorch backend), minimising
-the mean over source groups of the mean min(|log(predicted / measured)|, 0.7) of each run's throughput and, where
-measured, its inter-token latency. Here the same objective over the linearised predictions (refit.py), without the
-source, every constant free within fit_inference.py's bounds, but one that none of the kept runs reads: that one takes
-its prior (fitted.py; refit.Linear ``unmoved``); the refitted values are then priced exactly on the source's runs.
+iteration of TensorRT-LLM's and LMDeploy's engines, minimising the mean over source groups of the mean
+min(|log(predicted / measured)|, 0.7) of each run's throughput and, where measured, its inter-token latency (the
+PyTorch backend's host time per request is NVIDIA's measurement, not fitted: presets/engines/trtllm-pytorch.toml).
+Here the same objective over the linearised predictions (refit.py), without the source, every constant free within
+fit_inference.py's bounds, but one that none of the kept runs reads: that one takes its prior (fitted.py;
+refit.Linear ``unmoved``); the refitted values are then priced exactly on the source's runs.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ from meshplan_validation.serving_map import case_of
 CAP = 0.7  # fit_inference.py's clip
 EFFICIENCY = (Coordinate("kv_read", (0.3, 1.0)), Coordinate("experts", (0.15, 1.0)))
 ENGINES = {"trtllm": ("iteration_overhead", "trtllm iteration_overhead", (0.0, 10e-3), 0.5e-3),
-           "lmdeploy": ("iteration_overhead", "lmdeploy iteration_overhead", (0.0, 10e-3), 0.5e-3),
-           "trtllm-pytorch": ("sequence_overhead", "trtllm-pytorch sequence_overhead", (0.0, 50e-6), 5e-6)}
+           "lmdeploy": ("iteration_overhead", "lmdeploy iteration_overhead", (0.0, 10e-3), 0.5e-3)}
 COORDS = EFFICIENCY + tuple(Coordinate(engine, bounds, log=False, step=step)
                             for engine, (_, _, bounds, step) in ENGINES.items())
 # constants fitted on one source only: without it they fall to their priors (fitted.py), otherwise they keep their
