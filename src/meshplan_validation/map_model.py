@@ -17,6 +17,7 @@ from typing import Any
 
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model, preset_names
+from meshplan.xp import Kept
 from meshplan_validation.patterns import NAME_SUFFIXES, NON_ALNUM
 from meshplan_validation.record_fields import (
     arch_fields,
@@ -40,8 +41,7 @@ _PRESETS: dict[str, ModelSpec] = {}
 # map_model's answers by the record's model section and text: a validation maps every record, and a source's
 # records share a few models (vTrain's 720 runs: 4), each a ModelSpec built and checked afresh (17 % of that
 # validation's CPU). A pure function of its arguments and the presets (loaded once, above); specs are frozen.
-_MAPPED: dict[tuple[str, str], tuple[ModelSpec, tuple[str, ...]]] = {}
-_MAPPED_MAX = 4096  # emptied when full: a bound on what a long process keeps
+_MAPPED: Kept[tuple[ModelSpec, tuple[str, ...]]] = Kept(4096)
 
 
 def presets() -> dict[str, ModelSpec]:
@@ -90,13 +90,13 @@ def map_model(m: dict[str, Any], text: str = "") -> tuple[ModelSpec, list[str]]:
     Memoised (``_MAPPED``): a repeated section gets the same spec and a fresh list of the same notes; a Skip is
     raised afresh each time."""
     key = (json.dumps(m, sort_keys=True, default=repr), text)
-    if key not in _MAPPED:
-        if len(_MAPPED) >= _MAPPED_MAX:
-            _MAPPED.clear()
-        spec, notes = _map_model(m, text)
-        _MAPPED[key] = spec, tuple(notes)
-    spec, said = _MAPPED[key]
+    spec, said = _MAPPED.answer(key, None, _mapped, m, text)
     return spec, list(said)
+
+
+def _mapped(m: dict[str, Any], text: str) -> tuple[ModelSpec, tuple[str, ...]]:
+    spec, notes = _map_model(m, text)
+    return spec, tuple(notes)
 
 
 def _map_model(m: dict[str, Any], text: str) -> tuple[ModelSpec, list[str]]:

@@ -32,6 +32,7 @@ from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
+from meshplan.xp import Kept
 from meshplan_validation.trtllm_bench import bench_graphs
 
 TRTLLM_BENCH = "TensorRT-LLM (PyTorch backend"  # v1.0's trtllm-bench runs: its own CUDA graphs (trtllm_bench.py)
@@ -216,8 +217,7 @@ METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_p
 # case_of's answers by the record's JSON text: the accuracy benchmarks and the leave-one-source-out fits map the same
 # records again for each trial (the inference document: 1,596 mappings of about 800 records). A pure function of the
 # record: the presets it reads are read once per process (load_engine, load_model, version_table, _cluster).
-_CASES: dict[str, ServingCase | str] = {}
-_CASES_MAX = 4096  # emptied when full: a bound on what a long process keeps
+_CASES: Kept[ServingCase | str] = Kept(4096)
 
 
 def case_of(record: dict[str, Any]) -> ServingCase | str:
@@ -228,11 +228,7 @@ def case_of(record: dict[str, Any]) -> ServingCase | str:
         key = json.dumps(record, sort_keys=True)
     except (TypeError, ValueError):
         return _case_of(record)
-    if key not in _CASES:
-        if len(_CASES) >= _CASES_MAX:
-            _CASES.clear()
-        _CASES[key] = _case_of(record)
-    found = _CASES[key]
+    found = _CASES.answer(key, None, _case_of, record)
     return found if isinstance(found, str) or found.record is record else replace(found, record=record)
 
 

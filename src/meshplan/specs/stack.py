@@ -297,7 +297,7 @@ class Stack:
     @property
     def host(self) -> HostCost:
         """The host's cost of issuing work, the stack's own record of it (specs/host_cost.py; a plan's:
-        tp_overlap.plan_host): what step/host.py composes a pass with."""
+        host_cost.plan_host): what step/host.py composes a pass with."""
         return HostCost(per_kernel=self.host_dispatch, per_collective=self.collective_host,
                         per_region=self.region_host, compiled=self.compiled, cuda_graphs=self.cuda_graphs,
                         blocking_collectives=self.blocking_collectives, blocking_launches=self.blocking_launches,
