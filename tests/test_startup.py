@@ -49,6 +49,8 @@ HEAVY = ("scipy", "torch", "jinja2", "matplotlib", "pandas", "ray", "sklearn", "
 # raised for `plan` when the stage DP's pool left stage_dp.py at the 400-line limit (search/stage_pool.py): 140
 # raised for `plan` and `estimate` when token-drop MoE got its own file (specs/token_drop.py, which specs/check.py and
 # cost/mlp_moe.py read on every plan): 141 / 113
+# unchanged when the bounded memo left xp.py for a NumPy-free file of its own (kept.py, which files.py reads) and the
+# Hub cache's reader (specs/hub_cache.py) was imported only for a reference with a '/': 141 / 113 / 90
 # what a dense model's plain search and estimate do not use (a hybrid's mixers, a 2D layout, --system pools, --mtbf,
 # an error's suggestions, --stragglers and --background-traffic)
 UNUSED_AT_START = ("meshplan.cost.mamba", "meshplan.cost.summa", "meshplan.cli.mixed", "meshplan.search.by_goodput",

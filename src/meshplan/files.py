@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from meshplan.errors import SpecError
+from meshplan.kept import Kept
 
 # The built-in presets (models, hardware, stacks, engines, error bands): package data beside this file, read as plain
 # files (what importlib.resources.files gives for a package installed as a directory, without importing it: its
@@ -196,9 +197,11 @@ def read_preset(relative: str, where: str) -> dict[str, Any]:
 # validation maps every record to its system, and vTrain's 720 runs built the same a100 System 720 times (load_system:
 # 2.0 of 24.5 s profiled). The document is still read (and parsed, or copied from PARSED) each time, so a preset or the
 # base it extends, changed under a running program, is built afresh; a spec is frozen, so one object serves every
-# caller. A document JSON cannot write (a TOML date) is built each time; an error is raised each time, never kept.
-_SPECS: dict[tuple[Any, str, str], Any] = {}
-_SPECS_MAX = 256  # emptied when full: a bound on what a long process keeps
+# caller. A document JSON cannot write (a TOML date) is built each time; an error is raised each time, never kept. The
+# key is of values, not ids (kept.Kept's usual key): each call reads a fresh document, whose id says nothing, while
+# equal text is an equal document (keys sorted; 1, 1.0, true, -0.0 and 0.0 written apart), and the builder is held by
+# the key itself, so nothing is held beside it. The last 256 are kept: a bound on what a long process keeps.
+_SPECS: Kept[Any] = Kept(256)
 _Spec = TypeVar("_Spec")
 
 
@@ -209,11 +212,7 @@ def preset_spec(relative: str, where: str, build: Callable[[dict[str, Any], str]
         key = (build, name, json.dumps(document, sort_keys=True))
     except (TypeError, ValueError):  # a value JSON does not write (a TOML date or time)
         return build(document, name)
-    if key not in _SPECS:
-        if len(_SPECS) >= _SPECS_MAX:
-            _SPECS.clear()
-        _SPECS[key] = build(document, name)
-    spec: _Spec = _SPECS[key]
+    spec: _Spec = _SPECS.answer(key, None, build, document, name)
     return spec
 
 

@@ -42,11 +42,12 @@ from __future__ import annotations
 
 from meshplan.collectives.comm import all_reduce_traffic
 from meshplan.cost.records import OpCost
+from meshplan.kept import Kept
 from meshplan.specs.alignment import ALIGNED_BYTES, unaligned_factor
 from meshplan.specs.architectures import async_mma
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Accelerator
-from meshplan.xp import Kept, Num, maximum, minimum, where
+from meshplan.xp import Num, maximum, minimum, where
 
 # bytes per element of a GEMM's operands at each precision (fp32 GEMMs run as TF32 on the tensor cores, 4-byte
 # operands; NVFP4 packs two elements a byte): a leading dimension of ``OpCost.align`` elements is align × this bytes

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeAlias, TypeVar, overload
+from collections.abc import Callable
+from typing import TypeAlias, TypeVar, overload
 
 import numpy as np
 
@@ -126,27 +126,3 @@ def recent(answers: list[tuple[tuple[object, ...], _T]], key: tuple[object, ...]
     del answers[4:]
     return answer
 
-
-class Kept(Generic[_T]):
-    """The last ``size`` answers of a pure function of frozen objects, by a key that holds those objects' ids: each
-    answer is held with the objects (``held``), so that none is freed and no id reused (a new object at a freed
-    address would find an answer not its own) while it is kept; the oldest goes when full. A key by ``id`` is cheap
-    where hashing a frozen spec hashes every field: step/ranks.rank_shared, step/grid.rank_params and
-    autoshard/rules.place ask the same question of the same objects again and again (issue 83)."""
-
-    __slots__ = ("size", "answers")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.answers: dict[Hashable, tuple[object, _T]] = {}
-
-    def answer(self, key: Hashable, held: object, compute: Callable[..., _T], *args: Any) -> _T:
-        """The answer kept for ``key``, else ``compute(*args)``'s, kept with ``held``."""
-        found = self.answers.get(key)
-        if found is not None:
-            return found[1]
-        new = compute(*args)
-        if len(self.answers) >= self.size:
-            del self.answers[next(iter(self.answers))]  # the oldest
-        self.answers[key] = (held, new)
-        return new

@@ -15,9 +15,9 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from meshplan.kept import Kept
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model, preset_names
-from meshplan.xp import Kept
 from meshplan_validation.patterns import NAME_SUFFIXES, NON_ALNUM
 from meshplan_validation.record_fields import (
     arch_fields,

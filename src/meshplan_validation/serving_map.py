@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from meshplan.kept import Kept
 from meshplan.serve.engine import Engine, load_engine
 from meshplan.serve.engine_version import preset_for
 from meshplan.serve.plan import ServePlan, Workload, cached_tokens
@@ -32,7 +33,6 @@ from meshplan.serve.precision import Quant
 from meshplan.specs.hardware import Cluster, load_system
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_load import load_model
-from meshplan.xp import Kept
 from meshplan_validation.trtllm_bench import bench_graphs
 
 TRTLLM_BENCH = "TensorRT-LLM (PyTorch backend"  # v1.0's trtllm-bench runs: its own CUDA graphs (trtllm_bench.py)

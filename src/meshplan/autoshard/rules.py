@@ -31,7 +31,7 @@ from itertools import product
 from typing import TypeGuard
 
 from meshplan.autoshard.placement import PARTIAL, REPLICATE, Placements, valid
-from meshplan.xp import Kept
+from meshplan.kept import Kept
 
 Labels = tuple[str | None, ...]
 PASS = "<partial>"
@@ -112,7 +112,7 @@ def _fits(rule: Rule, combo: tuple[str | None, ...], sizes: tuple[int, ...], sha
 def place(rule: Rule, combo: tuple[str | None, ...], leader: int = -1
           ) -> tuple[tuple[Placements, ...], tuple[Placements, ...]]:
     """``_place``, memoised: the same rules and strategies recur on every (sub-)mesh the planner builds. Looked up
-    by the rule's identity first (``_BY_ID``, the rule held beside it so its id is not reused: xp.Kept):
+    by the rule's identity first (``_BY_ID``, the rule held beside it so its id is not reused: kept.Kept):
     hashing a Rule hashes its ten fields, and an op's rule is asked for each of its node's strategies (Llama-3-8B on
     64 H100s: 11 000 calls, 140 distinct rules)."""
     return _BY_ID.answer((id(rule), combo, leader), rule, _placed, rule, combo, leader)

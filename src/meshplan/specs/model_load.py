@@ -17,7 +17,6 @@ from typing import Any
 from meshplan.errors import SpecError
 from meshplan.fields import not_a_preset, require_fields, unknown_field
 from meshplan.files import PRESETS, read_json, read_preset, read_toml
-from meshplan.specs.hub_cache import cached_config, is_hub_id
 from meshplan.specs.model import ModelSpec
 
 _FIELDS = {f.name for f in fields(ModelSpec)}
@@ -47,12 +46,21 @@ def preset_names() -> list[str]:
     return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
 
 
+def _hub_config(ref: str) -> Path | None:
+    """The cached config.json of a Hub id ``org/name``, else None: hub_cache.py is imported only for a reference with a
+    '/' (an id has one, a preset name none), not in every command's start-up (tests/test_startup.py)."""
+    if "/" not in ref:
+        return None
+    from meshplan.specs.hub_cache import cached_config, is_hub_id
+    return cached_config(ref) if is_hub_id(ref) else None
+
+
 def load_model(ref: str) -> ModelSpec:
     """A preset name (``llama3-70b``), a ``.toml`` preset file or a Hugging Face ``config.json``."""
-    if is_hub_id(ref):
-        path = cached_config(ref)
-        return _at_training_length(_from_config(read_json(path, "model"), name=ref.split("/")[1],
-                                                where=f"model={ref!r} ({path})"))
+    hub = _hub_config(ref)
+    if hub is not None:
+        return _at_training_length(_from_config(read_json(hub, "model"), name=ref.split("/")[1],
+                                                where=f"model={ref!r} ({hub})"))
     path = Path(ref)
     if path.suffix.lower() == ".json":
         where = f"model={str(path)!r}"

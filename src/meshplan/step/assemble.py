@@ -29,6 +29,7 @@ from meshplan.cost.params import StageParams, middle_or_first
 from meshplan.cost.tensors import rank_tensors
 from meshplan.cost.wrapper_work import by_work
 from meshplan.cost.wrappers import partitioned_zero
+from meshplan.kept import Kept
 from meshplan.memory import model_states
 from meshplan.pipeline.registry import schedule_of
 from meshplan.specs.efficiency import DEFAULT, Efficiency
@@ -64,7 +65,7 @@ from meshplan.step.stages import (
     unpaired_passes,
 )
 from meshplan.step.units import Parts, Units, unit_costs
-from meshplan.xp import Kept, Num
+from meshplan.xp import Num
 
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
 

@@ -13,10 +13,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from meshplan.cost.params import StageParams, middle_params, stage_params
+from meshplan.kept import Kept
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
-from meshplan.xp import Kept
 
 
 class Settings(Protocol):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.cost.params import middle_or_first
+from meshplan.kept import Kept
 from meshplan.memory import buffer_memory, model_states, resident_weights
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
@@ -19,7 +20,7 @@ from meshplan.specs.stack import Stack
 from meshplan.step.grid import Settings, middle_may_bind, rank_params, with_settings
 from meshplan.step.memory import Ends, Phases, activation_memory, gathered_ends, offloaded_activations
 from meshplan.step.units import Saved, Units
-from meshplan.xp import Kept, Num
+from meshplan.xp import Num
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from meshplan.cost.params import (
 from meshplan.cost.tensors import tensors_on_rank
 from meshplan.cost.wrapper_work import work_of
 from meshplan.cost.wrappers import partitioned_zero
+from meshplan.kept import Kept
 from meshplan.memory import (
     Memory,
     activation_bytes,
@@ -53,7 +54,7 @@ from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
 from meshplan.step.stages import cadence, loop_times, rank_body, unpaired_passes, with_sends
 from meshplan.step.units import Units
-from meshplan.xp import Kept, Num
+from meshplan.xp import Num
 
 
 def recompute_entry(entry: str) -> tuple[str, int]:
