@@ -6,8 +6,9 @@ each rule's example to see it refuse), or an argument its argparse does not know
 
 A rule reads the parsed options (``--name`` -> value, or True for a flag) and the sizes already read.
 
-Also how Megatron-LM reads its data-parallel overlap flags (``dp_overlaps``): the one reading of them that the config
-reader (configs/megatron.py) and the validation layer (a published record's stated arguments) share.
+Also the data-parallel overlaps, stated once (``DP_OVERLAPS``: the Megatron-Bridge configs, configs/nemo.py, name
+them as fields, Megatron-LM as flags), and how Megatron-LM reads its flags (``dp_overlaps``): the one reading of them
+that the config reader (configs/megatron.py) and the validation layer (a published record's stated arguments) share.
 """
 
 from __future__ import annotations
@@ -37,13 +38,17 @@ class ArgumentRule:
         return f"Megatron-LM core_v0.17.0 {ARGUMENTS}:{self.lines[0]}-{self.lines[1]}"
 
 
-# Megatron-LM's data-parallel overlap flags, Stack field -> argument: both store_true, off unless the argument list
-# gives them (arguments.py:2662-2663 and 2683-2684 @ core_v0.17.0; megatron/arguments.py:1125-1131 @ 6aad2116, the
-# February 2024 tree its CI golden values come from). Without --overlap-param-gather the distributed optimizer
-# all-gathers the updated weights synchronously in its step, before the next forward starts
-# (megatron/core/optimizer/distrib_optimizer.py step_with_ready_grads @ core_v0.15.0; megatron/optimizer/
-# distrib_optimizer.py:1231-1241 @ 6aad2116)
-DP_OVERLAP_FLAGS = (("overlap_dp", "--overlap-grad-reduce"), ("overlap_param_gather", "--overlap-param-gather"))
+# Megatron-core's data-parallel overlaps, Stack field -> DistributedDataParallelConfig field (megatron/core/distributed/
+# distributed_data_parallel_config.py), the one statement of them: Megatron-Bridge's configs name the field itself
+# (ddp.* and its CommOverlapConfig's comm_overlap.*: configs/nemo.py), Megatron-LM's arguments the field with dashes
+# (``DP_OVERLAP_FLAGS``; training.py get_model fills each DistributedDataParallelConfig field from the argument of its
+# name). Both arguments are store_true, off unless the argument list gives them (arguments.py:2662-2663 and 2683-2684
+# @ core_v0.17.0; megatron/arguments.py:1125-1131 @ 6aad2116, the February 2024 tree its CI golden values come from).
+# Without --overlap-param-gather the distributed optimizer all-gathers the updated weights synchronously in its step,
+# before the next forward starts (megatron/core/optimizer/distrib_optimizer.py step_with_ready_grads @ core_v0.15.0;
+# megatron/optimizer/distrib_optimizer.py:1231-1241 @ 6aad2116)
+DP_OVERLAPS = (("overlap_dp", "overlap_grad_reduce"), ("overlap_param_gather", "overlap_param_gather"))
+DP_OVERLAP_FLAGS = tuple((field, "--" + key.replace("_", "-")) for field, key in DP_OVERLAPS)
 
 
 def dp_overlaps(given: Collection[str]) -> dict[str, bool]:

@@ -70,6 +70,7 @@ from meshplan.configs.format import ConfigFormat
 from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron import CP_COMM_TYPE
 from meshplan.configs.megatron_model import architecture, capacity_factor
+from meshplan.configs.megatron_rules import DP_OVERLAPS
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.host_cost import tp_hidden
@@ -143,9 +144,8 @@ def _overrides(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
 
 # Megatron-Bridge's CommOverlapConfig, which a recipe holds (comm_overlap), sets both data-parallel overlaps on under
 # the distributed optimizer with dp > 1 over what ddp.* says, unless its own fields are given (training/comm_overlap.py
-# 527-546 _get_optimizer_overlap_cfgs, 557-565 _override_user_cfgs, 597-606 setup @ megatron-bridge 0.3.1):
-# (stack field, DistributedDataParallelConfig / CommOverlapConfig field)
-_DP_OVERLAPS = (("overlap_dp", "overlap_grad_reduce"), ("overlap_param_gather", "overlap_param_gather"))
+# 527-546 _get_optimizer_overlap_cfgs, 557-565 _override_user_cfgs, 597-606 setup @ megatron-bridge 0.3.1); both
+# configs name the DistributedDataParallelConfig fields (configs/megatron_rules.DP_OVERLAPS).
 
 
 def _data_parallel_overlap(grad_reduce: bool, gather: bool) -> dict[str, bool]:
@@ -153,7 +153,7 @@ def _data_parallel_overlap(grad_reduce: bool, gather: bool) -> dict[str, bool]:
     (the recipe's CommOverlapConfig, which would override ddp.*), and optimizer.overlap_param_gather, which
     OptimizerConfig keeps equal to the DDP's (megatron/core/optimizer/optimizer_config.py, core 0.16.1)."""
     out: dict[str, bool] = {}
-    for (_, key), value in zip(_DP_OVERLAPS, (grad_reduce, gather), strict=True):
+    for (_, key), value in zip(DP_OVERLAPS, (grad_reduce, gather), strict=True):
         out |= {f"ddp.{key}": value, f"comm_overlap.{key}": value}
     return out | {"optimizer.overlap_param_gather": gather}
 
@@ -164,7 +164,7 @@ def _read_data_parallel_overlap(values: dict[str, str]) -> dict[str, bool]:
     distributed/distributed_data_parallel_config.py; a recipe's own values are not in the file)."""
     distributed = _flag(values, "ddp.use_distributed_optimizer")
     return {field: _flag(values, f"comm_overlap.{key}" if distributed and f"comm_overlap.{key}" in values
-                         else f"ddp.{key}") for field, key in _DP_OVERLAPS}
+                         else f"ddp.{key}") for field, key in DP_OVERLAPS}
 
 
 def _model(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, Any], list[str]]:
