@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,11 +264,19 @@ def lenders(records: Sequence[dict[str, Any]]) -> Lenders | None:
     runs) was 11 % of that validation's CPU."""
     index: Lenders = {}
     for other in (o for o in records if _can_lend(o)):
-        try:
-            index.setdefault(_sibling_key(other), []).append(other)
-        except TypeError:
+        key = _sibling_key(other)
+        if not _hashable(key):
             return None
+        index.setdefault(key, []).append(other)
     return index
+
+
+def _hashable(value: Any) -> bool:
+    """Whether ``value`` can be a dict key: a JSON record's list or table (where a name or a size goes) cannot, nor a
+    tuple holding one."""
+    if isinstance(value, tuple):
+        return all(_hashable(v) for v in value)
+    return isinstance(value, Hashable)
 
 
 def _can_lend(other: dict[str, Any]) -> bool:
@@ -290,11 +298,10 @@ def _lender(record: dict[str, Any], records: Sequence[dict[str, Any]], index: Le
     key = _sibling_key(record)
     if index is None:
         found = [o for o in records if _can_lend(o) and _sibling_key(o) == key]
-    else:
-        try:
-            found = index.get(key, [])
-        except TypeError:  # no lender's key is a list (else ``index`` is None): none equals this one
-            return None
+    elif _hashable(key):
+        found = index.get(key, [])
+    else:  # no lender's key holds a list or a table (else ``index`` is None): none equals this one
+        return None
     return next((other for other in found if other is not record), None)
 
 
