@@ -6,6 +6,7 @@ array path as by estimate(); the emitters write the overlap as the framework run
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -145,3 +146,8 @@ def test_estimate_says_the_framework_runs_the_tp_collectives_exposed():
     assert note not in CliRunner().invoke(cli, [*args, "megatron-bridge", "--sp"]).stderr
     core = CliRunner().invoke(cli, [*args, "megatron-core", "--no-sp", "--overlap-tp"]).stderr
     assert "refuses this plan: TP communication overlap without sequence parallelism" in core and "turns" not in core
+    # --json: the same notes, in the object (stderr left empty), and none where the overlap stays hidden
+    off_json = CliRunner().invoke(cli, [*args, "megatron-bridge", "--no-sp", "--json"])
+    assert off_json.exit_code == 0 and not off_json.stderr, off_json.output
+    assert [f"note: {n}" for n in json.loads(off_json.stdout)["notes"]] == off.stderr.strip().splitlines()
+    assert "notes" not in json.loads(CliRunner().invoke(cli, [*args, "megatron-bridge", "--sp", "--json"]).stdout)

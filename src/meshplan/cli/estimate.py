@@ -69,7 +69,7 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
     hints = fit_hints(est)
     conditions = conditions_text(stragglers, cap, shown)
     search = _search_command(model_ref, system_ref, where, est, framework)
-    refusals = _refusals(model, plan, stack, as_json)
+    refusals, notes = _refusals(model, plan, stack)
     unrun = [p for p in stack.supports.problems(plan) if config is None]  # the default framework's: JSON only
     host = host_note(est)
     if as_json:
@@ -81,8 +81,11 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         energy = step_energy(est)
         out |= {"energy": energy.as_dict()} if energy is not None else {}
         out |= {"conditions": conditions} if conditions else {}
+        out |= {"notes": notes} if notes else {}
         click.echo(json.dumps(out, indent=None if show_ops else 2))
         return
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     from meshplan.report.console import plain_console
     from meshplan.report.text import estimate_tables
 
@@ -96,16 +99,16 @@ def estimate(model_ref: str, system_ref: str, gpus: int, framework: str, config:
         print_hints(est, hints, search, console)
 
 
-def _refusals(model: Any, plan: Any, stack: Any, as_json: bool) -> list[str]:
-    """What the stack's framework refuses of this plan (priced all the same: the search leaves such plans out), and,
-    on stderr for the text output, those refusals and a TP overlap the framework turns off (specs/host_cost.py)."""
+def _refusals(model: Any, plan: Any, stack: Any) -> tuple[list[str], list[str]]:
+    """What the stack's framework refuses of this plan (priced all the same: the search leaves such plans out), and
+    the notes on the plan: those refusals and a TP overlap the framework turns off (specs/host_cost.py), which the
+    text output prints on stderr and the JSON carries as ``notes``."""
     refusals = [f"{r.what} ({r.source})" for r in refused(stack.supports.refuses, plan, model, stack)]
-    for text in [] if as_json else refusals:
-        click.echo(f"note: {stack.name} refuses this plan: {text}", err=True)
-    if not as_json and stack.overlap_tp and plan.tp > 1 and not tp_hidden(stack, plan.sequence_parallel):
-        click.echo(f"note: {stack.name} turns its TP overlap off without sequence parallelism (specs/host_cost.py): "
-                   "the TP collectives are priced exposed", err=True)
-    return refusals
+    notes = [f"{stack.name} refuses this plan: {text}" for text in refusals]
+    if stack.overlap_tp and plan.tp > 1 and not tp_hidden(stack, plan.sequence_parallel):
+        notes.append(f"{stack.name} turns its TP overlap off without sequence parallelism (specs/host_cost.py): "
+                     "the TP collectives are priced exposed")
+    return refusals, notes
 
 
 def _runs(plan: Any, stack: Any, framework: str) -> None:
