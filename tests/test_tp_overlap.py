@@ -133,6 +133,27 @@ def test_the_emitters_write_the_overlap_as_the_framework_runs_it(small):
     assert "priced exposed" not in emit("nemo", model, replace(plan, sequence_parallel=True), bridge)
 
 
+def test_a_megatron_core_stack_read_back_from_bridge_overrides_runs_as_bridge_runs_it(small):
+    """A megatron-core stack with the TP overlap, written as Megatron-Bridge overrides and read back, carries Bridge's
+    rule (the megatron-bridge preset's overlap_tp_needs_sp): at tp 4 without sequence parallelism the TP collectives
+    are priced exposed, as Bridge would run the file, and the file says so; with it they stay hidden."""
+    model, cluster = small
+    core = load_stack("megatron-core").with_(overlap_tp=True)
+    plan = Plan(dp=2, tp=4, sequence_parallel=False, global_batch=16)
+    assert tp_hidden(core, False) and not core.overlap_tp_needs_sp
+    text = emit("nemo", model, plan, core)
+    assert "overlap_tp_needs_sp" not in text and "priced exposed" in text
+    read_plan, stack = read("nemo", model, 8, text)
+    assert read_plan == plan and stack == core.with_(overlap_tp_needs_sp=True)
+    assert stack.overlap_tp_needs_sp == load_stack("megatron-bridge").overlap_tp_needs_sp
+    assert estimate(model, cluster, plan, stack).step_time == estimate(
+        model, cluster, plan, stack.with_(overlap_tp=False)).step_time
+    assert "priced exposed" not in emit("nemo", model, replace(plan, sequence_parallel=True), core)
+    # a comment that carries the rule off is still Bridge's file: its setup decides
+    carried = text.replace("# meshplan: ", "# meshplan: stack.overlap_tp_needs_sp=false ")
+    assert read("nemo", model, 8, carried)[1].overlap_tp_needs_sp
+
+
 def test_estimate_says_the_framework_runs_the_tp_collectives_exposed():
     from click.testing import CliRunner
 

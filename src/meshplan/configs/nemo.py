@@ -21,7 +21,8 @@ off where not given, its defaults), the two overlaps also as ``comm_overlap.over
 and ``optimizer.sgd_momentum`` (OptimizerConfig);
 ``model.seq_length`` (Megatron-Bridge's GPTModelProvider); ``comm_overlap.tp_comm_overlap`` as the stack says it
 (Megatron-Bridge's own setup turns it off at tp = 1 or without sequence parallelism, as meshplan prices it:
-specs/host_cost.py; a note says so); ``mixed_precision`` a
+specs/host_cost.py; a note says so; the stack read back carries that rule, overlap_tp_needs_sp, whatever stack wrote
+the file); ``mixed_precision`` a
 Megatron-Bridge preset name (src/megatron/bridge/training/mixed_precision.py: bf16_mixed, fp16_mixed,
 bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
 
@@ -186,8 +187,9 @@ def _model(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, Any], 
 
 
 def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
-    expressed: tuple[str, ...] = ("overlap_dp", "overlap_tp", "overlap_pp", "cp_comm", "expert_gemm",
-                                  "overlap_param_gather")
+    # overlap_tp_needs_sp: Megatron-Bridge's own setup, whatever the stack (_read: the preset's)
+    expressed: tuple[str, ...] = ("overlap_dp", "overlap_tp", "overlap_tp_needs_sp", "overlap_pp", "cp_comm",
+                                  "expert_gemm", "overlap_param_gather")
     expressed += ("fp8_scaling",) if plan.precision == "fp8" else ()
     expressed += ("moe_dispatcher",) if model.is_moe else ()
     expressed += ("flex_backend",) if model.is_moe and stack.moe_dispatcher_mode.forwards else ()
@@ -196,7 +198,8 @@ def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:
     plan, fallback = per_rank_fallback(plan, _NAME)
     shape, notes = _model(model, plan, stack)
     notes = [*notes, *fallback]
-    if stack.overlap_tp and plan.tp > 1 and not tp_hidden(stack, plan.sequence_parallel):  # written as the stack says
+    if stack.overlap_tp and plan.tp > 1 and not tp_hidden(_as_bridge_runs(stack), plan.sequence_parallel):
+        # written as the stack says
         notes.append("comm_overlap.tp_comm_overlap=true: Megatron-Bridge turns it off without sequence parallelism "
                      "(training/comm_overlap.py:439-445 @ v0.3.1): the TP collectives are priced exposed")
     launch = torchrun(plan, "RECIPE_SCRIPT.py $(grep -v '^#' THIS_FILE)")
@@ -301,7 +304,14 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         expert_gemm="grouped" if _flag(values, "model.moe_grouped_gemm") else "per_expert",
         **_dispatcher(values),
         **({"fp8_scaling": scaling} if precision == "fp8" else {}))
-    return plan, load_stack(_PRESET).with_(**{**read, **extra_stack})
+    return plan, _as_bridge_runs(load_stack(_PRESET).with_(**{**read, **extra_stack}))
+
+
+def _as_bridge_runs(stack: Stack) -> Stack:
+    """``stack`` as Megatron-Bridge runs it: its setup turns the TP overlap off without sequence parallelism
+    (training/comm_overlap.py:439-445 @ v0.3.1; the megatron-bridge preset's overlap_tp_needs_sp), whatever stack
+    wrote the file (a megatron-core one, which Megatron-LM would refuse instead) or a comment says."""
+    return stack.with_(overlap_tp_needs_sp=load_stack(_PRESET).overlap_tp_needs_sp)
 
 
 def _dispatcher(values: dict[str, str]) -> dict[str, Any]:
