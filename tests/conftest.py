@@ -238,13 +238,19 @@ UNIT_SECONDS: dict[str, float] = {  # 2026-11-30, 65 min of wall at load 7-16 (1
     "test_hf_registry.py": 260.0, "test_loso_alternate.py": 211.0, "test_serve_properties.py": 174.0,
     "test_sweep.py": 169.0, "test_autoshard_highs.py": 144.0, "test_validate_records.py": 138.0,
     "test_rl_properties.py": 133.0, "test_serve_launch.py": 128.0, "test_plain_console.py": 112.0,
-    "test_autoshard_shrink.py": 110.0, "test_check_step.py": 105.0, "test_optimizer.py": 76.0,
+    "test_autoshard_shrink.py": 110.0, "test_check_step.py": 105.0,
     "test_autoshard_cli.py": 73.0, "test_async_pipeline.py": 70.0, "test_supports.py": 68.0,
     "test_fitted_sources.py": 68.0, "test_serve_load_laws.py": 66.0, "test_calibrate.py": 66.0,
     "test_select.py": 63.0, "test_emit_fallback.py": 54.0, "test_autoshard_run.py": 53.0,
     "test_goodput_ranking.py": 51.0, "test_pipeline_registry.py": 47.0, "test_rl_cli.py": 45.0,
     "test_golden.py": 44.0, "test_hf_config.py": 44.0, "test_report_text.py": 41.0, "test_validate_serving.py": 41.0,
     "test_mixed.py": 41.0,
+    # the Megatron group (SHARED_WORKER's third: one unit, its files' figures summed, 161 s), measured as a group alone
+    # with --durations=0 on one worker, 2026-11-30 at load 11-12 (before, test_optimizer.py's 76 s from the full suite
+    # stood for the whole group)
+    "test_configs_megatron_lm.py": 57.0, "test_configs_build_megatron.py": 41.0,
+    "test_configs_framework_loaders.py": 27.0, "test_stage_dp.py": 14.0, "test_framework_refusals.py": 13.0,
+    "test_optimizer.py": 6.0, "test_configs_param_gather.py": 2.0, "test_configs_megatron_bridge.py": 0.2,
 }
 
 
