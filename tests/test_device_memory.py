@@ -1,4 +1,4 @@
-"""The "device" memory counter (meshplan/device_memory.py, Estimate.device_memory): what nvidia-smi reads of a
+"""The "device" memory counter (meshplan/step/device_memory.py, Estimate.device_memory): what nvidia-smi reads of a
 training process, the caching allocator's reserved bytes plus the CUDA context with its kernels and NCCL's buffers
 per communicator (issue 79: BLOOM's memory column is nvidia-smi's, and read as the reserved peak its 30 runs were
 9-30 % light for all but six)."""
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.device_memory import beyond_reserved, communicators, nccl_bytes
 from meshplan.estimate import estimate
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
+from meshplan.step.device_memory import beyond_reserved, communicators, nccl_bytes
 from meshplan_validation.case import map_run
 from meshplan_validation.evaluate import evaluate_case, peak_read
 from meshplan_validation.records import read_runs

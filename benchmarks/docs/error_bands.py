@@ -37,7 +37,7 @@ BigScience's 30 BLOOM runs on Ampere; a memory regime is GPU, stack, framework f
 are the runs' in-sample ones, which no fitted constant moves). The stack leads the memory levels: each source reads
 its own counter, and its stack tells which (torchtitan's reserved peak, KempnerForge's allocated peak on its
 pytorch-fsdp profile, BLOOM's nvidia-smi, priced as the reserved peak with the CUDA context and NCCL's buffers beside
-it, meshplan/device_memory.py; meshplan_validation/sources.py memory_peak), so a band pooled over two
+it, meshplan/step/device_memory.py; meshplan_validation/sources.py memory_peak), so a band pooled over two
 counters reads one's errors beside the other's (Hopper's: KempnerForge's within 1.6 % set its median, torchtitan's
 reserved readings of 4-9 % its 80 % quantile). Unlike in step time, the stack is trusted (``MEMORY_TRUST``): a stack
 no source measured takes the widest band of its family's measured stacks, widened as a new source's.

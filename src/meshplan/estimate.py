@@ -132,9 +132,9 @@ class Estimate:
     @property
     def device_memory(self) -> float:
         """The GPU's whole memory use at the step's peak, as nvidia-smi reads it for the process: ``reserved_memory``
-        and what the CUDA context and NCCL hold beside the caching allocator (device_memory.py; imported here, not
+        and what the CUDA context and NCCL hold beside the caching allocator (step/device_memory.py; imported here, not
         at start-up, as only a comparison with such a reading needs it)."""
-        from meshplan.device_memory import beyond_reserved  # noqa: PLC0415
+        from meshplan.step.device_memory import beyond_reserved  # noqa: PLC0415
 
         return self.reserved_memory + beyond_reserved(self.plan, self.cluster.accelerator, self.model)
 

@@ -42,7 +42,7 @@ class SourceDefaults:
     # "reserved" (the caching allocator's reserved peak, Estimate.reserved_memory: torchtitan logs
     # reserved_bytes.all.peak, torchtitan/metrics.py get_peak_stats @021137a) or "device" (nvidia-smi's reading of
     # the process: the reserved bytes, the CUDA context with its kernels and NCCL's buffers, Estimate.device_memory,
-    # meshplan/device_memory.py)
+    # meshplan/step/device_memory.py)
     memory_peak: str = "allocated"
     # expert tensor parallelism when the record does not state it (MoE with ep > 1): 1, the expert weights whole on
     # each expert-parallel rank, unless the stack takes Megatron-Core's own default, etp = tp

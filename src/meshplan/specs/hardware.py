@@ -78,8 +78,9 @@ class Accelerator:
     l2_dies: int = 1  # dies with an L2 of their own, workgroups dealt round-robin over them (MI300X: 8 XCDs)
     # BabelStream Copy's sustained bandwidth / hbm_bandwidth here, which slows streaming kernels (roofline.py); 0: none
     hbm_copy_share: float = 0.0
-    # beside the caching allocator (device_memory.py): the CUDA context with its kernels, NCCL's buffers a communicator
-    # of two ranks / of more holds; A100's by default (a100-40gb.toml's sources), for a GPU with none measured its own
+    # beside the caching allocator (step/device_memory.py): the CUDA context with its kernels, NCCL's buffers a
+    # communicator of two ranks / of more holds; A100's by default (a100-40gb.toml's sources), for a GPU with none
+    # measured its own
     cuda_context: float = 1573 * MiB
     nccl_pair: float = 544e6
     nccl_group: float = 688e6
