@@ -214,7 +214,8 @@ def _coverage(table: str, rows: list[dict]) -> list[tuple[str, int, float, float
 # where the host's and the GPU's time are of one order (450 runs, 5.3 / 13.1 %), each within 2.5 x; a split at
 # 2.4 µs or 10 µs would not be (data/measured/2026-11-30-vtrain-tiny-work.md): a threshold chosen with these runs in
 # view (fitted.py "tiny work"), sharp by a hair (2.46, 2.49), its tiny band one source's (Megatron-LM CI's 13 tiny runs
-# hold 31 % inside it out of source; ampere megatron 80.8 %, one run from failing).
+# hold 31 % inside it out of source; ampere megatron 84.6 %, 44 of 52, with Megatron-LM's January 2021 table priced
+# as its code ran: source_megatron_jan2021.py).
 UNSHARP: dict[str, str] = {}
 
 

@@ -238,13 +238,14 @@ def test_one_record_per_smaller_choice_says_what_differs():
     assert {f: tuple(c) for f, c in choices.items()} == {
         "attention_kernel": ("fused", "fa2", "fp8"), "cp_comm": ("ring", "allgather"),
         "moe_permute": ("fused", "gather_scatter", "sort_gather"), "moe_dispatcher": ("alltoall", "allgather", "flex"),
-        "flex_backend": ("deepep", "hybridep"), "pipeline_runtime": ("megatron", "torch")}
+        "flex_backend": ("deepep", "hybridep"), "pipeline_runtime": ("megatron", "torch", "megatron-2021-01")}
     flagged = {f: [(r.name, k) for r in c.values() for k in r.__slots__ if k != "name" and getattr(r, k)]
                for f, c in choices.items() if f != "flex_backend"}  # the backends: each a table (test_dispatch.py)
     assert flagged == {"attention_kernel": [("fp8", "fp8")], "cp_comm": [("ring", "ring")],
                        "moe_permute": [("fused", "fused"), ("sort_gather", "fp32_unpermute")],
                        "moe_dispatcher": [("allgather", "gathers_tokens"), ("flex", "forwards")],
-                       "pipeline_runtime": [("torch", "keeps_microbatches"), ("torch", "fsdp_nosync")]}
+                       "pipeline_runtime": [("torch", "keeps_microbatches"), ("torch", "fsdp_nosync"),
+                                            ("megatron-2021-01", "sends_whole")]}
     assert load_stack("torchtitan").pipeline_runtime_mode.keeps_microbatches
     with pytest.raises(KeyError, match="cp_comm 'ulysses' is none of ring, allgather"):
         stack_variants.choice_of("cp_comm", "ulysses")

@@ -7,6 +7,7 @@ a note.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from meshplan.specs.model import ModelSpec
@@ -73,10 +74,11 @@ def _unstated_etp(model: ModelSpec, ep: int, tp: int, src: SourceDefaults, notes
 
 
 # ---- batches -----------------------------------------------------------------------------------------------------
-def batches(record: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: list[str], seq: int
-            ) -> tuple[int, int]:
+def batches(record: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: list[str], seq: int,
+            least: Callable[[int | None], int] | None = None) -> tuple[int, int]:
     """Micro-batch and global batch (sequences), from what the record states (the global batch in sequences, or in
-    tokens, or micro-batch × dp × gradient accumulation) and the source's conventions."""
+    tokens, or micro-batch × dp × gradient accumulation) and the source's conventions; ``least``: the least
+    micro-batch the source's code runs, given the global batch per data-parallel rank (None: 1)."""
     p = record.get("parallel") or {}
     gbs = positive_int(p.get("global_batch_size")) or batch_from_tokens(record, seq, notes)
     mbs = positive_int(p.get("micro_batch_size"))
@@ -85,7 +87,7 @@ def batches(record: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes
     accum = positive_int(p.get("grad_accum"))
     if accum is not None:
         mbs, gbs = _with_accumulation(mbs, gbs, dp, accum, notes)
-    mbs, gbs = _unstated_batches(mbs, gbs, dp, src, notes)
+    mbs, gbs = _unstated_batches(mbs, gbs, dp, src, notes, least)
     if gbs % (dp * mbs):
         raise Skip(f"parallel.global_batch_size {gbs} is not a multiple of dp*micro_batch_size = {dp}*{mbs} = "
                    f"{dp * mbs} (micro-batches that do not divide the batch are not modelled)")
@@ -115,13 +117,18 @@ def _with_accumulation(mbs: int | None, gbs: int | None, dp: int, accum: int, no
     return mbs, gbs
 
 
-def _unstated_batches(mbs: int | None, gbs: int | None, dp: int, src: SourceDefaults, notes: list[str]
-                      ) -> tuple[int, int]:
+def _unstated_batches(mbs: int | None, gbs: int | None, dp: int, src: SourceDefaults, notes: list[str],
+                      least: Callable[[int | None], int] | None = None) -> tuple[int, int]:
     """What is still unstated: the micro-batch as the whole batch per rank (a source without gradient
-    accumulation) or 1; the global batch as one micro-batch per data-parallel rank."""
+    accumulation), the least its code runs (``least``) or 1; the global batch as one micro-batch per data-parallel
+    rank."""
     if mbs is None and src.whole_batch and gbs is not None and gbs >= dp:
         mbs = gbs // dp
         notes.append(f"micro-batch {mbs} = global batch / dp (no gradient accumulation in {src.name})")
+    if mbs is None and least is not None:
+        mbs = least(gbs // dp if gbs and gbs % dp == 0 else None)
+        notes.append(f"micro-batch {mbs} (not stated): the least {src.name}'s fused softmax kernel takes "
+                     "(source_megatron_jan2021.py)")
     if mbs is None:
         mbs = 1
         notes.append("micro-batch 1 (not stated)")

@@ -5,6 +5,7 @@ unstated setting filled with a note saying so, in that order; then the costs the
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from meshplan.specs.check import check, fsdp_has_zero
@@ -33,6 +34,7 @@ from meshplan_validation.map_training import (
     zero_under_pipeline,
 )
 from meshplan_validation.skip import Skip
+from meshplan_validation.source_megatron_jan2021 import least_fused_batch
 from meshplan_validation.sources import SourceDefaults, source_defaults
 
 
@@ -64,7 +66,8 @@ def _layout(record: dict[str, Any], model: ModelSpec, n: int, src: SourceDefault
     """The Plan's sizes (map_layout.py): dp, tp, pp, cp, ep, etp, the batches and the virtual pipeline stages."""
     p = record.get("parallel") or {}
     dp, tp, pp, cp, ep, etp = parallel_sizes(p, model, n, notes, str(record.get("framework") or ""), src)
-    mbs, gbs = batches(record, src, dp, pp, notes, model.seq_length)
+    least = partial(least_fused_batch, model, tp) if src.fused_batch else None
+    mbs, gbs = batches(record, src, dp, pp, notes, model.seq_length, least)
     vpp = interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes, src)
     return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "micro_batch": mbs, "global_batch": gbs,
             "vpp": vpp}

@@ -13,6 +13,7 @@ from typing import Any
 from meshplan.cost.wrappers import DEEPSPEED_FP16
 from meshplan.specs.allreduce_table import AllReduceTable
 from meshplan.specs.stack import Stack, load_stack
+from meshplan_validation.source_megatron_jan2021 import JAN2021_RUNTIME, JAN2021_WHY
 from meshplan_validation.source_vtrain import VTRAIN_ALLREDUCE, VTRAIN_STACK, VTRAIN_WHY
 
 
@@ -58,6 +59,7 @@ class SourceDefaults:
     # the model holds vocab_size // tp vocabulary rows a rank, unpadded (vTrain's ShardedGptModel), not V / tp
     vocab_floor: bool = False
     allreduce_table: AllReduceTable | None = None  # the source's node's all-reduce as measured (Cluster's)
+    fused_batch: bool = False  # an unstated micro-batch: the least its fused softmax takes (source_megatron_jan2021)
 
 
 # PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
@@ -219,11 +221,12 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "local): as Megatron-LM 2021, with the CI's per-parameter logging (--log-num-zeros-in-grad, "
                    "--log-params-norm) in the optimizer step's host time, its logging every step and its "
                    "synchronising timers (--timing-log-level 2) per micro-batch"),
+    SourceDefaults("Megatron-LM January 2021", r"megatron_readme_jan2021", MEGATRON_2021.with_(
+        pipeline_runtime=JAN2021_RUNTIME), False, 0, 2, "full", JAN2021_WHY, fused_batch=True),
     SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme|dlperf_megatron_lm|megatron_lm_ci", MEGATRON_2021,
-                   False, 0, 2, "full",
-                   "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 gradients all-reduced "
-                   "after the backward pass, no distributed optimizer, unfused softmax attention, full "
-                   "activation checkpointing (--checkpoint-activations in its example scripts)"),
+                   False, 0, 2, "full", "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 "
+                   "gradients all-reduced after the backward pass, no distributed optimizer, unfused softmax "
+                   "attention, full activation checkpointing (--checkpoint-activations in its example scripts)"),
     SourceDefaults("Megatron-LM 2022", r"korthikanti", MEGATRON_2021, False, 0, 2, "full",
                    "Korthikanti et al. 2022: Megatron-LM of 2022 (no TP overlap, no distributed optimizer, "
                    "fused-softmax attention, no FlashAttention), dp = 1 benchmark"),
@@ -233,8 +236,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
     SourceDefaults("DeepSpeedExamples Megatron-LM v1", r"deepspeedexamples|dlperf_deepspeed_megatron",
                    load_stack("megatron-deepspeed").with_(name="deepspeedexamples-megatron-v1", fusion="eager",
                                                           optimizer_wrapper="stated",
-                                                          tensor_host=DEEPSPEED_FP16_TENSOR),
-                   False, 0, 2, "none",
+                                                          tensor_host=DEEPSPEED_FP16_TENSOR), False, 0, 2, "none",
                    "DeepSpeedExamples Megatron-LM v1 (2020): Megatron-LM's 2019 GPT-2 module code, unfused (no fused "
                    "softmax or bias-dropout-add), on DeepSpeed's engine in fp16 (fp16 gradients reduced after the "
                    "backward pass), no tensor parallelism unless stated", fp16_grads=True),
@@ -326,8 +328,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "tensor or sequence parallelism, no recompute unless stated", fp16_grads=True),
     # PyTorch-native trainers that shard with FSDP and run PyTorch's own kernels (no Megatron, no Transformer Engine
     # unless the record names it): torchtitan's stack without torchtitan's name. A bare "FSDP" names no stack (Llama
-    # 3's "DP(=FSDP)" is Meta's own, with fused kernels): the generic profile, sharding as map_training.zero_stage
-    # reads it.
+    # 3's "DP(=FSDP)" is Meta's own, fused kernels): the generic profile, sharding as map_training.zero_stage reads.
     # KempnerForge (KempnerInstitute/KempnerForge @01b461a, 3ad9d9a, 5666d0d; torch 2.11.0 in its uv.lock): the FSDP2
     # profile, with its model cast to bf16 before training (kempnerforge/distributed/parallel.py build_parallel_model:
     # model.to(dtype=param_dtype), bf16 by default in config/schema.py) so AdamW keeps bf16 moments and no fp32 master,
@@ -380,9 +381,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
 # inplace_backward; the kernel flash-attn's CrossEntropyLoss carries, loss_ops "flash").
 SOURCES += tuple(
     SourceDefaults(name, match, Stack(name=name, family=name, vocab_multiple=multiple, cross_entropy=loss), None, 1, 4,
-                   "none",
-                   f"{name}: as the generic profile (below), with the vocabulary padded to a multiple of {multiple}"
-                   f"{extra}", interleaved=True)
+                   "none", f"{name}: as the generic profile (below), with the vocabulary padded to a multiple of "
+                   f"{multiple}{extra}", interleaved=True)
     for name, match, multiple, loss, extra in (
         ("llm.c", r"llm\.c|\bllmc", 128, "fused_grad", ", its loss one fused classifier kernel"),
         ("FlashAttention training", r"flash[-_ ]?attention[-_ ]training", 8, "flash", ", its loss apex's xentropy")))

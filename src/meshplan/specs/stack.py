@@ -137,8 +137,9 @@ class Stack:
                                              "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, torchtitan's launch "
                                              "script) and frees its 16-bit logits before the loss's backward: the "
                                              "upcast eager loss's reserved hole (step/memory.logits_hole)")
-    pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch: "
-                                                                  "megatron (Megatron-Core) or torch (pipelining)")
+    pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch and "
+                                    "sends: megatron (Megatron-Core), torch (pipelining) or megatron-2021-01 "
+                                    "(Megatron-LM before 2021-02: whole sends from every TP rank, no scatter/gather)")
     cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")
     host_dispatch: float = field(default=0.0, metadata={
         "help": "host CPU seconds per launched kernel (Python module call, dispatcher, wrapper, launch): eager "

@@ -287,8 +287,8 @@ class FlexBackend:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PipelineRuntime:
-    """The pipeline runtime (``Stack.pipeline_runtime``): megatron (Megatron-Core) or torch
-    (torch.distributed.pipelining)."""
+    """The pipeline runtime (``Stack.pipeline_runtime``): megatron (Megatron-Core), torch
+    (torch.distributed.pipelining) or megatron-2021-01 (Megatron-LM of January 2021, before its scatter/gather)."""
 
     name: str
     # keeps its boundary tensors per micro-batch to the step's end (memory.pipeline_runtime_memory, step/grid.py) and
@@ -298,6 +298,11 @@ class PipelineRuntime:
     # backward_maybe_with_nosync, perform_reduce_grad): its units stay gathered over the step, ZeRO-1
     # (specs/check.fsdp_has_zero)
     fsdp_nosync: bool = False
+    # each TP rank sends its whole (replicated) activation and gradient to the next stage, with no scatter/gather
+    # (cost/pipeline.py): Megatron-LM before 27fc4689 (2021-02-09, "Break up tensors sent between pipeline stages into
+    # smaller chunks that can be all-gathered"; Narayanan et al. 2021 §4.1), whose training.py communicate() of
+    # 152aab30 (2021-01-11) sends the (seq, micro-batch, hidden) tensor from every TP rank
+    sends_whole: bool = False
 
 
 # a Stack field -> its variants' records, in its choices' order (the first is its default)
@@ -329,7 +334,8 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
                            "DeepEP/tests/test_hybrid_ep.py, DeepEP/tests/utils.py count_rdma_send_from_routing_map "
                            "(the sender's own node counted)")),
     "pipeline_runtime": _named(PipelineRuntime(name="megatron"),
-                               PipelineRuntime(name="torch", keeps_microbatches=True, fsdp_nosync=True)),
+                               PipelineRuntime(name="torch", keeps_microbatches=True, fsdp_nosync=True),
+                               PipelineRuntime(name="megatron-2021-01", sends_whole=True)),
 }
 
 
