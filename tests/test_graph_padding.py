@@ -4,6 +4,9 @@ every GEMM and per-token op and attend to no cache. And the graphs trtllm-bench 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -16,7 +19,8 @@ from meshplan.serve.plan import ServePlan, Workload
 from meshplan.serve.precision import Quant, parse_quant
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
-from meshplan_validation.trtllm_bench import checkpoint_params, graph_sizes, max_batch_size
+from meshplan_validation.serving_map import case_of
+from meshplan_validation.trtllm_bench import checkpoint_params, graph_sizes, max_batch_size, max_num_tokens, raw_batch
 
 WORK = Workload(input_len=1000, output_len=1000)
 
@@ -137,6 +141,31 @@ def test_max_batch_size_as_trtllm_bench_estimates_it():
     assert max_batch_size(model, quant, 1, 1, hbm, 0.95, 500, 200000) == 64
     assert max_batch_size(load_model("llama3-8b"), quant, 1, 1, hbm, 0.95, 64, 64) == 4096
     assert max_batch_size(load_model("llama3-8b"), quant, 1, 4, hbm, 0.95, 64, 64) == 1024
+
+
+def test_max_num_tokens_as_trtllm_bench_estimates_it_and_a_whole_prompt_run_raises_it():
+    """finetune_setting's max num tokens: the request estimate's tokens of one steady-state iteration, raw ·
+    (1 + ISL/OSL), capped at 32,768, rounded up (256s from 2,048 below 4,096, 512s below 8,192, else 1,024s); and
+    get_settings, chunked prefill off (the PyTorch backend's default), keeps at least the longest prompt + the max
+    batch size. Llama 3.3 70B as above (399.3 requests) at 500 / 2,000: 399.3 x 1.25 = 499 -> 2,048; at 128 / 128
+    Llama 3 8B's 4,096: 8,192; at 2,048 / 128: 4,096 x 17 capped at 32,768. A run's engine takes it (serving_map):
+    Qwen3-30B-A3B 1000/1000 on one B200, 1,773.7 requests (max batch 1,792): x 2 = 3,547 -> 3,584, above the
+    prompt + max batch's 2,792, in place of the LLM API's 8,192."""
+    model = load_model("llama3-70b")
+    quant = Quant(weights="fp4", activations="fp4", kv_cache="fp8")
+    hbm = load_system("b200").accelerator.hbm_bytes
+    raw = raw_batch(model, quant, 1, 1, hbm, 0.95, 500, 2000)
+    assert 398 < raw < 400 and max_num_tokens(raw, 500, 2000) == 2048
+    assert max_num_tokens(4096, 128, 128) == 8192 and max_num_tokens(4096, 2048, 128) == 32768
+    assert max_num_tokens(3000, 1000, 1000) == 6144 and max_num_tokens(1000, 1000, 1000) == 2048
+    records = Path(__file__).resolve().parents[1] / "data" / "serving" / "published_serving.jsonl"
+    record = next(r for r in map(json.loads, records.read_text().splitlines())
+                  if r["id"] == "trtllm10_qwen3-30b-a3b_b200_1gpu_tp1pp1_fp4_1000x1000")
+    case = case_of(record)
+    assert not isinstance(case, str)
+    qwen = raw_batch(case.model, case.plan.quant, 1, 1, hbm, 0.95, 1000, 1000)
+    assert 1536 < qwen < 1792 and case.engine.graph_max_batch == 1792
+    assert case.engine.max_batched_tokens == max_num_tokens(qwen, 1000, 1000) == 3584
 
 
 @pytest.mark.parametrize("bad", [[0], "abc", [1.5], [True]])

@@ -254,8 +254,8 @@ def _case_of(record: dict[str, Any]) -> ServingCase | str:
         # together, and its max batch size each rank's: serving_map.plan_of)
         bench = bench_graphs(model, quant, plan.tp * plan.dpa, plan.pp, cluster.accelerator.hbm_bytes,
                              engine.memory_utilization, w["input_len"], output)
-        if not engine.mode("prefill").chunked:  # get_settings: max_num_tokens at least the longest prompt + max batch
-            bench["max_batched_tokens"] = max(engine.max_batched_tokens, w["input_len"] + bench["graph_max_batch"])
+        if not engine.mode("prefill").chunked:  # get_settings: the heuristic's, at least the longest prompt + max batch
+            bench["max_batched_tokens"] = max(bench["max_batched_tokens"], w["input_len"] + bench["graph_max_batch"])
         engine = engine.with_(**bench)
     return ServingCase(record, model, cluster, plan, workload, engine, mode)
 
