@@ -38,8 +38,11 @@ table +20.5 % mean). Two leads, each checked against meshplan's own records; no 
    to 1.58 times faster than meshplan's price for it on a B200 with cuDNN 9.10-9.13. On a GB200 with cuDNN 9.17 it
    runs 1.83-1.84 times faster; on a lent H200 (cuDNN >= 9.15) 1.70-1.75 times. So the Blackwell kernel of the 2025
    containers reached about a fifth less of its MAMF than the later one does, and than Hopper's does. meshplan prices
-   one share of MAMF for every GPU and release. Pricing this would need each record's cuDNN, which the records do not
-   state, and a B200 benchmark at NeMo 25.02's cuDNN, which was not found.
+   one share of MAMF for every GPU and release. The Megatron-Bridge containers' cuDNN is sourced (25.09 9.11.0,
+   25.11 9.13.1) and the release's share measured on one chip (GB300 at 9.13.1 against 9.17.0: 0.847 forward, 0.899
+   backward): data/measured/2026-11-30-blackwell-cudnn-attention.md. Pricing it was measured and not kept: no B200
+   run crossed its band, and the out-of-source GEMM refits moved the Ampere and Hopper Megatron runs out of theirs.
+   NeMo 25.02's cuDNN is not stated, and no benchmark gives a B200 below 9.10.
 
 The priced figures below are today's pricing, pinned so that the claims above (and tests/test_bands.py's NOT_HELD
 reason) are revisited when it changes: a change that moves B200 pricing or Efficiency.attention is expected to
@@ -186,7 +189,7 @@ def test_b200_over_h100_term_by_term_follows_mamf_and_hbm():
 #   @ 0b1577c);
 # - GB200 with cuDNN 9.17.0 (pytorch:25.11-py3; artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB200.csv @ b372d39, the
 #   run attention_l0.py fits).
-# The B200 table at cuDNN 9.10.2 (pytorch:25.05 and 25.06, @ f937055 and 9793df5) is within 3 % of 9.13.1's.
+# The B200 table at cuDNN 9.10.2 (pytorch:25.05 and 25.06, @ f937055 and 9793df5) is within 3.5 % of 9.13.1's.
 SDPA = {"b200": {8192: (1171.278, 942.509), 16384: (1332.415, 1074.776), 32768: (1419.000, 1108.688)},
         "gb200": {8192: (1584.0, 1211.0), 16384: (1668.0, 1304.0), 32768: (1681.0, 1348.0)}}
 
@@ -209,8 +212,9 @@ def test_blackwell_attention_at_cudnn_9_13_runs_a_fifth_below_the_share_9_17_rea
     1.70-1.75x at 8k-16k causal keys. A B200 with cuDNN 9.13.1 (or 9.10.2) runs it only 1.48-1.58x as fast: 0.80-0.86
     of the GB200's ratio at 8k-32k keys, the same chip, both normalised by their MAMF. So the share that cuDNN's
     Blackwell kernel reaches grew by a fifth between cuDNN 9.13 and 9.17, and the Megatron-Bridge 25.09 / 25.11 and
-    NeMo 25.02 containers ran the earlier kernel. This is a lead, not priced: the records do not state their cuDNN,
-    and no benchmark gives 9.7 (NeMo 25.02) on a B200."""
+    NeMo 25.02 containers ran the earlier kernel. Not priced: the one-chip share (GB300) and the containers' cuDNN
+    are stated in data/measured/2026-11-30-blackwell-cudnn-attention.md, pricing them moved the out-of-source GEMM
+    refits, and no benchmark gives 9.7 (NeMo 25.02) on a B200."""
     ratio = {system: {keys: _priced_over_measured(system, keys, *rates) for keys, rates in table.items()}
              for system, table in SDPA.items()}
     assert ratio["gb200"] == pytest.approx({8192: 1.838, 16384: 1.842, 32768: 1.827}, abs=0.005)
