@@ -234,12 +234,16 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
             near |= sampled[piece] | explored.wanted(low, fits[:, piece], peak[:, piece])
         near = piece[near]
         result.bounded += int(count[piece].sum() - count[near].sum()) * settings
+        built = None  # the plans of ``near``, where built before it is narrowed to the combinations that fit
         if fitting is not None and not fitting[near].all():  # offers no plan to the top k (only plans that fit
             if not np.isfinite(result.best.threshold) and fitting[near].any():  # are offered): not timed; while
-                units.slots(*_plans(pool, sized, block[near], shapes))  # the first pieces run, all their keys
-            near = near[fitting[near]]  # priced at once (the later pieces' plans mostly share them)
+                built = _plans(pool, sized, block[near], shapes)  # the first pieces run, all their keys priced
+                units.slots(*built)  # at once (the later pieces' plans mostly share them)
+                kept = np.repeat(fitting[near], count[near])  # then those timed selected, not built again
+                built = (built[0].select(kept), built[1][kept])
+            near = near[fitting[near]]
         if len(near) and (any_fit or (sampled is not None and sampled[near].any())):
-            plans, plan_shapes = _plans(pool, sized, block[near], shapes)
+            plans, plan_shapes = built if built is not None else _plans(pool, sized, block[near], shapes)
             local = np.repeat(near, count[near])  # each plan's combination, in the block
             _time_chunk(model, cluster, space, eff, plans, plan_shapes, units, fits, peak, local, result, sampled)
 
