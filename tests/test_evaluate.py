@@ -42,3 +42,34 @@ def test_units_are_priced_only_for_keys_that_can_reach_the_top_k(monkeypatch):
     assert result.plans[0].step_time == pytest.approx(estimate(model, cluster, result.plans[0].plan,
                                                                space.stack).step_time)
     assert result.bounded > 0
+
+
+def test_the_plans_timed_are_those_built_for_their_keys_selected():
+    """While the k-th best time is unknown, a piece's plans are built once for their keys (``KeyUnits.slots``) and
+    those of the combinations that fit selected from them for timing: every column, stride and shape is the one the
+    plans built anew for those combinations alone have (Llama-3-8B on 16 H100, every other combination kept)."""
+    import numpy as np
+
+    from meshplan.search.batch import NUMERIC
+    from meshplan.search.candidates import size_rows
+    from meshplan.search.combos import valid_combos
+    from meshplan.search.tally import Tally
+
+    model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)
+    space = Space(**EVERY_PLAN, global_batch=64, layouts=("1d",))
+    sized = size_rows(valid_combos(model, cluster, space)[0], cluster, space, Tally())
+    assert sized is not None
+    columns = {k: v for k, v in sized.columns.items() if k != "layout"}
+    sized = type(sized)(columns, sized.pids, sized.start, sized.count)
+    pool = PlanBatch(**columns, placements=PLACEMENTS, **space.settings)
+    rows, shapes = np.arange(len(sized.count)), np.arange(len(sized.count)) * 7  # a shape per combination
+    fits = rows % 2 == 0
+    built, built_shapes = evaluate_module._plans(pool, sized, rows, shapes)
+    kept = np.repeat(fits, sized.count[rows])
+    selected, anew = built.select(kept), evaluate_module._plans(pool, sized, rows[fits], shapes)
+    assert len(selected) == len(anew[0]) == int(sized.count[fits].sum()) < len(built)
+    for name in (*NUMERIC, "placement_id"):
+        assert np.array_equal(getattr(selected, name), getattr(anew[0], name)), name
+        assert getattr(selected, name).dtype == getattr(anew[0], name).dtype, name
+    assert all(np.array_equal(selected.strides[a], anew[0].strides[a]) for a in anew[0].strides)
+    assert np.array_equal(built_shapes[kept], anew[1])

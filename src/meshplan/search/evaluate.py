@@ -42,6 +42,7 @@ from meshplan.specs.bands import ranking_band
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
+from meshplan.specs.plan import Plan
 from meshplan.units import fmt_over
 from meshplan.xp import stable_order
 
@@ -234,12 +235,16 @@ def _time_rows(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency
             near |= sampled[piece] | explored.wanted(low, fits[:, piece], peak[:, piece])
         near = piece[near]
         result.bounded += int(count[piece].sum() - count[near].sum()) * settings
+        built = None  # the plans of ``near``, where built before it is narrowed to the combinations that fit
         if fitting is not None and not fitting[near].all():  # offers no plan to the top k (only plans that fit
             if not np.isfinite(result.best.threshold) and fitting[near].any():  # are offered): not timed; while
-                units.slots(*_plans(pool, sized, block[near], shapes))  # the first pieces run, all their keys
-            near = near[fitting[near]]  # priced at once (the later pieces' plans mostly share them)
+                built = _plans(pool, sized, block[near], shapes)  # the first pieces run, all their keys priced
+                units.slots(*built)  # at once (the later pieces' plans mostly share them)
+                kept = np.repeat(fitting[near], count[near])  # then those timed selected, not built again
+                built = (built[0].select(kept), built[1][kept])
+            near = near[fitting[near]]
         if len(near) and (any_fit or (sampled is not None and sampled[near].any())):
-            plans, plan_shapes = _plans(pool, sized, block[near], shapes)
+            plans, plan_shapes = built if built is not None else _plans(pool, sized, block[near], shapes)
             local = np.repeat(near, count[near])  # each plan's combination, in the block
             _time_chunk(model, cluster, space, eff, plans, plan_shapes, units, fits, peak, local, result, sampled)
 
@@ -277,19 +282,34 @@ def _time_chunk(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficienc
     setting, row = np.divmod(ok, len(batch))
     fit = fits[setting, sizes[row]]
     ok, setting, row = ok[fit], setting[fit], row[fit]
-    nb = [panels[rc] for rc in space.recompute]
+    nb, each = [panels[rc] for rc in space.recompute], _Once(batch, np.arange(len(batch)))
     simple = None
     if result.best.band:  # each plan's simplicity, for the simplest within the band (best.py)
         r, _, o, a = np.unravel_index(setting, time.shape[:-1])
         grid = [np.array(g) for g in space.grid]
         simple = simplicities(batch, row, grid[0][r] != "none", grid[2][o], grid[3][a])
     result.best.offer(time.reshape(-1)[ok], peak[setting, sizes[row]],
-                      lambda i: decode(batch, space.grid, time.shape, int(ok[i]), nb, model.num_layers,
-                                              space.stack), simple)
+                      lambda i: decode(each, space.grid, time.shape, int(ok[i]), nb, model.num_layers, space.stack),
+                      simple)
     if result.explored is not None:
         assert sampled is not None  # given whenever the search explores
         _explore_chunk(cluster, space, batch, time, fits[:, sizes], peak[:, sizes], sampled[sizes], nb,
                        result.explored, model.num_layers)
+
+
+@dataclass(frozen=True)
+class _Once(Rows):
+    """A chunk's plans read a plan at a time (``decode``), each row's built once: ``Best.offer`` decodes a row under
+    each of its settings it keeps (the 8-count strong-scaling plan: 1,174 decodes of 616 rows, ``PlanBatch.plan``
+    half of their time)."""
+
+    built: dict[int, Plan] = field(default_factory=dict)
+
+    def plan(self, i: int) -> Plan:
+        plan = self.built.get(i)
+        if plan is None:
+            plan = self.built[i] = super().plan(i)
+        return plan
 
 
 def _explore_chunk(cluster: Cluster, space: Space, batch: PlanBatch, time: np.ndarray, fits: np.ndarray,
