@@ -158,6 +158,15 @@ def alike(a: PlanBatch, b: PlanBatch) -> bool:
     return a.placements == b.placements and all(getattr(a, n) == getattr(b, n) for n in CATEGORICAL)
 
 
+def same_plans(a: PlanBatch, b: PlanBatch) -> bool:
+    """Whether two batches hold the same plans in the same order: ``alike``, every column and stride equal."""
+    def same(x: np.ndarray, y: np.ndarray) -> bool:
+        return x is y or (x.shape == y.shape and bool((x == y).all()))
+
+    return alike(a, b) and all(same(getattr(a, n), getattr(b, n)) for n in (*NUMERIC, "placement_id")) and \
+        a.strides.keys() == b.strides.keys() and all(same(v, b.strides[k]) for k, v in a.strides.items())
+
+
 def joined(batches: Sequence[PlanBatch]) -> PlanBatch:
     """The plans of ``batches`` (which agree on every categorical setting and on their placements) in one batch, in
     their order: each column the batches' columns end to end."""
