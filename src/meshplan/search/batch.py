@@ -111,8 +111,9 @@ class _Batch(_Base):
 
     def select(self, index: np.ndarray | slice, **settings: object) -> PlanBatch:
         """The plans at ``index`` (a boolean mask, integer array or slice: the columns' views), optionally with other
-        categorical settings."""
-        numeric = {n: getattr(self, n)[index] for n in (*NUMERIC, "placement_id")}
+        categorical settings, or columns given already taken at ``index``."""
+        given = {n: settings.pop(n) for n in (*NUMERIC, "placement_id") if n in settings}
+        numeric = {n: given[n] if n in given else getattr(self, n)[index] for n in (*NUMERIC, "placement_id")}
         shared = {n: getattr(self, n) for n in CATEGORICAL} | settings
         strides = {a: v[index] for a, v in self.strides.items()}
         return type(self)(**numeric, placements=self.placements, strides=strides, **shared)
