@@ -111,7 +111,7 @@ class _Batch(_Base):
 
     def select(self, index: np.ndarray | slice, **settings: object) -> PlanBatch:
         """The plans at ``index`` (a boolean mask, integer array or slice: the columns' views), optionally with other
-        categorical settings, or columns given already taken at ``index``."""
+        categorical settings; a numeric column given among them is taken as it is (already at ``index``)."""
         given = {n: settings.pop(n) for n in (*NUMERIC, "placement_id") if n in settings}
         numeric = {n: given[n] if n in given else getattr(self, n)[index] for n in (*NUMERIC, "placement_id")}
         shared = {n: getattr(self, n) for n in CATEGORICAL} | settings
@@ -160,9 +160,10 @@ def alike(a: PlanBatch, b: PlanBatch) -> bool:
 
 
 def same_plans(a: PlanBatch, b: PlanBatch) -> bool:
-    """Whether two batches hold the same plans in the same order: ``alike``, every column and stride equal."""
+    """Whether two batches hold the same plans in the same order: ``alike``, every column and stride of one type and
+    equal."""
     def same(x: np.ndarray, y: np.ndarray) -> bool:
-        return x is y or (x.shape == y.shape and bool((x == y).all()))
+        return x is y or (x.shape == y.shape and x.dtype == y.dtype and bool((x == y).all()))
 
     return alike(a, b) and all(same(getattr(a, n), getattr(b, n)) for n in (*NUMERIC, "placement_id")) and \
         a.strides.keys() == b.strides.keys() and all(same(v, b.strides[k]) for k, v in a.strides.items())
