@@ -115,3 +115,42 @@ def test_the_twin_searches_of_a_job_build_its_size_rows_and_pool_once():
     other = mode_pool(mode, layout_combos, cluster, Space(global_batch=512, stack=grouped.stack), Tally(), twin)
     assert other is not None and other[0] is not built[0]
     assert twin.made is not None and twin.made.pool is other  # built anew, and kept
+
+
+def test_a_layouts_size_rows_are_built_once_for_its_tensor_modes_within_rows_kept(monkeypatch):
+    """candidates.rows_kept (one process's tasks, workers._evaluated): the jobs of a layout's two tensor modes (sequence
+    parallelism off, then on) over the same combinations build its size rows once (layout_rows called once), the
+    second mode's pool the same columns, strides, settings and build rejections as built alone; other combinations,
+    or outside rows_kept, build their own."""
+    import numpy as np  # noqa: PLC0415
+
+    from meshplan.search import candidates  # noqa: PLC0415
+    from meshplan.search.batch import NUMERIC  # noqa: PLC0415
+    from meshplan.search.combos import valid_combos  # noqa: PLC0415
+    from meshplan.search.tally import Tally  # noqa: PLC0415
+
+    cluster, space = load_system("h100").cluster(64), Space(global_batch=256, stack=CORE)
+    combos, _ = valid_combos(NEXT, cluster, space)
+    modes = [m for m in space.modes() if m[0] == "1d"]
+    assert [sp for _, sp in modes] == [False, True]
+    layout_combos = [c for c in combos if c.layout == "1d"]
+    real, calls = candidates.layout_rows, []
+    monkeypatch.setattr(candidates, "layout_rows", lambda *a: calls.append(1) or real(*a))
+    tallies = (Tally(), Tally())
+    with candidates.rows_kept():
+        kept = [candidates.mode_pool(m, list(layout_combos), cluster, space, t, candidates.Twin())
+                for m, t in zip(modes, tallies, strict=True)]
+        assert len(calls) == 1
+        candidates.mode_pool(modes[1], layout_combos[1:], cluster, space, Tally(), candidates.Twin())
+        assert len(calls) == 2
+    alone_tally = Tally()
+    alone = candidates.mode_pool(modes[1], layout_combos, cluster, space, alone_tally)
+    assert len(calls) == 3 and alone is not None and kept[1] is not None
+    (batch, sized), (own, own_sized) = kept[1], alone
+    assert tallies[1].counts == alone_tally.counts and tallies[1].examples == alone_tally.examples
+    for name in (*NUMERIC, "placement_id"):
+        assert np.array_equal(getattr(batch, name), getattr(own, name))
+    assert all(np.array_equal(batch.strides[a], own.strides[a]) for a in own.strides)
+    assert batch.sequence_parallel and own.sequence_parallel and batch.placements == own.placements
+    assert all(np.array_equal(sized.columns[k], v) for k, v in own_sized.columns.items())
+    assert np.array_equal(sized.count, own_sized.count) and np.array_equal(sized.start, own_sized.start)

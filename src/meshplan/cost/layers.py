@@ -98,9 +98,11 @@ def hybrid_block(model: ModelSpec, plan: Plan, stack: Stack, kind: str) -> list[
     return low_precision_casts(block(spec, plan, d) + post + stack_extras(spec, plan, d, kind), plan, stack)
 
 
-def layer_kinds(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCost]]:
-    """The ops of one layer of each kind the model has (``ModelSpec.block_counts``)."""
+def layer_kinds(model: ModelSpec, plan: Plan, stack: Stack, kinds: tuple[str, ...] | None = None
+                ) -> dict[str, list[OpCost]]:
+    """The ops of one layer of each kind the model has (``ModelSpec.block_counts``), or of those of ``kinds``."""
+    wanted = [kind for kind in model.block_counts if kinds is None or kind in kinds]
     if model.is_hybrid:
-        return {kind: hybrid_block(model, plan, stack, kind) for kind in model.block_counts}
+        return {kind: hybrid_block(model, plan, stack, kind) for kind in wanted}
     builders = {"dense": dense_layer, "moe": moe_layer}
-    return {kind: builders[kind](model, plan, stack) for kind in model.block_counts}
+    return {kind: builders[kind](model, plan, stack) for kind in wanted}

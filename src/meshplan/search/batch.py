@@ -111,8 +111,9 @@ class _Batch(_Base):
 
     def select(self, index: np.ndarray | slice, **settings: object) -> PlanBatch:
         """The plans at ``index`` (a boolean mask, integer array or slice: the columns' views), optionally with other
-        categorical settings."""
-        numeric = {n: getattr(self, n)[index] for n in (*NUMERIC, "placement_id")}
+        categorical settings; a numeric column given among them is taken as it is (already at ``index``)."""
+        given = {n: settings.pop(n) for n in (*NUMERIC, "placement_id") if n in settings}
+        numeric = {n: given[n] if n in given else getattr(self, n)[index] for n in (*NUMERIC, "placement_id")}
         shared = {n: getattr(self, n) for n in CATEGORICAL} | settings
         strides = {a: v[index] for a, v in self.strides.items()}
         return type(self)(**numeric, placements=self.placements, strides=strides, **shared)
@@ -156,6 +157,16 @@ PlanBatch.__doc__ = """Plans as columns: Plan's numeric fields (``NUMERIC``) as 
 def alike(a: PlanBatch, b: PlanBatch) -> bool:
     """Whether two batches can be ``joined``: the same categorical settings and placements."""
     return a.placements == b.placements and all(getattr(a, n) == getattr(b, n) for n in CATEGORICAL)
+
+
+def same_plans(a: PlanBatch, b: PlanBatch) -> bool:
+    """Whether two batches hold the same plans in the same order: ``alike``, every column and stride of one type and
+    equal."""
+    def same(x: np.ndarray, y: np.ndarray) -> bool:
+        return x is y or (x.shape == y.shape and x.dtype == y.dtype and bool((x == y).all()))
+
+    return alike(a, b) and all(same(getattr(a, n), getattr(b, n)) for n in (*NUMERIC, "placement_id")) and \
+        a.strides.keys() == b.strides.keys() and all(same(v, b.strides[k]) for k, v in a.strides.items())
 
 
 def joined(batches: Sequence[PlanBatch]) -> PlanBatch:

@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np
 
 from meshplan.cost.records import OpCost, same_record
-from meshplan.search.batch import PlanBatch
+from meshplan.search.batch import PlanBatch, same_plans
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
+from meshplan.step.parts import twin_ops
 from meshplan.step.passes import ZERO, PassTimes
-from meshplan.step.units import Units, compute_times
+from meshplan.step.units import Units, compute_times, plan_ops
 from meshplan.xp import Num
 
 Panels = dict[str, np.ndarray]  # a SUMMA panel count per row, per kind of wrapper work ("": none; Units.under)
@@ -53,8 +54,6 @@ def _joined(old: Num | None, new: Num | None, n_old: int, n_new: int) -> Num | N
     assert old is not None
     return np.concatenate([np.broadcast_to(np.asarray(old, dtype=np.float64), (n_old,)),
                            np.broadcast_to(np.asarray(new, dtype=np.float64), (n_new,))])
-
-
 
 
 # A strong-scaling plan searches the same model on several GPU counts: their unit keys are mostly the same (a unit
@@ -208,8 +207,10 @@ class KeyStore:
 # what the op shapes of every layer but a MoE layer's experts depend on (the experts' also on ep and etp): an op whose
 # inputs are the same wherever these are is priced once per distinct value of them (``shape_compute_times``)
 _OP_KEYS = ("tp", "tp2", "cp", "micro_batch")
-# the last ``shape_compute_times`` call's context, rows' op keys, ops and times, within ``twin_times`` (else empty)
-_LAST: list[tuple[tuple[Any, ...], np.ndarray, np.ndarray, dict[str, list[OpCost]], dict[str, list[Num | None]]]] = []
+# the last ``shape_compute_times`` call's context, rows' op keys, ops and times, and its model, rows and stack, within
+# ``twin_times`` (else empty)
+_LAST: list[tuple[tuple[Any, ...], np.ndarray, np.ndarray, dict[str, list[OpCost]], dict[str, list[Num | None]],
+                  tuple[ModelSpec, PlanBatch, Stack]]] = []
 _TWINS: list[bool] = []
 
 
@@ -243,8 +244,22 @@ def shape_compute_times(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, s
     fresh = {k: iter(v) for k, v in _priced_once(model, cluster, shaped, stack, eff, todo, (first, inverse)).items()}
     times = {k: [known[k, i] if (k, i) in known else next(fresh[k]) for i in range(len(v))] for k, v in ops.items()}
     if _TWINS:
-        _LAST[:] = [(context, first, inverse, ops, times)]
+        _LAST[:] = [(context, first, inverse, ops, times, (model, shaped, stack))]
     return times
+
+
+def shape_ops(model: ModelSpec, shaped: PlanBatch, stack: Stack) -> dict[str, list[OpCost]]:
+    """``plan_ops`` of ``shaped`` (the rows ``shape_compute_times`` then prices). Within ``twin_times``, where the
+    previous call priced the ops of the same model and rows (every column equal) on a stack that differs from ``stack``
+    in its expert GEMMs alone (the expert-GEMM twin's), the groups that do not read them are that call's records
+    (step.parts.twin_ops), the same objects, so that ``_known`` meets them as such (DeepSeek-V3's twin: the dense
+    layer, the ends and a send, ~9 ms of building)."""
+    if _LAST:
+        old_model, old_shaped, old_stack = _LAST[0][5]
+        if (old_model is model or old_model == model) and stack.with_(expert_gemm=old_stack.expert_gemm) == old_stack \
+                and same_plans(old_shaped, shaped):
+            return twin_ops(model, shaped, stack, _LAST[0][3])
+    return plan_ops(model, shaped, stack)
 
 
 def _known(ops: dict[str, list[OpCost]], context: tuple[Any, ...], first: np.ndarray, inverse: np.ndarray
@@ -253,12 +268,13 @@ def _known(ops: dict[str, list[OpCost]], context: tuple[Any, ...], first: np.nda
     where its context and the rows' grouping by op keys are these."""
     if not _LAST:
         return {}
-    (old_context, old_first, old_inverse, old_ops, old_times), = _LAST
+    (old_context, old_first, old_inverse, old_ops, old_times, _), = _LAST
     if any(a is not b and a != b for a, b in zip(context, old_context, strict=True)) or \
             not (np.array_equal(first, old_first) and np.array_equal(inverse, old_inverse)):
         return {}
     return {(k, i): old_times[k][i] for k, v in ops.items() for i, op in enumerate(v)
-            if op.kind != "collective" and i < len(old_ops.get(k, ())) and same_record(op, old_ops[k][i])}
+            if op.kind != "collective" and i < len(old_ops.get(k, ())) and (op is old_ops[k][i] or
+                                                                             same_record(op, old_ops[k][i]))}
 
 
 def _priced_once(model: ModelSpec, cluster: Cluster, shaped: PlanBatch, stack: Stack, eff: Efficiency,

@@ -19,13 +19,13 @@ import numpy as np
 from meshplan.collectives.comm import Layout, block_members
 from meshplan.collectives.groups import expert_layout, send_stride
 from meshplan.search.batch import CATEGORICAL, PlanBatch
-from meshplan.search.key_store import KeyStore, Panels, distinct, shape_compute_times, store_for
+from meshplan.search.key_store import KeyStore, Panels, distinct, shape_compute_times, shape_ops, store_for
 from meshplan.specs.efficiency import Efficiency
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.stack import Stack
 from meshplan.step.passes import PassTimes
-from meshplan.step.units import Saved, Units, kernel_parts, plan_ops, timed_parts, units_for_recomputes
+from meshplan.step.units import Saved, Units, kernel_parts, timed_parts, units_for_recomputes
 from meshplan.xp import Num, where
 
 
@@ -166,7 +166,7 @@ class KeyUnits:
         new = self._shape_ids >= store.shaped  # shapes whose kernel times no search of the store has computed
         if new.any():
             shaped = _key_batch(pool, shape_first[new])
-            ops = plan_ops(model, shaped, stack)
+            ops = shape_ops(model, shaped, stack)
             compute = shape_compute_times(model, cluster, shaped, stack, eff, ops)
             # kernel times and saved bytes only: without the twins, the collectives nor a choice of SUMMA panels
             parts = kernel_parts(model, cluster, shaped, stack, _rows_of(compute, slice(None), int(new.sum())), ops)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from meshplan.search.candidates import Twin
+from meshplan.search.candidates import Twin, rows_kept
 from meshplan.search.combos import Combo
 from meshplan.search.evaluate import Part, Start, evaluate
 from meshplan.search.explore import Explored
@@ -162,12 +162,14 @@ def _evaluated(searches: list[tuple[list[Job], list[Combo], tuple]], tasks: list
     pool's alike: each process takes the next task (``_handout``, the heaviest first) when it is free, this one's
     parts as they come, then the workers'."""
     if pool is None:
-        for task in tasks:
-            yield task, _evaluate_task(searches, task)
+        with rows_kept():  # a layout's size rows built once for its tensor modes' tasks (candidates.mode_pool)
+            for task in tasks:
+                yield task, _evaluate_task(searches, task)
         return
     helpers = [pool.apply_async(_evaluate_shared) for _ in range(_SHARED["helpers"])]
-    for t in _taken(_SHARED["tokens"]):
-        yield tasks[t], _evaluate_task(searches, tasks[t])
+    with rows_kept():
+        for t in _taken(_SHARED["tokens"]):
+            yield tasks[t], _evaluate_task(searches, tasks[t])
     for helper in helpers:
         for t, found in helper.get():
             yield tasks[t], found
@@ -340,4 +342,5 @@ def _finish_shared(s: int, parts: list[Part], here: int) -> Any:
 def _evaluate_shared() -> list[tuple[int, list[Part]]]:
     """A worker's share of the tasks (``_evaluated``): each task it takes and its searches' parts."""
     searches, tasks = _SHARED["searches"], _SHARED["tasks"]
-    return [(t, _evaluate_task(searches, tasks[t])) for t in _taken(_SHARED["tokens"])]
+    with rows_kept():
+        return [(t, _evaluate_task(searches, tasks[t])) for t in _taken(_SHARED["tokens"])]

@@ -192,6 +192,21 @@ def plan_ops(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, list[OpCos
     return _ops(model, plan, stack)
 
 
+# the groups whose op records read the stack's expert GEMMs (``Stack.expert_gemm`` and, with it, ``dglu_slowdown``):
+# cost/mlp_moe.py and cost/moe_permute.py alone read them, for a MoE block, the "moe" layer kind (a hybrid's too); not
+# the dense layer's nor a hybrid's other blocks', the ends' ("embed", "head", "mtp": an MTP depth's own layer is a "moe"
+# one, which units.py adds) nor a send's (tests/test_twin_ops.py builds them under each choice for every MoE preset)
+EXPERT_GROUPS = ("moe",)
+
+
+def twin_ops(model: ModelSpec, plan: Plan, stack: Stack, other: dict[str, list[OpCost]]) -> dict[str, list[OpCost]]:
+    """``plan_ops`` of ``plan`` on ``stack``, given ``other``: the op records of the same plan (or batch) on a stack
+    that differs from ``stack`` in its expert GEMMs alone (search/variants.py's twin searches). The groups that do not
+    read them (``EXPERT_GROUPS``) are ``other``'s, the same records; the others are built."""
+    built = layer_kinds(model, plan, stack, EXPERT_GROUPS)
+    return {k: list(built.get(k, v)) for k, v in other.items()}
+
+
 def compute_times(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency = DEFAULT,
                   ops: dict[str, list[OpCost]] | None = None) -> dict[str, list[Num | None]]:
     """Roofline times of the non-collective ops (None for collectives), which depend on the op shapes only.
