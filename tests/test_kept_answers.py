@@ -199,3 +199,74 @@ def test_kept_rank_price_is_the_fresh_one() -> None:
     twin = plan.with_()  # equal, another object
     assert price_rank(model, cluster, twin, stack, units, EFF, 0) is not price_rank(model, cluster, plan, stack,
                                                                                       units, EFF, 0)
+
+
+class _Afresh:
+    """A memo that keeps nothing: every answer computed afresh (xp.Kept's ``answer``)."""
+
+    @staticmethod
+    def answer(key: object, held: object, compute, *args):  # noqa: ANN001, ANN205 (Kept's signature)
+        return compute(*args)
+
+
+def _bits(x: object) -> bytes:
+    """Every number of ``x`` bit for bit (pickle writes a float's 8 bytes: -0.0 is not 0.0)."""
+    import pickle
+    return pickle.dumps(x)
+
+
+def _apart_plans() -> list[tuple]:
+    """Plans whose ranks are priced apart (step/ranks.priced_apart): uneven stages, per-rank recompute (the block
+    method's counts too) and offload, interleaved, ZB-V (the head on the first rank), Chimera (the ends half each),
+    every rank alike (as the stage DP's lines' trial plans, search/stage_lines._trial) and the optimizer offloaded."""
+    deepseek, llama = load_model("deepseek-v3"), load_model("llama3-70b")
+    big = small = load_system("h100").cluster(64)
+    return [
+        (deepseek, big, Plan(dp=8, tp=2, pp=4, ep=8, global_batch=256, stage_layers=(13, 16, 16, 16),
+                             stage_recompute=("full", "selective", "none", "none")), Stack()),
+        (deepseek, big, Plan(dp=4, tp=2, pp=8, ep=4, global_batch=256, stage_layers=(5, 8, 8, 8, 8, 8, 8, 8),
+                             stage_recompute=("2", "selective", "selective", "none", "none", "none", "1", "none"),
+                             stage_offload=(2, 1, 1, 0, 0, 0, 0, 0)), Stack()),
+        (llama, small, Plan(dp=2, tp=4, pp=8, vpp=2, global_batch=64, stage_layers=(8, 12, 10, 10, 10, 8, 10, 12)),
+         Stack()),
+        (llama, small, Plan(dp=2, tp=4, pp=8, vpp=2, global_batch=64, schedule="zb-v",
+                            stage_recompute=("full",) + ("none",) * 7), Stack()),
+        (llama, small, Plan(dp=2, tp=4, pp=8, global_batch=16, schedule="chimera",
+                            stage_offload=(1,) + (0,) * 7), Stack()),
+        (llama, small, Plan(dp=2, tp=4, pp=8, global_batch=64, stage_layers=(10,) * 8,
+                            stage_recompute=("selective",) * 8, stage_offload=(2, 0, 1, 0, 2, 2, 0, 2)), Stack()),
+        (llama, small, Plan(dp=2, tp=4, pp=8, global_batch=64, stage_layers=(8, 12, 10, 10, 10, 8, 10, 12), zero=2,
+                            offload_optimizer=True), Stack()),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_kept_rank_passes_are_the_fresh_ones(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank's passes and channels kept for the ranks alike (step/ranks._PASSES: the middle ranks of equal layers
+    and settings share them) are those computed afresh for each rank, bit for bit: every rank's price and the whole
+    estimate, with the memo and without it."""
+    from meshplan.estimate import estimate
+    from meshplan.specs.efficiency import DEFAULT as EFF
+    from meshplan.step import ranks
+    from meshplan.step.parts import timed_parts
+    from meshplan.step.units import units_for_recomputes
+    model, cluster, plan, stack = _apart_plans()[case]
+    units = units_for_recomputes(model, plan, stack, timed_parts(model, cluster, plan, stack, EFF),
+                                 (*ranks.stage_modes(plan), plan.recompute), EFF)
+    memo: dict = {}
+
+    def priced() -> list[bytes]:  # every rank, as assemble_ranks prices them (its middle ranks' shared parts)
+        return [_bits(ranks.price_rank(model, cluster, plan, stack, units, EFF, r,
+                                       ranks.shared_rank(model, cluster, plan, stack, EFF, r, memo)))
+                for r in range(plan.pp)]
+
+    ranks._PASSES.answers.clear()  # noqa: PLC2701 (its own)
+    kept = priced()
+    assert len(ranks._PASSES.answers) < plan.pp or case == 0  # noqa: PLC2701 (middle ranks shared; none in case 0)
+    kept_estimate = estimate(model, cluster, plan, stack, EFF)
+    for memo_name in ("_PASSES", "_PRICED"):
+        monkeypatch.setattr(ranks, memo_name, _Afresh())
+    assert priced() == kept
+    fresh_estimate = estimate(model, cluster, plan, stack, EFF)
+    assert _bits(fresh_estimate.detail.costs) == _bits(kept_estimate.detail.costs)  # type: ignore[union-attr]
+    assert _bits(fresh_estimate.to_dict(ops=True)) == _bits(kept_estimate.to_dict(ops=True))

@@ -89,13 +89,15 @@ def _trial(plan: Plan, layers: int, setting: tuple[str, bool]) -> Plan:
 
 def _priced(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, units: dict[str, Units], eff: Efficiency,
             rank: int, layers: int, settings: Sequence[tuple[str, bool]],
-            middle: dict[tuple[int, float], RankShared] | None = None) -> list[RankCost]:
+            middle: dict[tuple[int, float], RankShared] | None = None, trials: Sequence[Plan] = ()) -> list[RankCost]:
     """Rank ``rank`` holding ``layers`` layers under each of ``settings``: its parameters' share (its traffic, its
     optimizer step, its buffers: ``step.ranks.rank_shared``) priced once for them all, since no setting moves it,
-    and once for the middle ranks of one cluster (``middle``, by cluster and count: step/ranks.shared_rank)."""
-    shared = shared_rank(model, cluster, _trial(plan, layers, settings[0]), stack, eff, rank,
-                         {} if middle is None else middle)
-    return [price_rank(model, cluster, _trial(plan, layers, s), stack, units, eff, rank, shared) for s in settings]
+    and once for the middle ranks of one cluster (``middle``, by cluster and count: step/ranks.shared_rank).
+    ``trials``: the plans of ``_trial`` for them, where made already (``rank_lines``: the ranks of one count price the
+    same plans, so that its middle ranks share their passes, step/ranks._PASSES)."""
+    trials = trials or [_trial(plan, layers, s) for s in settings]
+    shared = shared_rank(model, cluster, trials[0], stack, eff, rank, {} if middle is None else middle)
+    return [price_rank(model, cluster, trial, stack, units, eff, rank, shared) for trial in trials]
 
 
 def priced_ranks(clusters: Sequence[Cluster]) -> list[int]:
@@ -126,12 +128,13 @@ def rank_lines(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack:
     units: dict[int, dict[str, Units]] = {}
     known: dict[int, dict[tuple[str, bool], RankLines]] = {}
     middle: dict[tuple[int, float], RankShared] = {}
+    trials = {n: [_trial(base, n, s) for s in settings] for n in (la, lb)}
     for r in priced_ranks(clusters):
         cluster = clusters[r]
         if id(cluster) not in units:
             units[id(cluster)] = units_on(model, cluster, base, stack, eff)
         known[r] = {}
-        at_a, at_b = (_priced(model, cluster, base, stack, units[id(cluster)], eff, r, n, settings, middle)
+        at_a, at_b = (_priced(model, cluster, base, stack, units[id(cluster)], eff, r, n, settings, middle, trials[n])
                       for n in (la, lb))
         for setting, a, b in zip(settings, at_a, at_b, strict=True):
             known[r][setting] = RankLines(_line(a.step, b.step, la, lb), _line(a.times.total, b.times.total, la, lb),

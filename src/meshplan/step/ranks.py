@@ -46,7 +46,15 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
 from meshplan.step.assemble import StepCosts
-from meshplan.step.channels import Collectives, dp_collectives, embedding_sync, offload, step_channels, update_time
+from meshplan.step.channels import (
+    Collectives,
+    Offload,
+    dp_collectives,
+    embedding_sync,
+    offload,
+    step_channels,
+    update_time,
+)
 from meshplan.step.grid import params_of_rank
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops
 from meshplan.step.memory import Phases, activation_memory, gathered_ends, memory_at_peak, recompute_working
@@ -189,25 +197,23 @@ def _price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, mi
                 rank: int, view: Plan, fixed: RankShared) -> RankCost:
     """``price_rank`` of the rank's ``view``, its units ``mine`` and ``fixed`` (its ``rank_shared``)."""
     u, last = mine.under(work_of(view, stack)), rank == plan.pp - 1
-    times = with_sends(view, stack, rank_body(view, u, layers_on_rank(model, plan, rank)), u)
-    # the embedding's and the head's shares this rank runs, where its schedule's record places them (issue 82:
-    # ZB-V's head on the first rank, Chimera's ends half each, as the end ranks' path prices them)
-    for part, share in zip((u.embed, u.head), schedule_of(plan.schedule).end_shares(plan.pp, rank), strict=True):
-        times = times.plus(part if share == 1 else part.scaled(share)) if share else times
-    if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)
-        times = times.plus(loop_times(loop_host(stack, cluster.python_host)))
-    params, zero = fixed.params, fixed.zero
+    layers, shares = layers_on_rank(model, plan, rank), schedule_of(plan.schedule).end_shares(plan.pp, rank)
+    held = (plan, stack, mine, cluster, eff, fixed)
+    key = (*map(id, held), *(own[rank] if own else None for own in (plan.stage_recompute, plan.stage_offload)),
+           type(layers), layers, shares, last)
+    times, channels, states = _PASSES.answer(key, held, _passes, cluster, stack, u, eff, view, (layers, shares, last),
+                                             fixed)
+    zero = fixed.zero
     per_update, updates = cadence(plan)
-    copies = offload(model, cluster, view, u.layer_saved, last, rank)
-    channels = step_channels(times.passes(), per_update, fixed.traffic, (zero,), copies, eff.overlap_slowdown,
-                             stack.overlap_dp)
+    if channels is None:  # its offload copies, which read its rank (its layers offloaded)
+        channels = step_channels(times.passes(), per_update, fixed.traffic, (zero,),
+                                 offload(model, cluster, view, u.layer_saved, last, rank), eff.overlap_slowdown,
+                                 stack.overlap_dp)
     dp, moved = float(updates * (channels[zero][0] + fixed.tied)), float(updates * channels[zero][1])
     opt = float(updates * fixed.optimizer + fixed.iteration)
-    weights, grads, optimizer = model_states(params, view, stack, last)
-    memory = memory_at_peak((weights, grads, optimizer), _activations(model, view, stack, u, rank), fixed.buffers,
+    memory = memory_at_peak(states[:3], _activations(model, view, stack, u, rank), fixed.buffers,
                             gathered_ends(model, plan, stack))
-    host = model_states(params, revised(view, {"offload_optimizer": False}), stack, last)[2] if plan.offload_optimizer \
-        else 0.0  # the optimizer's states held in host memory, where they are offloaded
+    host = states[3]  # the optimizer's states held in host memory, where they are offloaded
     if view.offload_activations:  # the offloaded layers' share of what the rank would otherwise keep
         kept = activation_bytes(model, revised(view, {"offload_activations": False}), u.layer_saved,
                                 layer_input_bytes(model, view), last, rank)
@@ -215,6 +221,38 @@ def _price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, mi
     lone = unpaired_passes(plan.pp, plan.vpp, plan.grad_accum) * times.unpaired  # the combined 1F1B's passes alone
     return RankCost(times, float(plan.grad_accum * times.total + lone + dp + moved + opt), dp, moved, opt, memory,
                     float(host))
+
+
+# a rank's passes, its model states and, without offload copies, its data-parallel channels, by what they read
+# (``_passes``): the plan, the stack, the units, the cluster, the efficiency and the rank's ``RankShared`` by identity
+# (held, as ``_KEPT``'s), and the rank's own recompute and offload entries, its layer count, its shares of the embedding
+# and the head and whether it is the last. Its index reaches none of them otherwise (its activations and offload copies,
+# which read it, are priced apart), so the middle ranks of a plan that hold as many layers under one setting share them
+# (assemble_ranks: 14 of DeepSeek-V3's 16 ranks; the stage DP's lines: ranks 1 and p - 2, search/stage_lines.py)
+_Passes = tuple[PassTimes, dict[int, tuple[Num, Num]] | None, tuple[Num, Num, Num, Num]]
+_PASSES: Kept[_Passes] = Kept(64)
+
+
+def _passes(cluster: Cluster, stack: Stack, u: Units, eff: Efficiency, view: Plan,
+            at: tuple[Num, tuple[float, float], bool], fixed: RankShared) -> _Passes:
+    """A rank's time per micro-batch (its ``view``'s layers under its recompute with its sends, its ``at`` = (layers,
+    shares of the embedding and the head, last or not), the loop's host work), its model states (weights, gradients,
+    optimizer; and the optimizer's in host memory, where offloaded) and, where it offloads no activations, its
+    data-parallel channels (step/channels.step_channels; with offload, its copies read its index: None)."""
+    layers, shares, last = at
+    times = with_sends(view, stack, rank_body(view, u, layers), u)
+    # the embedding's and the head's shares this rank runs, where its schedule's record places them (issue 82:
+    # ZB-V's head on the first rank, Chimera's ends half each, as the end ranks' path prices them)
+    for part, share in zip((u.embed, u.head), shares, strict=True):
+        times = times.plus(part if share == 1 else part.scaled(share)) if share else times
+    if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)
+        times = times.plus(loop_times(loop_host(stack, cluster.python_host)))
+    states = (*model_states(fixed.params, view, stack, last), model_states(
+        fixed.params, revised(view, {"offload_optimizer": False}), stack, last)[2] if view.offload_optimizer else 0.0)
+    if view.offload_activations:
+        return times, None, states
+    return times, step_channels(times.passes(), cadence(view)[0], fixed.traffic, (fixed.zero,), Offload(),
+                                eff.overlap_slowdown, stack.overlap_dp), states
 
 
 def _activations(model: ModelSpec, view: Plan, stack: Stack, u: Units, rank: int) -> Phases:
