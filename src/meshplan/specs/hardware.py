@@ -79,8 +79,7 @@ class Accelerator:
     # BabelStream Copy's sustained bandwidth / hbm_bandwidth here, which slows streaming kernels (roofline.py); 0: none
     hbm_copy_share: float = 0.0
     # beside the caching allocator (step/device_memory.py): the CUDA context with its kernels, NCCL's buffers a
-    # communicator of two ranks / of more holds; A100's by default (a100-40gb.toml's sources), for a GPU with none
-    # measured its own
+    # communicator of two ranks / of more holds; A100's by default (a100-40gb.toml's sources) for a GPU with none
     cuda_context: float = 1573 * MiB
     nccl_pair: float = 544e6
     nccl_group: float = 688e6
