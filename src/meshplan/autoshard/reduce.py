@@ -142,9 +142,13 @@ def _dominated(pw: Pairwise, key: int, around: set[int], strong: bool = False) -
     can be dropped, and those are decided in order. ``strong``: Goldstein's criterion instead (dominance.goldstein)."""
     near = sorted(around)
     edges = pw.edges
-    arrays = (pw.costs[key], pw.memory.get(key), *(edges[(key, v)] if key < v else edges[(v, key)] for v in near))
-    return same(("strong" if strong else "plain", *(key < v for v in near)), arrays,
-                 lambda *_: _profiled(pw, key, near, strong))
+    arrays: list[Any] = [pw.costs[key], pw.memory.get(key)]
+    sides: list[Any] = ["strong" if strong else "plain"]
+    for v in near:  # one pass (not two generators): most calls end at ``same``'s look-up by identity
+        first = key < v
+        arrays.append(edges[(key, v)] if first else edges[(v, key)])
+        sides.append(first)
+    return same(tuple(sides), tuple(arrays), lambda *_: _profiled(pw, key, near, strong))
 
 
 def _profiled(pw: Pairwise, key: int, near: list[int], strong: bool) -> np.ndarray:

@@ -89,11 +89,20 @@ def replicated_rule(inputs: list[tuple[int, ...]], outputs: list[tuple[int, ...]
 def assignments(rule: Rule, sizes: tuple[int, ...], shapes_in: list[tuple[int, ...]],
                 shapes_out: list[tuple[int, ...]]) -> list[tuple[str | None, ...]]:
     """Every valid strategy of an anchor op: one label (or none) per mesh dimension, each tensor split evenly; an
-    op linear in its first argument may also carry a Partial through (``PASS``: add P + P, a view of P)."""
+    op linear in its first argument may also carry a Partial through (``PASS``: add P + P, a view of P). A new
+    list each call, of ``_assigned``'s memoised answer (Llama-3-8B on 64 H100s: 136 nodes, 62 distinct)."""
+    return list(_assigned(rule, sizes, tuple(shapes_in), tuple(shapes_out)))
+
+
+@lru_cache(maxsize=4096)
+def _assigned(rule: Rule, sizes: tuple[int, ...], shapes_in: tuple[tuple[int, ...], ...],
+              shapes_out: tuple[tuple[int, ...], ...]) -> tuple[tuple[str | None, ...], ...]:
+    """``assignments``' strategies, by the rule's value (its ``sizes`` does not enter them)."""
     passes = [passing(j) for j in sorted(rule.linear)] if rule.one_partial else [PASS] if rule.linear else []
     barred = _barred(rule)  # product() of the others: the allowed combos, in the same order
     options: list[str | None] = [lab for lab in (None, *rule.labels, *passes) if lab not in barred]
-    return [combo for combo in product(options, repeat=len(sizes)) if _fits(rule, combo, sizes, shapes_in, shapes_out)]
+    return tuple(combo for combo in product(options, repeat=len(sizes)) if _fits(rule, combo, sizes, shapes_in,
+                                                                                  shapes_out))
 
 
 def _barred(rule: Rule) -> frozenset[str]:
@@ -102,8 +111,8 @@ def _barred(rule: Rule) -> frozenset[str]:
     return frozenset(lab for lab in rule.no_partial if any(lab in rule.result_sums(i) for i in outputs))
 
 
-def _fits(rule: Rule, combo: tuple[str | None, ...], sizes: tuple[int, ...], shapes_in: list[tuple[int, ...]],
-          shapes_out: list[tuple[int, ...]]) -> bool:
+def _fits(rule: Rule, combo: tuple[str | None, ...], sizes: tuple[int, ...], shapes_in: tuple[tuple[int, ...], ...],
+          shapes_out: tuple[tuple[int, ...], ...]) -> bool:
     ins, outs = place(rule, combo)
     return all(valid(s, p, sizes) for s, p in zip(shapes_in, ins, strict=True)) and all(
         valid(s, p, sizes) for s, p in zip(shapes_out, outs, strict=True))

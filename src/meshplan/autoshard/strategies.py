@@ -90,7 +90,7 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
     calls = np.zeros((len(combos), 2))
     node = Node(key=key, name=node_name(flow, key), kind=kind, members=members, combos=combos, outs=[], needs=[],
                 time=np.zeros((len(combos), 2)), comm=np.zeros((len(combos), 2)), created=[], calls=calls)
-    facts = {i: _Facts(ops[i]) for i in members}
+    plan = [_Member(flow, i, key) for i in members]  # what each op brings whatever the strategy, found once
     for s, combo in enumerate(combos):
         produced: dict[Slot, Placements] = {}
         needed: dict[Slot, Placements] = {}
@@ -102,32 +102,27 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
             produced[(key, 0)] = place(head_rule, combo)[1][0]
             created[src.storage] = flow.trace.storages[src.storage].nbytes / shards(produced[(key, 0)], mesh.sizes)
         seconds, inside, count = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]  # node.time, comm and calls of this strategy
-        for i in members:
-            op = ops[i]
-            c = combo if i == key else _follower_combo(flow, i, produced, mesh)
-            p_in, p_out = place(flow.rules[i], c, flow.leaders[i] if i != key else -1)
-            for slot, p in enumerate(p_out):
-                produced[(i, slot)] = p
-            for j, p in enumerate(p_in):
-                needed[(i, j)] = p
-            phase = 0 if op.phase == "fwd" else 1
-            compute, extra, extra_calls = _op_seconds(facts[i], flow.rules[i], c, p_in, p_out, mesh, eff)
+        for m in plan:
+            c = combo if m.head else _follower_combo(m, produced, mesh)
+            p_in, p_out = place(m.rule, c, m.leader)
+            produced.update(zip(m.placed, p_out, strict=True))
+            needed.update(zip(m.arguments, p_in, strict=True))
+            phase = m.phase
+            compute, extra, extra_calls = _op_seconds(m.facts, m.rule, c, p_in, p_out, mesh, eff)
             seconds[phase] += compute
-            (moves, inner_calls), (made, made_calls) = _inner_moves(flow, i, p_in, produced, moved, mesh, resharder)
-            again, again_calls = _remade(flow, i, phase, remake, moved) if remake else (0.0, 0)  # none moved yet
+            (moves, inner_calls), (made, made_calls) = _inner_moves(m, p_in, produced, moved, mesh, resharder)
+            again, again_calls = _remade(m.producers, phase, remake, moved) if remake else (0.0, 0)  # none moved yet
             inside[phase] += extra + moves + again
             count[phase] += extra_calls + inner_calls + again_calls
             carried, carried_calls = made, made_calls
             if remake:  # moves carried over from the arguments' own
-                carried += sum(remake[src][1] for src in flow.producers[i] if src in remake)
-                carried_calls += sum(remake[src][2] for src in flow.producers[i] if src in remake)
-            if carried and op.kind == "view" or made:
-                for slot in range(len(op.outputs)):
-                    remake[(i, slot)] = (phase, carried, carried_calls)
-            for t, p in zip(op.outputs, p_out, strict=True):
-                storage = flow.trace.storages[t.storage]
-                if storage.created == i:
-                    created[t.storage] = storage.nbytes / shards(p, mesh.sizes)
+                carried += sum(remake[src][1] for src in m.producers if src in remake)
+                carried_calls += sum(remake[src][2] for src in m.producers if src in remake)
+            if carried and m.facts.view or made:
+                for result in m.results:
+                    remake[result] = (phase, carried, carried_calls)
+            for slot, storage, nbytes in m.creates:
+                created[storage] = nbytes / shards(p_out[slot], mesh.sizes)
         node.time[s], node.comm[s], calls[s] = seconds, inside, count
         node.outs.append(produced)
         node.needs.append(needed)
@@ -136,13 +131,36 @@ def build_node(flow: Flow, key: int, members: tuple[int, ...], mesh: DeviceMesh,
     return node
 
 
-def _remade(flow: Flow, i: int, phase: int, remake: dict[Slot, tuple[int, float, int]], moved: set[tuple]
+class _Member:
+    """What build_node reads of one op of a node whatever the strategy, looked up once rather than per strategy:
+    its rule, its leading argument (-1: the node's head, placed by the strategy itself), its pass, its arguments'
+    producers, the slots of what ``place`` gives and of its results, the storages it creates (result, storage,
+    bytes), each argument's tensor as a move inside the node names it (``_inner_moves``) and its ``_Facts``."""
+
+    def __init__(self, flow: Flow, i: int, key: int) -> None:
+        op = flow.trace.ops[i]
+        self.head = i == key
+        self.rule, self.leader = flow.rules[i], flow.leaders[i] if i != key else -1
+        self.phase = 0 if op.phase == "fwd" else 1
+        self.producers: Sequence[Slot] = flow.producers[i]
+        self.placed = [(i, slot) for slot in range(len(self.rule.outputs))]  # place() gives one per rule result
+        self.arguments = [(i, j) for j in range(len(self.rule.inputs))]
+        self.results = [(i, slot) for slot in range(len(op.outputs))]
+        self.creates = [(slot, t.storage, flow.trace.storages[t.storage].nbytes) for slot, t in enumerate(op.outputs)
+                        if flow.trace.storages[t.storage].created == i]
+        self.inputs = op.inputs
+        self.tensors = [(t.storage, t.shape, t.stride, t.offset, op.phase == "fwd") for t in op.inputs]
+        self.shapes = [t.shape for t in (*op.inputs, *op.outputs)]
+        self.facts = _Facts(op)
+
+
+def _remade(producers: Sequence[Slot], phase: int, remake: dict[Slot, tuple[int, float, int]], moved: set[tuple]
             ) -> tuple[float, int]:
     """A result that was moved in one pass (a view of a split dimension gathered first) is a temporary of that
     pass: a reader in the other pass moves it again, once (Megatron-LM's sequence parallelism all-gathers a
     linear's input again for the weight gradient rather than keep the gathered copy): (seconds, collectives)."""
     total, calls = 0.0, 0
-    for src in flow.producers[i]:
+    for src in producers:
         hit = remake.get(src)
         if hit is not None and hit[0] != phase and ("again", src, phase) not in moved:
             moved.add(("again", src, phase))
@@ -150,44 +168,38 @@ def _remade(flow: Flow, i: int, phase: int, remake: dict[Slot, tuple[int, float,
     return total, calls
 
 
-def _follower_combo(flow: Flow, i: int, produced: dict[Slot, Placements], mesh: DeviceMesh
-                    ) -> tuple[str | None, ...]:
+def _follower_combo(m: _Member, produced: dict[Slot, Placements], mesh: DeviceMesh) -> tuple[str | None, ...]:
     """The follower's strategy from its leader's placement; while its split does not fit the follower's tensors
     (uneven), its first label left is dropped, i.e. replicated first (a combo that fits is the answer: the check
     reads the whole combo, so it would pass again)."""
-    op = flow.trace.ops[i]
-    leader = flow.leaders[i]
-    src = flow.producers[i][leader]
+    leader, r = m.leader, m.rule
+    src = m.producers[leader]
     p = produced.get(src) or produced.get((src[0], 0))
-    r = flow.rules[i]
     combo = list(follow(r, leader, p)) if p is not None else [None] * len(mesh.sizes)
-    shapes = [t.shape for t in (*op.inputs, *op.outputs)]
-    for m in range(len(combo)):
-        if combo[m] is None:
+    for d in range(len(combo)):
+        if combo[d] is None:
             continue
         p_in, p_out = place(r, tuple(combo), leader)
-        if all(valid(s, q, mesh.sizes) for s, q in zip(shapes, (*p_in, *p_out), strict=True)):
+        if all(valid(s, q, mesh.sizes) for s, q in zip(m.shapes, (*p_in, *p_out), strict=True)):
             break
-        combo[m] = None
+        combo[d] = None
     return tuple(combo)
 
 
-def _inner_moves(flow: Flow, i: int, p_in: Sequence[Placements], produced: dict[Slot, Placements], moved: set[tuple],
+def _inner_moves(m: _Member, p_in: Sequence[Placements], produced: dict[Slot, Placements], moved: set[tuple],
                  mesh: DeviceMesh, resharder: Resharder) -> tuple[tuple[float, int], tuple[float, int]]:
     """Moves to the placements op i needs of arguments its own node produced: (seconds, collectives) charged, and
     of the moves op i's arguments needed; a tensor moved to a placement in one pass is moved once, whoever reads it
     (Q, K and V read one gathered input)."""
     total = made = 0.0
     calls = made_calls = 0
-    op = flow.trace.ops[i]
-    for j, src in enumerate(flow.producers[i]):
+    for j, src in enumerate(m.producers):
         have = produced.get(src)
         if have is None or have == p_in[j]:
             continue
-        t = op.inputs[j]
-        seconds, count = resharder.move(have, p_in[j], _local_bytes(t, have, mesh.sizes))
+        seconds, count = resharder.move(have, p_in[j], _local_bytes(m.inputs[j], have, mesh.sizes))
         made, made_calls = made + seconds, made_calls + count
-        done = (t.storage, t.shape, t.stride, t.offset, op.phase == "fwd", p_in[j])
+        done = (*m.tensors[j], p_in[j])
         if done not in moved:
             moved.add(done)
             total, calls = total + seconds, calls + count
