@@ -5,9 +5,9 @@ README and images/cases_jan2021.png the records cite. Two things it did that the
 
 - Pipeline sends whole. training.py ``communicate`` posts ``batch_isend_irecv`` of the (seq, micro-batch, hidden)
   tensor from every tensor-parallel rank and waits on it; the scatter/gather that sends 1/t of it per rank and
-  all-gathers it over NVLink came with 27fc4689 (2021-02-09, "Break up tensors sent between pipeline stages into
-  smaller chunks that can be all-gathered"; Narayanan et al. 2021 §4.1): the "megatron-2021-01" pipeline runtime
-  (specs/stack_variants.PipelineRuntime.sends_whole, cost/pipeline.py).
+  all-gathers it over NVLink came with 27fc4689 (authored 2021-01-20, committed 2021-02-09, "Break up tensors sent
+  between pipeline stages into smaller chunks that can be all-gathered"; Narayanan et al. 2021 §4.1): the
+  "megatron-2021-01" pipeline runtime (specs/stack_variants.PipelineRuntime.sends_whole, cost/pipeline.py).
 - A GPT micro-batch must fit the fused softmax kernel. pretrain_gpt.py sets scaled_upper_triang_masked_softmax_fusion
   and the fusion is on by default (arguments.py --no-scaled-masked-softmax-fusion), and fused_softmax.py calls the
   kernel for any fp16 batch with keys <= 2048, with no fallback to PyTorch's softmax (4916bae6, 2021-02-04,
@@ -16,6 +16,9 @@ README and images/cases_jan2021.png the records cite. Two things it did that the
   4 rows a block at 2,048 keys). So a run of that code whose table leaves out the micro-batch ran one the kernel
   takes: the least such (``least_fused_batch``), not 1. At 48 heads over tp 8 (GPT-18B) micro-batch 1 gives 6 rows:
   it would have stopped at the assertion; 2 gives 12.
+
+The one assumption: the table was measured with the public code of 152aab30 (internal code may have run ahead of
+GitHub; the scatter/gather's author date, 2021-01-20, is after the README's commit).
 """
 
 from __future__ import annotations
