@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from meshplan.estimate import estimate
 from meshplan.search import Space, search
 from meshplan.search import evaluate as evaluate_module
-from meshplan.search.batch import PlanBatch
-from meshplan.search.candidates import candidates
+from meshplan.search.batch import NUMERIC, PlanBatch
+from meshplan.search.candidates import candidates, size_rows
+from meshplan.search.combos import valid_combos
 from meshplan.search.keyed import KeyUnits
 from meshplan.search.placements import PLACEMENTS
+from meshplan.search.tally import Tally
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from spaces import EVERY_PLAN
@@ -48,13 +51,6 @@ def test_the_plans_timed_are_those_built_for_their_keys_selected():
     """While the k-th best time is unknown, a piece's plans are built once for their keys (``KeyUnits.slots``) and
     those of the combinations that fit selected from them for timing: every column, stride and shape is the one the
     plans built anew for those combinations alone have (Llama-3-8B on 16 H100, every other combination kept)."""
-    import numpy as np
-
-    from meshplan.search.batch import NUMERIC
-    from meshplan.search.candidates import size_rows
-    from meshplan.search.combos import valid_combos
-    from meshplan.search.tally import Tally
-
     model, cluster = load_model("llama3-8b"), load_system("h100").cluster(16)
     space = Space(**EVERY_PLAN, global_batch=64, layouts=("1d",))
     sized = size_rows(valid_combos(model, cluster, space)[0], cluster, space, Tally())
