@@ -162,6 +162,9 @@ def draw_stack(rng: random.Random, model: ModelSpec, precision: str) -> Stack:
         "moe_dispatcher": lambda: rng.choice(DRAWN_DISPATCHERS),
     }
     chosen = {k: f() for k, f in draws.items() if rng.random() < 0.3}
+    if chosen.get("pipeline_runtime", stack.pipeline_runtime) == "megatron" and side_stream(rng).random() < 1 / 3:
+        chosen["pipeline_runtime"] = "megatron-2021-01"  # Megatron-LM of January 2021 (whole sends) for a third of
+        # Megatron's pipelines, preset or drawn, beside the generator: it moves only the replicated sends' estimates
     if chosen.get("moe_dispatcher") == "alltoall" and stack.name == "megatron-core":  # flex where Megatron-Bridge's
         chosen["moe_dispatcher"] = "flex"  # DeepEP recipes run it, chosen without the generator (as below)
     drawn = stack.with_(**chosen)
@@ -170,6 +173,13 @@ def draw_stack(rng: random.Random, model: ModelSpec, precision: str) -> Stack:
     if stack.name == "megatron-deepspeed" and not any(getattr(drawn, f) for f in OVERLAP_FLAGS):  # alike: BigScience's
         drawn = drawn.with_(blocking_launches=True)  # CUDA_LAUNCH_BLOCKING=1, which needs every overlap off
     return drawn
+
+
+def side_stream(rng: random.Random) -> random.Random:
+    """A generator seeded from ``rng``'s state (its repr, hashed by SHA-512: random.seed of a str), which reading
+    leaves as it was: a choice added after the seeded sequence of draws was fixed draws from it, so that the sequence
+    (and every triple check() accepts from it) stays the one it was."""
+    return random.Random(repr(rng.getstate()))
 
 
 # the dispatchers drawn by the generator: those before "flex" (b200), so that the seeded sequence of draws is the one it

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from draws import draw_kept
+from meshplan.collectives.groups import axis_tiers
 from meshplan.cost.pipeline import pipeline_p2p
 from meshplan.estimate import estimate
 from meshplan.specs.model import ModelSpec
@@ -82,6 +84,48 @@ def test_whole_sends_never_make_a_pipelined_step_faster():
         split = estimate(case.model, case.cluster, case.plan, case.stack.with_(pipeline_runtime="megatron"))
         assert whole.step_time >= split.step_time
         assert whole.breakdown["pp"] > split.breakdown["pp"]
+
+
+def _tier(cluster, plan, axis: str) -> int:
+    """The index of the innermost mesh tier that holds each of ``axis``'s groups (collectives/groups.axis_tiers)."""
+    return [t.name for t in cluster.tiers].index(axis_tiers(plan, cluster)[axis])
+
+
+def _whole_and_split(model, cluster, plan, stack):
+    return (estimate(model, cluster, plan, stack.with_(pipeline_runtime=JAN2021_RUNTIME)),
+            estimate(model, cluster, plan, stack.with_(pipeline_runtime="megatron")))
+
+
+def _replicated(plan) -> bool:
+    """The plan's pipeline sends a replicated tensor: pp > 1, tp > 1, sequence parallelism off, a 1-D layout."""
+    return plan.pp > 1 and plan.tp > 1 and not plan.sequence_parallel and plan.tensor_layout == "1d"
+
+
+def test_whole_sends_never_make_a_drawn_step_faster_where_the_stages_sit_past_the_tp_group_s_tier():
+    """Property over 40 seeded draws (tests/draws.py: every model, system, tier layout, stack and overlap option)
+    whose pipeline sends a replicated tensor across a tier outside the tensor-parallel group's (the stages on other
+    nodes, tp inside one: the case Narayanan et al. 2021 §4.1 built scatter/gather for): sending it whole from every
+    TP rank (t x the bytes on the slower link) is never faster than a 1/t slice plus an all-gather on the faster one.
+    Where both sit on one tier (the stages inside an NVLink domain) the whole send may win by the gather's latency,
+    as it would on the machine: those draws only carry more pipeline traffic."""
+    crossing = draw_kept(2021, 40, lambda m, c, p, s: _replicated(p) and _tier(c, p, "pp") > _tier(c, p, "tp"))
+    for model, cluster, plan, stack in crossing:
+        whole, split = _whole_and_split(model, cluster, plan, stack)
+        assert whole.step_time >= split.step_time, (model.name, plan, stack.name)
+        assert whole.breakdown["pp"] > split.breakdown["pp"]
+    for model, cluster, plan, stack in draw_kept(2022, 20, lambda m, c, p, s: _replicated(p)
+                                                  and _tier(c, p, "pp") <= _tier(c, p, "tp")):
+        whole, split = _whole_and_split(model, cluster, plan, stack)
+        assert whole.breakdown["pp"] > split.breakdown["pp"], (model.name, plan, stack.name)
+
+
+def test_whole_sends_change_nothing_without_a_replicated_tensor_to_send():
+    """Property over 30 seeded draws with one stage, sequence parallelism on or a SUMMA layout (each TP rank holds
+    its own shard: it is what goes, whole sends or not, cost/pipeline.py): the same step, to the bit."""
+    for model, cluster, plan, stack in draw_kept(2023, 30, lambda m, c, p, s: not _replicated(p) and p.tp > 1):
+        whole, split = _whole_and_split(model, cluster, plan, stack)
+        assert whole.step_time == split.step_time, (model.name, plan, stack.name)
+        assert whole.breakdown == split.breakdown
 
 
 def test_where_the_april_18b_gap_is_not_the_data_parallel_all_reduce():

@@ -35,6 +35,7 @@ from meshplan.search.keyed import panel_counts
 from meshplan.search.placements import PLACEMENTS
 from meshplan.specs.hardware import Cluster
 from meshplan.specs.plan import LAYOUTS
+from meshplan.specs.stack import PIPELINE_RUNTIMES
 from meshplan.specs.supports import Supports
 
 TRIPLES = 500
@@ -139,6 +140,9 @@ def test_the_draws_cover_every_axis_and_option():
     for name in ("fusion", "fsdp", "pipeline_runtime", "cross_entropy", "attention_kernel", "cp_comm", "projections",
                  "moe_permute", "moe_dispatcher"):
         assert len({getattr(s, name) for s in stacks}) > 1, name
+    assert {s.pipeline_runtime for s in stacks} == set(PIPELINE_RUNTIMES)
+    assert sum(s.pipeline_runtime_mode.sends_whole and p.pp > 1 and p.tp > 1 and not p.sequence_parallel and
+               p.tensor_layout == "1d" for _, _, p, s in triples()) >= 3  # whole sends of a replicated tensor
     for name in ("overlap_tp", "overlap_pp", "overlap_ep", "flash_attention", "varlen_attention", "qkv_concat",
                  "blocking_launches"):
         assert {getattr(s, name) for s in stacks} == {False, True}, name
