@@ -97,7 +97,7 @@ def assignments(rule: Rule, sizes: tuple[int, ...], shapes_in: list[tuple[int, .
 @lru_cache(maxsize=4096)
 def _assigned(rule: Rule, sizes: tuple[int, ...], shapes_in: tuple[tuple[int, ...], ...],
               shapes_out: tuple[tuple[int, ...], ...]) -> tuple[tuple[str | None, ...], ...]:
-    """``assignments``' strategies, by the rule's value (its ``sizes`` does not enter them)."""
+    """``assignments``' strategies, kept by the rule's value and the mesh's sizes and the shapes they split."""
     passes = [passing(j) for j in sorted(rule.linear)] if rule.one_partial else [PASS] if rule.linear else []
     barred = _barred(rule)  # product() of the others: the allowed combos, in the same order
     options: list[str | None] = [lab for lab in (None, *rule.labels, *passes) if lab not in barred]
