@@ -13,7 +13,10 @@ meshplan_validation/loso_serving.py), for the three leads of serve14's brief:
   grows with TP; collectives/allreduce.py);
 - TensorRT-LLM 0.14's online serving runs (data/serving/published_serving.jsonl, trtllm014srv_*) at 2 requests/s, all
   but idle: the inter-token latency and the time to first token that the model leaves out, in milliseconds, with the
-  engine's fitted iteration_overhead and at its prior (0), the value it takes out of source.
+  engine's fitted iteration_overhead and at its prior (0), the value it takes out of source;
+- LLM-Inference-Bench's MI300X runs (vLLM v0.6.1's ROCm build) with each constant only Argonne's runs fit at its
+  out-of-source value in turn, the others shipped (``attribution_rows``): which of them carries the out-of-source
+  miss (data/measured/2026-11-30-argonne-mi300x-out-of-source.md; tests/test_serve_rocm_out_of_source.py).
 
 Nothing is fitted here; the figures are for reading (docs/ACCURACY_INFERENCE.md has the errors themselves).
 Run: PYTHONPATH=src:. python benchmarks/measure/serving_residuals.py  (a few minutes: the out-of-source refit of
@@ -111,6 +114,31 @@ def trtllm_rows(records: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def attribution_rows(records: list[dict[str, Any]], oos: dict[str, float]) -> list[str]:
+    """The MI300X runs' median and p90 |error| of throughput and e2e latency, and the signed median throughput error
+    by batch, with the out-of-source values ``oos`` of the ROCm constants applied one at a time and together."""
+    mi300x = [r for r in records if "_mi300x_" in r["id"]]
+    rocm = {k: v for k, v in oos.items() if "ROCm" in k}
+    variants = {"shipped": {}, **{f"{k} only": {k: v} for k, v in rocm.items()}, "out of source": oos}
+    batches = sorted({int(m.group(4)) for r in mi300x if (m := RUN.match(r["id"]))})
+    rows = ["| constants | total tok/s: median / p90 | e2e: median / p90 | "
+            + " | ".join(f"bs {b}" for b in batches) + " |", "|---|---:|---:|" + "---:|" * len(batches)]
+    for name, values in variants.items():
+        errors: dict[tuple[str, int], list[float]] = defaultdict(list)
+        for r in loso_serving.priced(mi300x, values):
+            m = RUN.match(r.id)
+            if m and r.error is not None:
+                errors[(r.metric, 0)].append(r.error)
+                errors[(r.metric, int(m.group(4)))].append(r.error)
+        cells = []
+        for metric in ("total_tokens_per_s", "e2e_latency_ms"):
+            size = sorted(abs(e) for e in errors[(metric, 0)])
+            cells.append(f"{100 * statistics.median(size):.1f} / {100 * size[int(0.9 * len(size))]:.1f} %")
+        cells += [f"{100 * statistics.median(errors[('total_tokens_per_s', b)]):+.0f} %" for b in batches]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def main() -> None:
     every = [r for name in SERVING for r in read_runs(ROOT / "data" / "serving" / name)]
     argonne = read_runs(ARGONNE)
@@ -119,6 +147,8 @@ def main() -> None:
           + ", ".join(f"{k} = {v:.4g}" for k, v in sorted(oos.items())) + "\n")
     inside = per_token(argonne, {})
     print("\n".join(argonne_rows(inside, per_token(argonne, oos))))
+    print("\nMI300X: the out-of-source value of each ROCm constant alone (median |error|, signed by batch)\n")
+    print("\n".join(attribution_rows(argonne, oos)))
     print("\nH100 at batch 1, in sample: the time per token left out under tensor parallelism\n")
     print("\n".join(all_reduce_rows(inside)))
     print("\nTensorRT-LLM 0.14 online serving at 2 requests/s: ms the model leaves out (measured - predicted)\n")
