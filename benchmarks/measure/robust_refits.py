@@ -1,0 +1,114 @@
+"""How the fitted constants' leave-one-source-out refits move under the fits' loss (issue 79; meshplan_validation/
+robust_loss.py): the capped L1 min(|r|, cap) the fits minimised until 2026-11-30 (``knee`` 0) against the same with
+its kinks rounded (the knees of robust_loss.TRAINING and SERVING), on the linearised fits that
+benchmarks/docs/out_of_source.py refits (refit.Linear).
+
+Printed, per fit (training: ``gemm``, ``attention``; serving: ``kv_read``, ``experts`` and the two engines' host time
+per iteration):
+- the robust scale of the fit's log-errors at the shipped constants (1.4826 · MAD) and Huber's knee 1.345 σ from it;
+- each constant refitted on all sources and without each source (the values out_of_source.py prices a left-out
+  source's runs with), under each loss, and their spread (max - min over the left-out sources);
+- stability: each constant's largest move when one source's measured values all shift by ±1 % (a refit that jumps by
+  more than the shift's own pull, 1 % spread over the constant's sensitivity, is the capped L1's step from one run's
+  zero residual to another's).
+
+- what bw19's Blackwell attention share (data/measured/2026-11-30-blackwell-cudnn-attention.md: cuDNN 9.10-9.16's
+  fused attention at 0.847 forward, 0.899 backward of 9.17's rate on a Blackwell GPU, never priced) would do to the
+  training refits: to first order (what the linearised refit sees) the fit half's dense Megatron-Bridge 25.09 / 25.11
+  Blackwell runs with the fused kernel move by their attention sensitivity times log(share), share the two passes'
+  geometric mean weighted by their FLOPs (backward 2.5 x forward's: Dao 2023, FlashAttention-2, its benchmarks'
+  count; five matmuls with the recomputed scores against two); each refit before -> after, under each loss.
+
+Run: PYTHONPATH=src:. python benchmarks/measure/robust_refits.py  (about a minute: the two linearisations)
+Results: data/measured/2026-11-30-robust-loss.md
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from meshplan_validation import loso_serving, loso_training
+from meshplan_validation.case import Case
+from meshplan_validation.records import read_runs
+from meshplan_validation.refit import Linear
+from meshplan_validation.robust_loss import Loss
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIFT = 0.01  # one source's measured values moved by ±1 %
+FORWARD, BACKWARD = 0.847, 0.899  # cuDNN 9.13.1 / 9.17.0 on one GB300 (the bw19 record)
+BACKWARD_FLOPS = 2.5  # the backward pass's FLOPs over the forward's (FlashAttention-2: five matmuls against two)
+BRIDGE_RELEASES = re.compile(r"mbridge_25\.(09|11)_.*DGX-(B200|GB200|GB300)")  # containers with cuDNN 9.11 / 9.13.1
+
+
+def scale(linear: Linear) -> float:
+    """1.4826 · the median absolute deviation of the fit's log-errors at the shipped constants."""
+    r = linear.base - linear.measured
+    return float(1.4826 * np.median(np.abs(r - np.median(r))))
+
+
+def refits(linear: Linear) -> dict[str, dict[str, float]]:
+    sources = sorted(set(linear.sources.tolist()))
+    return {"all sources": linear.refit(None)} | {s: linear.refit(s) for s in sources}
+
+
+def stability(linear: Linear) -> dict[str, float]:
+    """Each constant's largest relative move of the all-sources refit when one source's runs shift by ±``SHIFT``."""
+    base = linear.refit(None)
+    worst = dict.fromkeys(base, 0.0)
+    for s in sorted(set(linear.sources.tolist())):
+        for sign in (1, -1):
+            moved = replace(linear, measured=linear.measured + sign * SHIFT * (linear.sources == s))
+            for k, v in moved.refit(None).items():
+                worst[k] = max(worst[k], abs(v / base[k] - 1) if base[k] else abs(v))
+    return worst
+
+
+def show(title: str, linear: Linear) -> None:
+    sigma = scale(linear)
+    print(f"\n== {title}: {len(linear.base)} observations, {linear.loss}; 1.4826 MAD = {sigma:.3f}, "
+          f"1.345 sigma = {1.345 * sigma:.3f}")
+    losses = {"capped L1": Loss(linear.loss.cap, 0.0), "rounded": linear.loss}
+    found = {name: refits(replace(linear, loss=loss)) for name, loss in losses.items()}
+    names = [c.name for c in linear.coords]
+    print(f"{'left out':<22}" + "".join(f"{n + ' ' + k:>22}" for n in names for k in ("L1", "rounded")))
+    for source in found["capped L1"]:
+        print(f"{source:<22}" + "".join(f"{found[k][source][n]:>22.5g}" for n in names for k in losses))
+    print(f"{'spread (max - min)':<22}" + "".join(
+        f"{np.ptp([v[n] for s, v in found[k].items() if s != 'all sources']):>22.4g}" for n in names for k in losses))
+    for name, loss in losses.items():
+        worst = stability(replace(linear, loss=loss))
+        print(f"±1 % of one source, {name}: " + ", ".join(f"{n} {100 * w:.2f} %" for n, w in worst.items()))
+
+
+def blackwell_share(cases: list[Case], linear: Linear) -> None:
+    """bw19's release share on the linearised training fit, first order (module docstring)."""
+    share = math.exp((math.log(FORWARD) + BACKWARD_FLOPS * math.log(BACKWARD)) / (1 + BACKWARD_FLOPS))
+    hit = np.array([bool(BRIDGE_RELEASES.match(c.id)) and c.stack.attention_kernel == "fused" for c in cases])
+    print(f"\n== bw19's Blackwell attention share {share:.4f} on {int(hit.sum())} fit runs "
+          f"(attention sensitivity {np.min(linear.jacobian[hit, 1]):.2f}-{np.max(linear.jacobian[hit, 1]):.2f})")
+    priced = replace(linear, base=linear.base + hit * linear.jacobian[:, 1] * math.log(share))
+    for name, loss in (("capped L1", Loss(linear.loss.cap, 0.0)), ("rounded", linear.loss)):
+        before, after = refits(replace(linear, loss=loss)), refits(replace(priced, loss=loss))
+        print(f"{name}: " + "; ".join(f"{s} " + ", ".join(
+            f"{k} {before[s][k]:.4f} -> {after[s][k]:.4f}" for k in before[s]) for s in before))
+
+
+def main() -> None:
+    runs = loso_training.runs_of(read_runs(ROOT / "data/validation/published_runs.jsonl"), "published")
+    cases = [c for c in loso_training.fit_cases(runs) if not c.model.is_moe]  # EfficiencyRefit.build's
+    linear = loso_training.linearised(cases, loso_training.DENSE)
+    show("training (fit_efficiency.py)", linear)
+    blackwell_share(cases, linear)
+    records = [json.loads(line) for line in (ROOT / "data/serving/published_serving.jsonl").read_text().splitlines()
+               if line.strip()]
+    show("serving (fit_inference.py)", loso_serving.linearised([r for r in records if r.get("split") == "fit"]))
+
+
+if __name__ == "__main__":
+    main()
