@@ -3,7 +3,7 @@
 The fit half is the data's own (data/serving/README.md, "The split": within each source group, the records ordered by
 the SHA-256 of their id, even ranks ``fit``); the ``check`` half and the held-back MI300X source are the out-of-sample
 test (docs/ACCURACY_INFERENCE.md). The objective is meshplan_validation.robust_loss.SERVING's: min(|log(predicted /
-measured)|, 0.7) with its kinks rounded, over each run's throughput (its headline metric) and, where measured, its
+measured)|, 0.7), over each run's throughput (its headline metric) and, where measured, its
 inter-token latency, averaged within each source group and then across groups, so that every source weighs the same
 (the leave-one-source-out refits, meshplan_validation/refit.py, minimise the same). The constants:
 - ``kv_read`` and ``experts`` (meshplan/serve/efficiency.py: decode attention's share of the streaming rate; the MoE

@@ -7,7 +7,7 @@ runs (benchmarks/docs/out_of_source.py; issue 79).
 sensitivities J_ik = ∂ log prediction_i / ∂ x_k, x_k the constant's coordinate (its log for a rate or a share, the value
 itself for a host time that may be 0: ``Coordinate``). The objective is the shipped fits' (benchmarks/measure/
 fit_efficiency.py, fit_inference.py), one in one place (robust_loss.Loss): the mean over groups of each group's mean
-loss of b + J·Δx − y, min(|r|, cap) with its kinks rounded, so every source group weighs the same. Each refit starts
+loss of b + J·Δx − y, min(|r|, cap), so every source group weighs the same. Each refit starts
 from the shipped values and is minimised by Powell's method within the constants' bounds (scipy.optimize.minimize). A
 constant that no kept observation reads (its column of J is 0 there) leaves the objective flat: Powell would leave it
 wherever its search stopped (TensorRT-LLM's iteration overhead once went to its 10 ms bound that way), so it takes its
