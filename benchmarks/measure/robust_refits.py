@@ -19,7 +19,13 @@ per iteration):
   geometric mean weighted by their FLOPs (backward 2.5 x forward's: Dao 2023, FlashAttention-2, its benchmarks'
   count; five matmuls with the recomputed scores against two); each refit before -> after, under each loss.
 
-Run: PYTHONPATH=src:. python benchmarks/measure/robust_refits.py  (about a minute: the two linearisations)
+With ``--bands L1_FILE ROUNDED_FILE DIR``: the share's effect out of source, each loss: L1_FILE and ROUNDED_FILE are
+out_of_source.json as written with each loss (docs/out_of_source.json; benchmarks/docs/out_of_source.py --out with
+robust_loss.TRAINING at ROUNDED_TRAINING's knee), their held-out training runs of every refitted source re-priced at
+the refits with the share (``repriced``), into DIR for error_bands.py --coverage --from.
+
+Run: PYTHONPATH=src:. python benchmarks/measure/robust_refits.py [--bands L1_FILE ROUNDED_FILE DIR]  (about a minute:
+the two linearisations; --bands another)
 Results: data/measured/2026-11-30-robust-loss.md
 """
 
@@ -28,18 +34,23 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from meshplan.specs.efficiency import DEFAULT
 from meshplan_validation import loso_serving, loso_training
 from meshplan_validation.case import Case
 from meshplan_validation.records import read_runs
 from meshplan_validation.refit import Linear
-from meshplan_validation.robust_loss import ROUNDED_SERVING, ROUNDED_TRAINING, SERVING, TRAINING
+from meshplan_validation.robust_loss import ROUNDED_SERVING, ROUNDED_TRAINING, SERVING, TRAINING, Loss
 
 ROOT = Path(__file__).resolve().parents[2]
+TRAINING_FILES = {"published": "data/validation/published_runs.jsonl", "small_work": "data/validation/small_work.jsonl",
+                  "vtrain": "data/validation/vtrain_single_node_dev.jsonl",
+                  "independent": "benchmarks/data/independent_runs.jsonl"}  # out_of_source.py's TRAINING
 ROUNDED = {TRAINING: ROUNDED_TRAINING, SERVING: ROUNDED_SERVING}  # each shipped loss's rounded twin
 SHIFT = 0.01  # one source's measured values moved by ±1 %
 FORWARD, BACKWARD = 0.847, 0.899  # cuDNN 9.13.1 / 9.17.0 on one GB300 (the bw19 record)
@@ -87,8 +98,8 @@ def show(title: str, linear: Linear) -> None:
         print(f"±1 % of one source, {name}: " + ", ".join(f"{n} {100 * w:.2f} %" for n, w in worst.items()))
 
 
-def blackwell_share(cases: list[Case], linear: Linear) -> None:
-    """bw19's release share on the linearised training fit, first order (module docstring)."""
+def blackwell_share(cases: list[Case], linear: Linear) -> Linear:
+    """bw19's release share on the linearised training fit, first order (module docstring): the fit priced with it."""
     share = math.exp((math.log(FORWARD) + BACKWARD_FLOPS * math.log(BACKWARD)) / (1 + BACKWARD_FLOPS))
     hit = np.array([bool(BRIDGE_RELEASES.match(c.id)) and c.stack.attention_kernel == "fused" for c in cases])
     print(f"\n== bw19's Blackwell attention share {share:.4f} on {int(hit.sum())} fit runs "
@@ -98,6 +109,30 @@ def blackwell_share(cases: list[Case], linear: Linear) -> None:
         before, after = refits(replace(linear, loss=loss)), refits(replace(priced, loss=loss))
         print(f"{name}: " + "; ".join(f"{s} " + ", ".join(
             f"{k} {before[s][k]:.4f} -> {after[s][k]:.4f}" for k in before[s]) for s in before))
+    return priced
+
+
+def repriced(priced: Linear, loss: Loss, source_file: Path, out: Path) -> None:
+    """``source_file`` (an out_of_source.json whose refits minimised ``loss``) with every held-out training run of a
+    source whose refit moves re-priced exactly at the refits of ``priced`` (Megatron-Bridge's own runs, whose price
+    the share itself would move, left as they are), written to ``out``."""
+    data = json.loads(source_file.read_text())
+    runs = {(name, r.record["id"]): r for name, path in TRAINING_FILES.items()
+            for r in loso_training.runs_of(read_runs(ROOT / path), name)}
+    refit, values = loso_training.EfficiencyRefit(replace(priced, loss=loss)), {}
+    shipped = {c.name: getattr(DEFAULT, c.name) for c in loso_training.DENSE}
+    for row in data["runs"]:
+        if row["kind"] != "training" or row.get("oos_error") is None or row["source"] == "megatron_bridge":
+            continue
+        source = row["source"]
+        values.setdefault(source, refit.without(source))
+        case = runs[row["file"], row["id"]].case
+        if values[source] != shipped and case is not None:
+            _, error, _, skip = loso_training.error_of(loso_training.without_source(case, source),
+                                                       DEFAULT.with_(**values[source]))
+            row["oos_error"] = row["oos_error"] if skip or error is None else error
+    out.write_text(json.dumps(data))
+    print(f"wrote {out}: then error_bands.py --coverage --from {out}")
 
 
 def main() -> None:
@@ -105,7 +140,12 @@ def main() -> None:
     cases = [c for c in loso_training.fit_cases(runs) if not c.model.is_moe]  # EfficiencyRefit.build's
     linear = loso_training.linearised(cases, loso_training.DENSE)
     show("training (fit_efficiency.py)", linear)
-    blackwell_share(cases, linear)
+    priced = blackwell_share(cases, linear)
+    if "--bands" in sys.argv:  # --bands L1_FILE ROUNDED_FILE DIR: the share's out-of-source effect, each loss
+        i = sys.argv.index("--bands")
+        l1, rounded, folder = (Path(a) for a in sys.argv[i + 1:i + 4])
+        repriced(priced, linear.loss, l1, folder / "share_capped_l1.json")
+        repriced(priced, ROUNDED[linear.loss], rounded, folder / "share_rounded.json")
     records = [json.loads(line) for line in (ROOT / "data/serving/published_serving.jsonl").read_text().splitlines()
                if line.strip()]
     show("serving (fit_inference.py)", loso_serving.linearised([r for r in records if r.get("split") == "fit"]))
