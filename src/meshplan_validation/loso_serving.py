@@ -24,10 +24,10 @@ from meshplan.serve.efficiency import SERVE_DEFAULT
 from meshplan_validation.fitted import Fitted, by_name
 from meshplan_validation.provenance import record_source
 from meshplan_validation.refit import Coordinate, Linear
+from meshplan_validation.robust_loss import SERVING as LOSS
 from meshplan_validation.serving_eval import ServingResult, results
 from meshplan_validation.serving_map import case_of
 
-CAP = 0.7  # fit_inference.py's clip
 EFFICIENCY = (Coordinate("kv_read", (0.3, 1.0)), Coordinate("experts", (0.15, 1.0)))
 ENGINES = {"trtllm": ("iteration_overhead", "trtllm iteration_overhead", (0.0, 10e-3), 0.5e-3),
            "lmdeploy": ("iteration_overhead", "lmdeploy iteration_overhead", (0.0, 10e-3), 0.5e-3)}
@@ -93,7 +93,7 @@ def linearised(records: list[dict[str, Any]]) -> Linear:
     chosen = [base_results[i] for i in keep]
     return Linear(coords=COORDS, x0=np.array([c.to_x(values[c.name]) for c in COORDS]), base=base,
                   measured=np.log([r.measured for r in chosen]), groups=np.array([r.group for r in chosen]),
-                  sources=np.array([record_source({"group": r.group}) for r in chosen]), jacobian=jac, cap=CAP)
+                  sources=np.array([record_source({"group": r.group}) for r in chosen]), jacobian=jac, loss=LOSS)
 
 
 def fit_sources() -> frozenset[str]:

@@ -31,11 +31,11 @@ from meshplan_validation.provenance import record_source
 from meshplan_validation.record_fields import fill_from_siblings, lenders
 from meshplan_validation.records import clean_record
 from meshplan_validation.refit import Coordinate, Linear
+from meshplan_validation.robust_loss import TRAINING as LOSS
 from meshplan_validation.selection import in_fit_set
 from meshplan_validation.skip import Skip
 
 DENSE = (Coordinate("gemm", (0.3, 1.2)), Coordinate("attention", (0.15, 1.0)))
-CAP = 0.5  # the shipped fit's clip of |log error| (benchmarks/measure/fit_efficiency.py)
 CI_SOURCE = "megatron_lm_ci"
 VTRAIN_SOURCE = "vtrain"
 
@@ -82,7 +82,7 @@ def linearised(cases: list[Case], coords: tuple[Coordinate, ...], eff: Efficienc
         jac[:, k] = (np.array([log_prediction(c, shifted) for c in cases]) - base) / dx
     return Linear(coords=coords, x0=np.array([c.to_x(values[c.name]) for c in coords]), base=base,
                   measured=np.log([c.measured for c in cases]), groups=np.array([c.group for c in cases]),
-                  sources=np.array([record_source({"group": c.group}) for c in cases]), jacobian=jac, cap=CAP)
+                  sources=np.array([record_source({"group": c.group}) for c in cases]), jacobian=jac, loss=LOSS)
 
 
 def fit_cases(published: Iterable[Run]) -> list[Case]:

@@ -4,13 +4,14 @@ the shipped fit minimised over that linear model, the refitted values then price
 runs (benchmarks/docs/out_of_source.py; issue 79).
 
 ``Linear``: per fit observation i its base log-prediction b_i, its measured log value y_i, its group g_i and its
-sensitivities J_ik = ∂ log prediction_i / ∂ x_k, x_k the constant's coordinate (its log for a rate or a share, the
-value itself for a host time that may be 0: ``Coordinate``). The objective is the shipped fits' (benchmarks/measure/
-fit_efficiency.py, fit_inference.py): the mean over groups of each group's mean of min(|b + J·Δx − y|, cap), so
-every source group weighs the same. Each refit starts from the shipped values and is minimised by Powell's method
-within the constants' bounds (scipy.optimize.minimize). A constant that no kept observation reads (its column of J is 0
-there) leaves the objective flat: Powell would leave it wherever its search stopped (TensorRT-LLM's iteration overhead
-once went to its 10 ms bound that way), so it takes its prior instead (``priors``; fitted.py).
+sensitivities J_ik = ∂ log prediction_i / ∂ x_k, x_k the constant's coordinate (its log for a rate or a share, the value
+itself for a host time that may be 0: ``Coordinate``). The objective is the shipped fits' (benchmarks/measure/
+fit_efficiency.py, fit_inference.py), one in one place (robust_loss.Loss): the mean over groups of each group's mean
+loss of b + J·Δx − y, min(|r|, cap), so every source group weighs the same. Each refit starts
+from the shipped values and is minimised by Powell's method within the constants' bounds (scipy.optimize.minimize). A
+constant that no kept observation reads (its column of J is 0 there) leaves the objective flat: Powell would leave it
+wherever its search stopped (TensorRT-LLM's iteration overhead once went to its 10 ms bound that way), so it takes its
+prior instead (``priors``; fitted.py).
 
 Why linear: the shipped fits evaluate every fit run hundreds of times (minutes each); a refit per source would take
 hours. The constants move a few percent when one source leaves (the registry's tables show by how much), over which
@@ -26,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from meshplan_validation.robust_loss import Loss
 
 # the least change of a log-prediction over a constant's finite-difference step that counts as the observation reading
 # the constant (a run whose pricing never reads it changes by exactly 0: the same arithmetic)
@@ -72,13 +75,11 @@ class Linear:
     groups: np.ndarray  # g_i (the objective's weighting)
     sources: np.ndarray  # the source of each observation (what a refit leaves out)
     jacobian: np.ndarray  # J_ik
-    cap: float
+    loss: Loss  # the shipped fit's (robust_loss.TRAINING or SERVING)
 
     def objective(self, x: np.ndarray, keep: np.ndarray) -> float:
-        err = np.minimum(np.abs(self.base[keep] + self.jacobian[keep] @ (x - self.x0) - self.measured[keep]),
-                         self.cap)
-        groups = self.groups[keep]
-        return float(np.mean([err[groups == g].mean() for g in np.unique(groups)]))
+        residual = self.base[keep] + self.jacobian[keep] @ (x - self.x0) - self.measured[keep]
+        return self.loss.objective(residual, self.groups[keep])
 
     def kept(self, without: str | None) -> np.ndarray:
         return self.sources != without if without is not None else np.ones(len(self.base), bool)
