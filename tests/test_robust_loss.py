@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from meshplan_validation.refit import Coordinate, Linear
-from meshplan_validation.robust_loss import ROUNDED_SERVING, ROUNDED_TRAINING, SERVING, TRAINING, Loss
+from meshplan_validation.robust_loss import CAPPED_TRAINING, ROUNDED_SERVING, SERVING, TRAINING, Loss
 
 ROOT = Path(__file__).resolve().parents[1]
-LOSSES = [ROUNDED_TRAINING, ROUNDED_SERVING, Loss(cap=0.5, knee=0.25)]
+LOSSES = [TRAINING, ROUNDED_SERVING, Loss(cap=0.5, knee=0.25)]
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -28,17 +28,21 @@ def test_outside_the_knees_it_is_the_capped_l1(loss):
     assert np.array_equal(Loss(cap, 0.0).of(r), np.minimum(np.abs(r), cap))
 
 
-def test_the_shipped_fits_minimise_the_capped_l1():
-    # the rounded knees are measured, not shipped (robust_loss.py): the fits' loss is min(|r|, cap) exactly
+def test_training_ships_the_rounded_loss_and_serving_the_capped_l1():
+    # robust_loss.py: the training fit's loss is rounded over 0.09 (it equals min(|r|, 0.5) beyond the knees, not at
+    # 0: 0.045 there), the serving fit's is min(|r|, 0.7) exactly; the training fit's capped L1 stays, measured beside
     r = np.linspace(-2, 2, 401)
-    assert np.array_equal(TRAINING.of(r), np.minimum(np.abs(r), 0.5))
+    far = (np.abs(r) >= 0.09) & (np.abs(np.abs(r) - 0.5) >= 0.09)
+    assert np.array_equal(TRAINING.of(r)[far], np.minimum(np.abs(r), 0.5)[far])
+    assert TRAINING.of(np.zeros(1))[0] == pytest.approx(0.045)
+    assert np.array_equal(CAPPED_TRAINING.of(r), np.minimum(np.abs(r), 0.5))
     assert np.array_equal(SERVING.of(r), np.minimum(np.abs(r), 0.7))
 
 
 def test_the_worked_values():
-    # ROUNDED_TRAINING: knee 0.09, cap 0.5. At r = 0: 0.09 / 2 = 0.045; at r = 0.03: 0.03² / 0.18 + 0.045 = 0.05;
+    # TRAINING: knee 0.09, cap 0.5. At r = 0: 0.09 / 2 = 0.045; at r = 0.03: 0.03² / 0.18 + 0.045 = 0.05;
     # at r = 0.5 (the cap, the middle of its knee): 0.5 - 0.09² / 0.36 = 0.4775; at 0.59 and beyond: 0.5
-    assert ROUNDED_TRAINING.of(np.array([0.0, 0.03, -0.03, 0.5, 0.59, 7.0])) == pytest.approx(
+    assert TRAINING.of(np.array([0.0, 0.03, -0.03, 0.5, 0.59, 7.0])) == pytest.approx(
         [0.045, 0.05, 0.05, 0.4775, 0.5, 0.5])
 
 
@@ -73,15 +77,15 @@ def test_the_optimum_is_unique_and_moves_smoothly_where_the_capped_l1_is_flat():
     # optimum is wherever the search stops (a weighted median of the runs, not unique); inside the knee (0.09) the
     # rounded loss is least squares: (x² + (x - 0.06)²) / 0.36 + 0.045 is least at their mean, 0.03 (0.05 there,
     # 0.0522 at 0.01 and 0.05)
-    two = _location([0.0, 0.06], ROUNDED_TRAINING)
-    flat = _location([0.0, 0.06], TRAINING)  # the shipped capped L1
+    two = _location([0.0, 0.06], TRAINING)
+    flat = _location([0.0, 0.06], CAPPED_TRAINING)  # the training fit's capped L1 until 2026-11-30
     at = [np.array([x]) for x in (0.01, 0.03, 0.05)]
     assert [flat.objective(x, np.ones(2, bool)) for x in at] == pytest.approx([0.03] * 3)
     assert [two.objective(x, np.ones(2, bool)) for x in at] == pytest.approx([0.05222, 0.05, 0.05222], abs=1e-5)
 
     # three runs at 0, m, 0.06: the rounded fit is their mean, moving by a third of the middle run's move, evenly
     def fitted(points: list[float]) -> float:
-        return float(np.log(_location(points, ROUNDED_TRAINING).refit(None)["x"]))
+        return float(np.log(_location(points, TRAINING).refit(None)["x"]))
 
     middle = np.linspace(0.02, 0.07, 11)
     assert [fitted([0.0, m, 0.06]) for m in middle] == pytest.approx((middle + 0.06) / 3, abs=2e-4)

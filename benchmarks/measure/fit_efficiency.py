@@ -2,10 +2,11 @@
 
 The fit half is fixed: the runs whose id has an even CRC-32 (``meshplan_validation.selection.in_fit_set``). The
 objective is meshplan_validation.robust_loss.TRAINING's: min(|log(predicted / measured)|, 0.5) (robust to the few runs
-whose configuration is too uncertain), averaged within each source group and then across groups, so that every source
-weighs the same; the leave-one-source-out refits (meshplan_validation/refit.py) minimise the same (its kinks rounded,
-robust_loss.ROUNDED_TRAINING, the optimum lands within 0.3 % of the shipped values: benchmarks/measure/
-robust_refits.py).
+whose configuration is too uncertain) with its kinks rounded over 0.09 (Huber's quadratic at 0; since 2026-11-30: the
+capped L1 before, whose optimum stepped between runs' zero residuals), averaged within each source group and then
+across groups, so that every source weighs the same; the leave-one-source-out refits (meshplan_validation/refit.py)
+minimise the same. The shipped values were fitted under the capped L1; the rounded optimum lies within 0.3 % of them
+(benchmarks/measure/robust_refits.py, data/measured/2026-11-30-robust-loss.md).
 The two constants (``FITTED``) are fitted on the fit half's dense runs by Nelder-Mead, the best of three starts (the
 values in efficiency.py, and all of them 15 % lower or higher). The MoE runs fit nothing: their per-expert path's
 host time is the stack's measured cost per kernel times the kernels Megatron-Core launches per expert

@@ -1,6 +1,7 @@
 """How the fitted constants' leave-one-source-out refits move under the fits' loss (issue 79; meshplan_validation/
-robust_loss.py): the capped L1 min(|r|, cap) the fits minimise (``knee`` 0) against the same with its kinks rounded
-(robust_loss.ROUNDED_TRAINING and ROUNDED_SERVING), on the linearised fits that
+robust_loss.py): the capped L1 min(|r|, cap) (``knee`` 0: the serving fit's, and the training fit's until 2026-11-30,
+CAPPED_TRAINING) against the same with its kinks rounded (robust_loss.TRAINING, shipped, and ROUNDED_SERVING), on the
+linearised fits that
 benchmarks/docs/out_of_source.py refits (refit.Linear).
 
 Printed, per fit (training: ``gemm``, ``attention``; serving: ``kv_read``, ``experts`` and the two engines' host time
@@ -20,8 +21,8 @@ per iteration):
   count; five matmuls with the recomputed scores against two); each refit before -> after, under each loss.
 
 With ``--bands L1_FILE ROUNDED_FILE DIR``: the share's effect out of source, each loss: L1_FILE and ROUNDED_FILE are
-out_of_source.json as written with each loss (docs/out_of_source.json; benchmarks/docs/out_of_source.py --out with
-robust_loss.TRAINING at ROUNDED_TRAINING's knee), their held-out training runs of every refitted source re-priced at
+out_of_source.json as written with each loss (benchmarks/docs/out_of_source.py --out, robust_loss.TRAINING at knee 0
+for the L1 file), their held-out training runs of every refitted source re-priced at
 the refits with the share (``repriced``), into DIR for error_bands.py --coverage --from.
 
 Run: PYTHONPATH=src:. python benchmarks/measure/robust_refits.py [--bands L1_FILE ROUNDED_FILE DIR]  (about a minute:
@@ -45,13 +46,14 @@ from meshplan_validation import loso_serving, loso_training
 from meshplan_validation.case import Case
 from meshplan_validation.records import read_runs
 from meshplan_validation.refit import Linear
-from meshplan_validation.robust_loss import ROUNDED_SERVING, ROUNDED_TRAINING, SERVING, TRAINING, Loss
+from meshplan_validation.robust_loss import CAPPED_TRAINING, ROUNDED_SERVING, SERVING, TRAINING, Loss
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING_FILES = {"published": "data/validation/published_runs.jsonl", "small_work": "data/validation/small_work.jsonl",
                   "vtrain": "data/validation/vtrain_single_node_dev.jsonl",
                   "independent": "benchmarks/data/independent_runs.jsonl"}  # out_of_source.py's TRAINING
-ROUNDED = {TRAINING: ROUNDED_TRAINING, SERVING: ROUNDED_SERVING}  # each shipped loss's rounded twin
+ROUNDED = {TRAINING: TRAINING, SERVING: ROUNDED_SERVING}  # each shipped loss's rounded twin (training ships it)
+CAPPED = {TRAINING: CAPPED_TRAINING, SERVING: SERVING}  # and its capped L1
 SHIFT = 0.01  # one source's measured values moved by ±1 %
 FORWARD, BACKWARD = 0.847, 0.899  # cuDNN 9.13.1 / 9.17.0 on one GB300 (the bw19 record)
 BACKWARD_FLOPS = 2.5  # the backward pass's FLOPs over the forward's (FlashAttention-2: five matmuls against two)
@@ -85,7 +87,7 @@ def show(title: str, linear: Linear) -> None:
     sigma = scale(linear)
     print(f"\n== {title}: {len(linear.base)} observations, {linear.loss}; 1.4826 MAD = {sigma:.3f}, "
           f"1.345 sigma = {1.345 * sigma:.3f}")
-    losses = {"capped L1": linear.loss, "rounded": ROUNDED[linear.loss]}
+    losses = {"capped L1": CAPPED[linear.loss], "rounded": ROUNDED[linear.loss]}
     found = {name: refits(replace(linear, loss=loss)) for name, loss in losses.items()}
     names = [c.name for c in linear.coords]
     print(f"{'left out':<22}" + "".join(f"{n + ' ' + k:>22}" for n in names for k in ("L1", "rounded")))
@@ -105,7 +107,7 @@ def blackwell_share(cases: list[Case], linear: Linear) -> Linear:
     print(f"\n== bw19's Blackwell attention share {share:.4f} on {int(hit.sum())} fit runs "
           f"(attention sensitivity {np.min(linear.jacobian[hit, 1]):.2f}-{np.max(linear.jacobian[hit, 1]):.2f})")
     priced = replace(linear, base=linear.base + hit * linear.jacobian[:, 1] * math.log(share))
-    for name, loss in (("capped L1", linear.loss), ("rounded", ROUNDED[linear.loss])):
+    for name, loss in (("capped L1", CAPPED[linear.loss]), ("rounded", ROUNDED[linear.loss])):
         before, after = refits(replace(linear, loss=loss)), refits(replace(priced, loss=loss))
         print(f"{name}: " + "; ".join(f"{s} " + ", ".join(
             f"{k} {before[s][k]:.4f} -> {after[s][k]:.4f}" for k in before[s]) for s in before))
