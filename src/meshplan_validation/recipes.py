@@ -138,6 +138,12 @@ FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
     (r"megatron_bridge\S*.*deepseek-v3 b200\b.*\bep32\b", "deepep",
      "Megatron-Bridge deepseek_workload_base_configs.py @ 5acef93 ('b200 DSv3 better cfg', #3368): "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 moe_flex_dispatcher_backend='deepep', pp 8, vp 2, ep 32"),
+    # Grace Blackwell's layouts inside the NVL72 domain: HybridEP from 25.11 (25.09 drops tokens: alltoall)
+    (r"megatron_bridge_(25\.1[12]|2[6-9]\.)\S*\s.*deepseek-v3 gb[23]00\b", "hybridep",
+     "Megatron-Bridge scripts/performance/configs/deepseek/workload_base_configs.py @ v0.2.0 (25.11): "
+     "DEEPSEEK_V3_GB200_ / _GB300_BASE_CONFIG moe_flex_dispatcher_backend='hybridep'; deepseek_workload_base_configs"
+     ".py @ v0.3.0 to v0.5.0: DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1 / _GB300_V1 the same (26.08 on: src/megatron/"
+     "bridge/perf_recipes/deepseek/gb200/deepseek_v3.py moe_flex_dispatcher_backend = 'hybridep')"),
     # the pp 16 / ep 8 layout inside one DGX node: HybridEP from 26.02 (25.11's DEEPSEEK_V3_B200_BASE_CONFIG, v0.2.0,
     # names no backend: the all-to-all dispatcher)
     (r"megatron_bridge_(26\.|2[7-9]\.)\S*\s.*deepseek-v3 b[23]00\b.*\bep8\b", "hybridep",
@@ -152,8 +158,10 @@ FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
      "'flex' (26.08 on: src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py the same)"),
     # inside one NVLink domain the flex dispatcher forwards nothing; mapped still, since it permutes once after its
     # exchange where the all-to-all dispatcher also sorts the rows it receives (cost/moe_permute.local_sort)
-    (r"megatron_bridge_(26\.(0[2-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-(235b-a22b|30b-a3b) gb[23]00\b", "hybridep",
-     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 (26.02), v0.4.0, "
+    (r"megatron_bridge_(25\.1[12]|26\.(0[2-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-(235b-a22b|30b-a3b) gb[23]00\b", "hybridep",
+     "Megatron-Bridge scripts/performance/configs/qwen3/workload_base_configs.py @ v0.2.0 (25.11): QWEN3_235B_A22B_ "
+     "and QWEN3_30B_A3B_GB200_ / _GB300_*_BASE_CONFIG, passed to the library recipe by qwen3_llm_pretrain.py; "
+     "configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 (26.02), v0.4.0, "
      "v0.5.0: QWEN3_235B_A22B_ and QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_ / _GB300_* moe_flex_dispatcher_backend="
      "'hybridep', which training/flex_dispatcher_backend.py apply_flex_dispatcher_backend turns into "
      "moe_token_dispatcher_type 'flex' (v0.3.1 on: qwen3_llm_pretrain.py sets 'flex' itself)"),
