@@ -49,12 +49,24 @@ def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
 
 
 
-@pytest.mark.parametrize(("group", "gpu", "ep", "dispatcher"), [
-    ("megatron_bridge_26.04.01", "B200", 32, "flex"),  # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2: deepep, ep 32
-    ("megatron_bridge_26.04", "B200", 8, "alltoall"),  # the pp 16 / ep 8 layout: one node, nothing to forward
-    ("megatron_bridge_25.09", "H100", 32, "flex"),  # the 25.x H100 recipe: DeepEP
+@pytest.mark.parametrize(("group", "gpu", "ep", "dispatcher", "backend"), [
+    ("megatron_bridge_26.04.01", "B200", 32, "flex", "deepep"),  # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2, ep 32
+    ("megatron_bridge_25.09", "H100", 32, "flex", "deepep"),  # the 25.x H100 recipe: DeepEP
+    # the pp 16 / ep 8 layout inside one node: DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _B300_V1 name hybridep from
+    # v0.3.0 (26.02) on; 25.11's DEEPSEEK_V3_B200_BASE_CONFIG (v0.2.0) names none, the all-to-all dispatcher
+    ("megatron_bridge_26.02", "B200", 8, "flex", "hybridep"),
+    ("megatron_bridge_26.02.01", "B200", 8, "flex", "hybridep"),
+    ("megatron_bridge_26.04", "B200", 8, "flex", "hybridep"),
+    ("megatron_bridge_26.02_blackwell_ultra", "B300", 8, "flex", "hybridep"),
+    # the NVL72 layouts: DEEPSEEK_V3_GB200_ / _GB300_BASE_CONFIG (v0.2.0) and _PRETRAIN_CONFIG_GB200_V1 / _GB300_V1
+    # (v0.3.0 to v0.5.0) hybridep; 25.09 drops tokens on GB200, which needs the all-to-all dispatcher
+    ("megatron_bridge_25.11", "GB200", 32, "flex", "hybridep"),
+    ("megatron_bridge_26.04", "GB200", 32, "flex", "hybridep"),
+    ("megatron_bridge_25.11_blackwell_ultra", "GB300", 32, "flex", "hybridep"),
+    ("megatron_bridge_25.09", "GB200", 32, "alltoall", "deepep"),
+    ("megatron_bridge_25.11", "B200", 8, "alltoall", "deepep"),  # "deepep": the field's default, unused
 ])
-def test_deepseek_v3_dispatches_through_deepep_where_its_recipe_says(group, gpu, ep, dispatcher):
+def test_deepseek_v3_dispatches_through_the_backend_its_recipe_names(group, gpu, ep, dispatcher, backend):
     model = {"name": "DeepSeek-V3", "arch": "moe", "num_layers": 61, "hidden_size": 7168, "num_heads": 128,
              "num_kv_heads": None, "ffn_hidden_size": 18432, "moe_ffn_hidden_size": 2048, "num_experts": 256,
              "moe_topk": 8, "shared_expert_ffn": 2048, "attention": "MLA (q_lora_rank 1536, kv_lora_rank 512)",
@@ -64,7 +76,7 @@ def test_deepseek_v3_dispatches_through_deepep_where_its_recipe_says(group, gpu,
                           parallel={"tp": 1, "pp": 8, "vp": 2, "ep": ep, "micro_batch_size": 1,
                                     "global_batch_size": 4096}))
     assert case.stack.moe_dispatcher == dispatcher
-    assert case.stack.flex_backend == "deepep"  # priced at DeepEP's own table (dispatch.py)
+    assert case.stack.flex_backend == backend  # priced at the backend's own table (dispatch.py)
 
 
 
@@ -95,7 +107,11 @@ def test_qwen3_30b_on_h100_dispatches_through_the_recipes_flex_backend(group, ep
     ("megatron_bridge_26.06", "GB200", QWEN3_235B, "flex"),
     ("megatron_bridge_26.02", "B300", QWEN3_235B, "alltoall"),  # B300's Qwen3-235B: none until v0.5.0
     ("megatron_bridge_26.02", "B300", QWEN3_30B, "flex"),
-    ("megatron_bridge_25.11", "GB200", QWEN3_30B, "alltoall"),  # v0.2.0: no backend
+    # v0.2.0 configs/qwen3/workload_base_configs.py: QWEN3_*_GB200_ / _GB300_*_BASE_CONFIG hybridep, B200's none
+    ("megatron_bridge_25.11", "GB200", QWEN3_30B, "flex"),
+    ("megatron_bridge_25.11", "GB300", QWEN3_235B, "flex"),
+    ("megatron_bridge_25.11", "B200", QWEN3_30B, "alltoall"),
+    ("megatron_bridge_25.09", "GB200", QWEN3_30B, "alltoall"),  # token drop (run_script.py @ 684a686): alltoall
     ("megatron_bridge_26.02", "B200", QWEN3_30B, "alltoall"),  # v0.3.0's B200 config: none
     ("megatron_bridge_26.02.01", "B200", QWEN3_30B, "flex"),  # v0.3.1: mbs 4 and hybridep
 ])

@@ -128,7 +128,7 @@ def cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
 # once per other node it hits, Stack.moe_dispatcher "flex", priced by its backend's own measured table:
 # Stack.flex_backend): (regex on "group model gpu precision ep<EP>", backend, source).
 # Every DeepSeek-V3 recipe of the files sets one (hybridep on every GPU from the unified launchers, @ c3e43e6aa,
-# 2025-12-03, on); only layouts whose EP group spans nodes price differently.
+# 2025-12-03, on); inside one node too it prices differently: no local sort, no fp8-padding copy (cost/moe_permute).
 FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
     (r"megatron_bridge_25\.\S*.*deepseek-v3.*h100", "deepep",
      "Megatron-Bridge scripts/performance/run_script.py @ v0.1.0rc3 (bf71eba07, the 25.09 scripts): enable_deepep "
@@ -138,6 +138,19 @@ FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
     (r"megatron_bridge\S*.*deepseek-v3 b200\b.*\bep32\b", "deepep",
      "Megatron-Bridge deepseek_workload_base_configs.py @ 5acef93 ('b200 DSv3 better cfg', #3368): "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 moe_flex_dispatcher_backend='deepep', pp 8, vp 2, ep 32"),
+    # Grace Blackwell's layouts inside the NVL72 domain: HybridEP from 25.11 (25.09 drops tokens: alltoall)
+    (r"megatron_bridge_(25\.1[12]|2[6-9]\.)\S*\s.*deepseek-v3 gb[23]00\b", "hybridep",
+     "Megatron-Bridge scripts/performance/configs/deepseek/workload_base_configs.py @ v0.2.0 (25.11): "
+     "DEEPSEEK_V3_GB200_ / _GB300_BASE_CONFIG moe_flex_dispatcher_backend='hybridep'; deepseek_workload_base_configs"
+     ".py @ v0.3.0 to v0.5.0: DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1 / _GB300_V1 the same (26.08 on: src/megatron/"
+     "bridge/perf_recipes/deepseek/gb200/deepseek_v3.py moe_flex_dispatcher_backend = 'hybridep')"),
+    # the pp 16 / ep 8 layout inside one DGX node: HybridEP from 26.02 (25.11's DEEPSEEK_V3_B200_BASE_CONFIG, v0.2.0,
+    # names no backend: the all-to-all dispatcher)
+    (r"megatron_bridge_(26\.|2[7-9]\.)\S*\s.*deepseek-v3 b[23]00\b.*\bep8\b", "hybridep",
+     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py @ v0.3.0 (26.02), "
+     "v0.3.1 and v0.4.0: DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _B300_V1 pp 16, ep 8, moe_flex_dispatcher_backend="
+     "'hybridep' (the _V2 variants, GBS 4096, are V1's), which training/flex_dispatcher_backend.py "
+     "apply_flex_dispatcher_backend turns into moe_token_dispatcher_type 'flex'"),
     (r"megatron_bridge_(26\.(0[4-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-30b-a3b h100\b.*\bep16\b", "hybridep",
      "Megatron-Bridge PR #2477 (4a64507, 'Update Qwen3 30B H100 Base Configs with HybridEP', in v0.4.0 / 26.04 and "
      "v0.5.0 / 26.06): QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, moe_a2a_overlap=False, "
@@ -145,8 +158,10 @@ FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
      "'flex' (26.08 on: src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py the same)"),
     # inside one NVLink domain the flex dispatcher forwards nothing; mapped still, since it permutes once after its
     # exchange where the all-to-all dispatcher also sorts the rows it receives (cost/moe_permute.local_sort)
-    (r"megatron_bridge_(26\.(0[2-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-(235b-a22b|30b-a3b) gb[23]00\b", "hybridep",
-     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 (26.02), v0.4.0, "
+    (r"megatron_bridge_(25\.1[12]|26\.(0[2-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-(235b-a22b|30b-a3b) gb[23]00\b", "hybridep",
+     "Megatron-Bridge scripts/performance/configs/qwen3/workload_base_configs.py @ v0.2.0 (25.11): QWEN3_235B_A22B_ "
+     "and QWEN3_30B_A3B_GB200_ / _GB300_*_BASE_CONFIG, passed to the library recipe by qwen3_llm_pretrain.py; "
+     "configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 (26.02), v0.4.0, "
      "v0.5.0: QWEN3_235B_A22B_ and QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_ / _GB300_* moe_flex_dispatcher_backend="
      "'hybridep', which training/flex_dispatcher_backend.py apply_flex_dispatcher_backend turns into "
      "moe_token_dispatcher_type 'flex' (v0.3.1 on: qwen3_llm_pretrain.py sets 'flex' itself)"),
