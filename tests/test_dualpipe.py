@@ -12,7 +12,7 @@ from meshplan.pipeline.dualpipe import build_dualpipe, dualpipe_pairs, dualpipe_
 from meshplan.pipeline.forms import RankTimes
 from meshplan.pipeline.registry import schedule_of
 from meshplan.pipeline.schedule import format_table
-from meshplan.pipeline.zero_bubble import closed_bubble, weight_copies
+from meshplan.pipeline.zero_bubble import closed_bubble
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
 from split_table_helpers import assert_table_valid, assert_timeline_respects_dependencies
@@ -84,11 +84,12 @@ def test_figure_5_shape():
 def test_memory_is_table_2_s(pp, m):
     """Table 2: PP + 1 micro-batches of activations and 2x parameters per rank. The table's every rank peaks at
     p + 1 (micro-batch, chunk) pairs between F and W (each a whole stage's: one chunk is a stage), what
-    memory.in_flight_chunks prices; each rank runs two chunks, the two stages zero_bubble.weight_copies counts."""
+    memory.in_flight_chunks prices; each rank runs two chunks, the two stages its record's weight_copies counts."""
     line = simulate_dualpipe(pp, m, 1.0, 1.0, 1.0)
     assert line.max_in_flight == (pp + 1,) * pp
     assert in_flight_chunks(Plan(pp=pp, schedule="dualpipe", global_batch=m)) == pp + 1
-    assert all({a.chunk for a in row} == {0, 1} for row in build_dualpipe(pp, m)) and weight_copies("dualpipe") == 2
+    assert all({a.chunk for a in row} == {0, 1} for row in build_dualpipe(pp, m))
+    assert schedule_of("dualpipe").weight_copies == 2
 
 
 @pytest.mark.parametrize("pp", [2, 4, 8, 16])

@@ -44,7 +44,8 @@ class Schedule:
     chunks: int = 1
     embedding_in_flight: Callable[[Num, Num], Num] | None = None  # (p, m); None: ``in_flight`` of rank 0
     weight_versions: Callable[[Num, bool], Num] = rules.one_version
-    weight_copies: int = 1  # copies of a rank's parameters, gradients and optimizer state
+    # copies of a rank's parameters, gradients and optimizer state (DualPipe 2: DeepSeek-V3 Table 2's "2×" parameters)
+    weight_copies: int = 1
     update_every_micro: bool = False  # PipeDream: a weight update (DP reduction, optimizer step) per micro-batch
     head_first: bool = False  # the LM head and loss on the first rank (ZB-V's V; Chimera's both ends)
     head_last: bool = True

@@ -170,8 +170,3 @@ def closed_bubble(schedule: str, pp: int, t_fwd: float, t_bwd: float, t_wgrad: f
         return (pp / 2 - 1) * ((t_fwd + full) + full - 3 * t_wgrad)
     raise ValueError(f"schedule={schedule!r} is not a split-backward schedule (zb-h1, dualpipe)")
 
-
-def weight_copies(schedule: str) -> int:
-    """Copies of a rank's parameters (with their gradients and optimizer state): DualPipe 2 (DeepSeek-V3 SplitTable 2:
-    "2×" parameters), the others 1."""
-    return 2 if schedule == "dualpipe" else 1
