@@ -4,8 +4,9 @@ schedule's name (tests/test_pipeline_registry.py).
 
 A record holds the schedule's action table and simulator (``timeline``: the report's; the tables themselves are
 schedule.py's, zero_bubble.py's, zero_bubble_v.py's, dualpipe.py's and chimera.py's), its bubble over per-rank times
-(forms.py), its in-flight rule (activation memory), weight versions and weight copies, where its first and last
-stages sit, its refusals and the search's rows (rules.py), and the frameworks that run it (with their names for it).
+and its paper's (forms.py), its in-flight rule (activation memory), weight versions and weight copies, where its first
+and last stages sit, its refusals and the search's rows (rules.py), and the frameworks that run it (with their names
+for it).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Schedule:
     runs: Runs
     chunks: int = 1
     embedding_in_flight: Callable[[Num, Num], Num] | None = None  # (p, m); None: ``in_flight`` of rank 0
+    published: forms.Published | None = None  # its paper's bubble, equal ranks, T_W apart (split schedules)
     weight_versions: Callable[[Num, bool], Num] = rules.one_version
     # copies of a rank's parameters, gradients and optimizer state (DualPipe 2: DeepSeek-V3 Table 2's "2×" parameters)
     weight_copies: int = 1
@@ -107,16 +109,16 @@ _RECORDS = (
              note="stale weights, not synchronous SGD: one update per m micro-batches from gradients of the previous "
                   "weight version, 2 versions per rank (Narayanan et al. 2021, 2BW); no framework preset runs it"),
     Schedule(name="zb-h1", title="ZB-H1", family="split", bubble=forms.zb_h1, in_flight=rules.zb_h1_in_flight,
-             refuse=rules.refuse_zb_h1, runs=rules.runs_one_chunk),
+             refuse=rules.refuse_zb_h1, runs=rules.runs_one_chunk, published=forms.published_zb_h1),
     Schedule(name="zb-v", title="ZB-V", family="split", bubble=forms.zb_v, chunks=2, in_flight=rules.zb_v_in_flight,
              embedding_in_flight=rules.zb_v_embedding, head_first=True, head_last=False, refuse=rules.refuse_zb_v,
-             runs=rules.runs_zb_v, even_stages=True),
+             runs=rules.runs_zb_v, even_stages=True, published=forms.published_zb_v),
     Schedule(name="dualpipe", title="DualPipe", family="split", bubble=forms.dualpipe,
              in_flight=rules.dualpipe_in_flight, weight_copies=2, ep_overlapped=True, priced_apart=False,
-             refuse=rules.refuse_dualpipe, runs=rules.runs_dualpipe),
+             refuse=rules.refuse_dualpipe, runs=rules.runs_dualpipe, published=forms.published_dualpipe),
     Schedule(name="chimera", title="Chimera", family="split", bubble=forms.chimera, in_flight=rules.chimera_in_flight,
              head_first=True, embed_last=True, mirrored=True, refuse=rules.refuse_chimera, runs=rules.runs_chimera,
-             even_stages=True),
+             even_stages=True, published=forms.published_chimera),
 )
 REGISTRY: dict[str, Schedule] = {s.name: s for s in _RECORDS}
 assert tuple(REGISTRY) == ALL and {s.family for s in _RECORDS} == {"sync", "async", "split"}
