@@ -281,6 +281,14 @@ def test_one_record_per_schedule_in_its_family():
         schedule_of("zb-h2")
 
 
+def test_the_split_schedules_name_their_report_table_builder():
+    # the records name their builders (timelines.BUILDERS), so that the tables load only when a report draws them;
+    # schedule.build draws the others
+    from meshplan.pipeline.timelines import BUILDERS
+    assert [s.name for s in REGISTRY.values() if s.timeline] == list(SPLIT)
+    assert sorted(s.timeline for s in REGISTRY.values() if s.timeline) == sorted(BUILDERS)
+
+
 def test_refusals_say_why():
     assert schedule_of("1f1b").refusals(4, 1, 8) == []
     assert "needs schedule='interleaved'" in schedule_of("1f1b").refusals(4, 2, 8)[0]

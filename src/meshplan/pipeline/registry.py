@@ -45,6 +45,7 @@ class Schedule:
     chunks: int = 1
     embedding_in_flight: Callable[[Num, Num], Num] | None = None  # (p, m); None: ``in_flight`` of rank 0
     published: forms.Published | None = None  # its paper's bubble, equal ranks, T_W apart (split schedules)
+    timeline: str = ""  # the builder of its table for the report (timelines.BUILDERS); "": schedule.build's
     weight_versions: Callable[[Num, bool], Num] = rules.one_version
     # copies of a rank's parameters, gradients and optimizer state (DualPipe 2: DeepSeek-V3 Table 2's "2×" parameters)
     weight_copies: int = 1
@@ -109,16 +110,19 @@ _RECORDS = (
              note="stale weights, not synchronous SGD: one update per m micro-batches from gradients of the previous "
                   "weight version, 2 versions per rank (Narayanan et al. 2021, 2BW); no framework preset runs it"),
     Schedule(name="zb-h1", title="ZB-H1", family="split", bubble=forms.zb_h1, in_flight=rules.zb_h1_in_flight,
-             refuse=rules.refuse_zb_h1, runs=rules.runs_one_chunk, published=forms.published_zb_h1),
+             refuse=rules.refuse_zb_h1, runs=rules.runs_one_chunk, published=forms.published_zb_h1,
+             timeline="zb_h1_table"),
     Schedule(name="zb-v", title="ZB-V", family="split", bubble=forms.zb_v, chunks=2, in_flight=rules.zb_v_in_flight,
              embedding_in_flight=rules.zb_v_embedding, head_first=True, head_last=False, refuse=rules.refuse_zb_v,
-             runs=rules.runs_zb_v, even_stages=True, published=forms.published_zb_v),
+             runs=rules.runs_zb_v, even_stages=True, published=forms.published_zb_v,
+             timeline="zb_v_table"),
     Schedule(name="dualpipe", title="DualPipe", family="split", bubble=forms.dualpipe,
              in_flight=rules.dualpipe_in_flight, weight_copies=2, ep_overlapped=True, priced_apart=False,
-             refuse=rules.refuse_dualpipe, runs=rules.runs_dualpipe, published=forms.published_dualpipe),
+             refuse=rules.refuse_dualpipe, runs=rules.runs_dualpipe, published=forms.published_dualpipe,
+             timeline="dualpipe_table"),
     Schedule(name="chimera", title="Chimera", family="split", bubble=forms.chimera, in_flight=rules.chimera_in_flight,
              head_first=True, embed_last=True, mirrored=True, refuse=rules.refuse_chimera, runs=rules.runs_chimera,
-             even_stages=True, published=forms.published_chimera),
+             even_stages=True, published=forms.published_chimera, timeline="chimera_table"),
 )
 REGISTRY: dict[str, Schedule] = {s.name: s for s in _RECORDS}
 assert tuple(REGISTRY) == ALL and {s.family for s in _RECORDS} == {"sync", "async", "split"}
@@ -151,6 +155,12 @@ def one_chunk() -> str:
 def gpipe() -> Schedule:
     """GPipe's record: the search names the plans it drops as 1F1B's dominated twins (search/evaluate.py)."""
     return REGISTRY["gpipe"]
+
+
+def zero_bubble_h1() -> Schedule:
+    """ZB-H1's record: the one-chunk split table the report draws for DualPipe where DualPipe's own does not run
+    (timelines.dualpipe_table)."""
+    return REGISTRY["zb-h1"]
 
 
 def interleaving() -> Schedule:
