@@ -61,7 +61,7 @@ class RankTimes:
         """Σ_r x_r − max_r x_r over v (bubble.flow_bubble on the ends' form), x_r = value(T_F, T_B) of rank r."""
         xs = [value(f, b) for f, b in zip(self.t_f, self.t_b, strict=True)]
         if self.ends:
-            return flow_bubble("1f1b", self.pp, vpp, xs[0], xs[1], xs[2])
+            return flow_bubble(self.pp, vpp, xs[0], xs[1], xs[2])
         each = np.array([float(x) for x in xs])
         return float((each.sum() - each.max()) / vpp) if len(each) > 1 else 0.0
 
@@ -76,7 +76,7 @@ class RankTimes:
 def line(r: RankTimes, vpp: Num, m: Num) -> Num:
     """GPipe, 1F1B, interleaved: the flow shop over whole passes, over v."""
     if r.ends:
-        return flow_bubble("1f1b", r.pp, vpp, *r.whole)
+        return flow_bubble(r.pp, vpp, *r.whole)
     each = np.array([float(x) for x in r.whole])
     return float((each.sum() - each.max()) / vpp) if len(each) > 1 else 0.0
 

@@ -23,6 +23,7 @@ Bubble = Callable[[RankTimes, Num, Num], Num]  # (ranks, v, m) -> seconds per st
 InFlight = Callable[[Num, Num, Num, Num], Num]  # (p, v, m, rank) -> model chunks held
 Refuse = Callable[[rules.PlanShape], list[str]]
 Runs = Callable[[Num, Num, Num, Num], Num]  # (p, v, m, even stages) -> the rows a search batch may run
+Warmup = Callable[[int, int, int, int, int], int]  # (p, m, v, N, rank) -> forwards before the first backward
 
 # torch.distributed.pipelining's class names as torchtitan 0.2.2 takes them (``pipeline_parallel_schedule``)
 TORCHTITAN_CLASSES = "torchtitan"
@@ -44,6 +45,7 @@ class Schedule:
     runs: Runs
     chunks: int = 1
     embedding_in_flight: Callable[[Num, Num], Num] | None = None  # (p, m); None: ``in_flight`` of rank 0
+    warmup: Warmup | None = None  # schedule.build's table: its warm-up (None: a table of its own, ``timeline``)
     published: forms.Published | None = None  # its paper's bubble, equal ranks, T_W apart (split schedules)
     timeline: str = ""  # the builder of its table for the report (timelines.BUILDERS); "": schedule.build's
     weight_versions: Callable[[Num, bool], Num] = rules.one_version
@@ -90,23 +92,24 @@ class Schedule:
 
 _RECORDS = (
     Schedule(name="gpipe", title="GPipe", family="sync", bubble=forms.line, in_flight=rules.all_in_flight,
-             refuse=rules.refuse_line, runs=rules.runs_one_chunk, frameworks={TORCHTITAN_CLASSES: "GPipe"}),
+             refuse=rules.refuse_line, runs=rules.runs_one_chunk, warmup=rules.all_warmup,
+             frameworks={TORCHTITAN_CLASSES: "GPipe"}),
     Schedule(name="1f1b", title="1F1B", family="sync", bubble=forms.line, in_flight=rules.line_in_flight,
-             refuse=rules.refuse_line, runs=rules.runs_any,
+             refuse=rules.refuse_line, runs=rules.runs_any, warmup=rules.line_warmup,
              frameworks={TORCHTITAN_CLASSES: "1F1B", MEGATRON_CORE: "1f1b"}),
     Schedule(name="interleaved", title="interleaved 1F1B", family="sync", bubble=forms.line, chunks=0,
              in_flight=rules.interleaved_in_flight, embedding_in_flight=rules.interleaved_embedding,
-             refuse=rules.refuse_interleaved, runs=rules.runs_interleaved,
+             refuse=rules.refuse_interleaved, runs=rules.runs_interleaved, warmup=rules.interleaved_warmup,
              frameworks={TORCHTITAN_CLASSES: "Interleaved1F1B", MEGATRON_CORE: "interleaved"}),
     Schedule(name="pipedream", title="PipeDream, first step", family="async", bubble=forms.none,
              in_flight=rules.async_in_flight, weight_versions=rules.stashed_versions, update_every_micro=True,
-             refuse=rules.refuse_async, runs=rules.runs_one_chunk, priced_apart=False,
+             refuse=rules.refuse_async, runs=rules.runs_one_chunk, priced_apart=False, warmup=rules.line_warmup,
              note="stale weights, not synchronous SGD: a weight update after every micro-batch (optimizer batch "
                   "dp x micro_batch), each in-flight micro-batch's weights stashed, p - r versions on rank r "
                   "(Narayanan et al. 2019); no framework preset runs it"),
     Schedule(name="pipedream-2bw", title="PipeDream-2BW, first step", family="async", bubble=forms.none,
              in_flight=rules.async_in_flight, weight_versions=rules.double_buffered, refuse=rules.refuse_2bw,
-             runs=rules.runs_2bw, priced_apart=False,
+             runs=rules.runs_2bw, priced_apart=False, warmup=rules.line_warmup,
              note="stale weights, not synchronous SGD: one update per m micro-batches from gradients of the previous "
                   "weight version, 2 versions per rank (Narayanan et al. 2021, 2BW); no framework preset runs it"),
     Schedule(name="zb-h1", title="ZB-H1", family="split", bubble=forms.zb_h1, in_flight=rules.zb_h1_in_flight,
