@@ -72,6 +72,14 @@ def test_no_schedule_name_is_written_outside_the_pipeline_package():
     assert not found, "schedule names outside meshplan.pipeline (ask its registry):\n" + "\n".join(found)
 
 
+def test_no_pipeline_module_but_the_registry_forks_on_a_schedule_s_name():
+    # inside the package too, adding a schedule is one record: the tables, the closed forms, the report's timelines
+    # and the warm-ups ask the records (their fields and functions), none compares or keys a name
+    files = [p for p in sorted((CORE / "pipeline").glob("*.py")) if p.name not in ("names.py", "registry.py")]
+    found = [hit for p in files for hit in _names_written(p)]
+    assert not found, "schedule names in meshplan.pipeline outside its registry:\n" + "\n".join(found)
+
+
 def test_the_check_sees_a_written_name(tmp_path):
     # the check above is not vacuous: the registry itself writes every name, and a comparison in a module is seen,
     # an attribute's name given to object.__setattr__ is not
