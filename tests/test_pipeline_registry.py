@@ -80,6 +80,12 @@ def test_no_pipeline_module_but_the_registry_forks_on_a_schedule_s_name():
     assert not found, "schedule names in meshplan.pipeline outside its registry:\n" + "\n".join(found)
 
 
+def test_the_page_s_timeline_script_knows_no_schedule_by_name():
+    # the report's page builds schedule.build's tables from each rank's warm-up its data carries (detail.replay_inputs)
+    script = (CORE / "report" / "templates" / "timeline.js").read_text(encoding="utf-8")
+    assert not [name for name in ALL if f'"{name}"' in script or f"'{name}'" in script]
+
+
 def test_the_check_sees_a_written_name(tmp_path):
     # the check above is not vacuous: the registry itself writes every name, and a comparison in a module is seen,
     # an attribute's name given to object.__setattr__ is not

@@ -162,6 +162,15 @@ def _check(schedule: str, pp: int, m: int, vpp: int, group: int | None) -> int:
     return n
 
 
+def warm_ups(schedule: str, pp: int, micro_batches: int, vpp: int = 1, *, group: int | None = None
+             ) -> tuple[int, tuple[int, ...]]:
+    """(N, each rank's forwards before its first backward) of ``build``'s table, its record's warm-up: what the
+    report's page builds the table from (report/detail.replay_inputs, templates/timeline.js)."""
+    n = _check(schedule, pp, micro_batches, vpp, group)
+    warmup = _tabled(schedule)[1]
+    return n, tuple(warmup(pp, micro_batches, vpp, n, r) for r in range(pp))
+
+
 def _interleaved_order(m: int, vpp: int, n: int) -> list[tuple[int, int]]:
     """(micro, chunk) of each virtual micro-batch k (Megatron-Core ``get_schedule_table``).
 

@@ -131,9 +131,13 @@ def replay_inputs(schedule: str, pp: int, m: int, vpp: int, times: tuple[Sequenc
     ``schedule.simulate`` and ``compact_timeline(merged=True)`` in the same floating-point operations): its shape
     and per-rank forward and backward times per micro-batch and chunk; the page adds unit, step, bubble and rows.
     Simulating every long timeline here took most of ``meshplan report``'s time (issue 48: 1.5 M actions at 256
-    GPUs)."""
+    GPUs). ``group`` and ``warmup``: the table's N and each rank's warm-up, its schedule's record's
+    (schedule.warm_ups), so that the page's script knows no schedule by name."""
+    from meshplan.pipeline.schedule import warm_ups
+    n, warmup = warm_ups(schedule, pp, m, vpp)
     return {"pp": pp, "merged": True, "schedule": schedule, "micro_batches": m, "vpp": vpp,
-            "replay": {"t_fwd": list(times[0]), "t_bwd": list(times[1]), "pixels": MERGED_PIXELS}}
+            "replay": {"t_fwd": list(times[0]), "t_bwd": list(times[1]), "pixels": MERGED_PIXELS, "group": n,
+                       "warmup": list(warmup)}}
 
 
 def compact_timeline(run: PipelineRun, merged: bool) -> dict[str, Any]:
