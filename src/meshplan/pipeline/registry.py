@@ -1,12 +1,13 @@
 """One record per pipeline schedule: every caller (the plan's check, the estimate, the search, the ranks priced apart,
-memory, the report's timelines, the config emitters) asks it here, and no module outside ``meshplan.pipeline`` writes a
-schedule's name (tests/test_pipeline_registry.py).
+memory, schedule.build's tables, the report's timelines, the config emitters) asks it here, and no module but this one
+and names.py writes a schedule's name, in ``meshplan.pipeline`` or outside it (tests/test_pipeline_registry.py):
+adding a schedule is adding its record.
 
-A record holds the schedule's action table and simulator (``timeline``: the report's; the tables themselves are
-schedule.py's, zero_bubble.py's, zero_bubble_v.py's, dualpipe.py's and chimera.py's), its bubble over per-rank times
-and its paper's (forms.py), its in-flight rule (activation memory), weight versions and weight copies, where its first
-and last stages sit, its refusals and the search's rows (rules.py), and the frameworks that run it (with their names
-for it).
+A record holds how its action table is drawn (``warmup``: schedule.build's table, each rank's forwards before its
+first backward; ``timeline``: the name of its own table's builder in timelines.py, which the tables' modules, above
+this one, are loaded only to draw), its bubble over per-rank times and its paper's (forms.py), its in-flight rule
+(activation memory), weight versions and weight copies, where its first and last stages sit, its refusals and the
+search's rows (rules.py), and the frameworks that run it (with their names for it).
 """
 
 from __future__ import annotations
