@@ -10,10 +10,9 @@ import pytest
 
 from meshplan.memory import in_flight_chunks
 from meshplan.pipeline.chimera import build_chimera, chimera_route, chimera_slots, simulate_chimera
-from meshplan.pipeline.forms import RankTimes
+from meshplan.pipeline.forms import RankTimes, published_chimera
 from meshplan.pipeline.registry import schedule_of
 from meshplan.pipeline.schedule import format_table
-from meshplan.pipeline.zero_bubble_v import closed_bubble_v
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
 from split_table_helpers import assert_table_valid, assert_timeline_respects_dependencies
@@ -55,7 +54,7 @@ def test_merge_has_no_conflict_every_pass_once_and_dependencies_kept(d, n):
 @pytest.mark.parametrize("units", [1, 2])
 def test_bubble_ratio_is_table_1_s_in_unit_slots(d, units):
     """Table 1: bubble ratio (D - 2)/(2N + D - 2) in the unit slots it counts (T_F = T_B = 1): every worker runs
-    2N slots and idles D - 2; D = N = 4 (Figure 3): 2 of 10. It is closed_bubble_v's (p/2 - 1)·(T_F + T_B), what
+    2N slots and idles D - 2; D = N = 4 (Figure 3): 2 of 10. It is forms.published_chimera's (p/2 - 1)·(T_F + T_B), what
     the estimate prices (step/stages.stage_bubble on equal ranks)."""
     n = units * d
     line = simulate_chimera(d, n, 1.0, 1.0)
@@ -63,7 +62,7 @@ def test_bubble_ratio_is_table_1_s_in_unit_slots(d, units):
     assert line.step_time == pytest.approx(2 * n + d - 2)
     assert line.idle_fraction == pytest.approx((d - 2) / (2 * n + d - 2))
     rank = PassTimes(fwd=1.0, bwd=1.0)
-    assert line.bubble_time == pytest.approx(closed_bubble_v("chimera", d, 1.0, 1.0)) == pytest.approx(
+    assert line.bubble_time == pytest.approx(published_chimera(d, 1.0, 1.0, 0.0)) == pytest.approx(
         split_bubble("chimera", d, rank, rank, rank, n))
 
 

@@ -9,10 +9,9 @@ import pytest
 
 from meshplan.memory import in_flight_chunks
 from meshplan.pipeline.dualpipe import build_dualpipe, dualpipe_pairs, dualpipe_route, simulate_dualpipe
-from meshplan.pipeline.forms import RankTimes
+from meshplan.pipeline.forms import RankTimes, published_dualpipe
 from meshplan.pipeline.registry import schedule_of
 from meshplan.pipeline.schedule import format_table
-from meshplan.pipeline.zero_bubble import closed_bubble, weight_copies
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
 from split_table_helpers import assert_table_valid, assert_timeline_respects_dependencies
@@ -64,12 +63,12 @@ def test_bubble_against_table_2_with_equal_passes(pp, m):
     line = simulate_dualpipe(pp, m, 1.0, 1.0, 1.0)
     assert line.busy == (3.0 * m,) * pp
     assert line.bubble_time == pytest.approx(pp / 2 - 1)
-    assert closed_bubble("dualpipe", pp, 1, 1, 1) == pytest.approx(2 * (pp / 2 - 1))
+    assert published_dualpipe(pp, 1, 1, 1) == pytest.approx(2 * (pp / 2 - 1))
     for f, b in ((2.0, 1.0), (1.0, 0.5), (1.5, 1.2)):
         line = simulate_dualpipe(pp, m, f, b, b)
         assert line.bubble_time == pytest.approx((pp / 2 - 1) * (2 * f - b))
     for f, b in ((2.0, 1.0), (1.5, 1.2), (1.0, 2.0), (1.0, 1.5)):
-        assert simulate_dualpipe(pp, m, f, b, b).bubble_time <= closed_bubble("dualpipe", pp, f, b, b) + 1e-9
+        assert simulate_dualpipe(pp, m, f, b, b).bubble_time <= published_dualpipe(pp, f, b, b) + 1e-9
 
 
 def test_figure_5_shape():
@@ -84,21 +83,22 @@ def test_figure_5_shape():
 def test_memory_is_table_2_s(pp, m):
     """Table 2: PP + 1 micro-batches of activations and 2x parameters per rank. The table's every rank peaks at
     p + 1 (micro-batch, chunk) pairs between F and W (each a whole stage's: one chunk is a stage), what
-    memory.in_flight_chunks prices; each rank runs two chunks, the two stages zero_bubble.weight_copies counts."""
+    memory.in_flight_chunks prices; each rank runs two chunks, the two stages its record's weight_copies counts."""
     line = simulate_dualpipe(pp, m, 1.0, 1.0, 1.0)
     assert line.max_in_flight == (pp + 1,) * pp
     assert in_flight_chunks(Plan(pp=pp, schedule="dualpipe", global_batch=m)) == pp + 1
-    assert all({a.chunk for a in row} == {0, 1} for row in build_dualpipe(pp, m)) and weight_copies("dualpipe") == 2
+    assert all({a.chunk for a in row} == {0, 1} for row in build_dualpipe(pp, m))
+    assert schedule_of("dualpipe").weight_copies == 2
 
 
 @pytest.mark.parametrize("pp", [2, 4, 8, 16])
 def test_the_estimate_prices_table_2(pp):
     """The estimate prices step/stages.stage_bubble on the ranks' passes, T_B = T_W = half the backward: with
-    forward 1 and backward 2 on every rank, Table 2's (p/2 - 1)·(1 + 1) (closed_bubble at 1, 1, 1), twice the
+    forward 1 and backward 2 on every rank, Table 2's (p/2 - 1)·(1 + 1) (its published form at 1, 1, 1), twice the
     library order's bubble at F = B = W = 1."""
     rank = PassTimes(fwd=1.0, bwd=2.0)
     priced = split_bubble("dualpipe", pp, rank, rank, rank)
-    assert priced == pytest.approx(closed_bubble("dualpipe", pp, 1.0, 1.0, 1.0)) == pytest.approx(2 * (pp / 2 - 1))
+    assert priced == pytest.approx(published_dualpipe(pp, 1.0, 1.0, 1.0)) == pytest.approx(2 * (pp / 2 - 1))
     assert priced == pytest.approx(2 * simulate_dualpipe(pp, 4 * pp, 1.0, 1.0, 1.0).bubble_time)
 
 

@@ -72,6 +72,20 @@ def test_no_schedule_name_is_written_outside_the_pipeline_package():
     assert not found, "schedule names outside meshplan.pipeline (ask its registry):\n" + "\n".join(found)
 
 
+def test_no_pipeline_module_but_the_registry_forks_on_a_schedule_s_name():
+    # inside the package too, adding a schedule is one record: the tables, the closed forms, the report's timelines
+    # and the warm-ups ask the records (their fields and functions), none compares or keys a name
+    files = [p for p in sorted((CORE / "pipeline").glob("*.py")) if p.name not in ("names.py", "registry.py")]
+    found = [hit for p in files for hit in _names_written(p)]
+    assert not found, "schedule names in meshplan.pipeline outside its registry:\n" + "\n".join(found)
+
+
+def test_the_page_s_timeline_script_knows_no_schedule_by_name():
+    # the report's page builds schedule.build's tables from each rank's warm-up its data carries (detail.replay_inputs)
+    script = (CORE / "report" / "templates" / "timeline.js").read_text(encoding="utf-8")
+    assert not [name for name in ALL if f'"{name}"' in script or f"'{name}'" in script]
+
+
 def test_the_check_sees_a_written_name(tmp_path):
     # the check above is not vacuous: the registry itself writes every name, and a comparison in a module is seen,
     # an attribute's name given to object.__setattr__ is not
@@ -279,6 +293,14 @@ def test_one_record_per_schedule_in_its_family():
     assert [s.name for s in REGISTRY.values() if not s.head_last] == ["zb-v"]
     with pytest.raises(KeyError, match="is none of"):
         schedule_of("zb-h2")
+
+
+def test_the_split_schedules_name_their_report_table_builder():
+    # the records name their builders (timelines.BUILDERS), so that the tables load only when a report draws them;
+    # schedule.build draws the others
+    from meshplan.pipeline.timelines import BUILDERS
+    assert [s.name for s in REGISTRY.values() if s.timeline] == list(SPLIT)
+    assert sorted(s.timeline for s in REGISTRY.values() if s.timeline) == sorted(BUILDERS)
 
 
 def test_refusals_say_why():

@@ -11,6 +11,8 @@ import itertools
 import pytest
 
 from meshplan.pipeline.bubble import flow_bubble
+from meshplan.pipeline.forms import RankTimes
+from meshplan.pipeline.registry import schedule_of
 from meshplan.pipeline.schedule import (
     Action,
     bubble_fraction,
@@ -282,7 +284,7 @@ def test_flow_bubble_equals_the_simulator_where_it_claims_to():
             tl = simulate(build(schedule, p, m, v, group=n), [f / v for f in fwd], [b / v for b in bwd])
             total = [f + b for f, b in zip(fwd, bwd, strict=True)]
             middle = total[1] if p > 2 else 0.0  # no middle rank: its weight p − 2 is 0
-            closed = flow_bubble(schedule, p, v, total[0], total[-1], middle)
+            closed = flow_bubble(p, v, total[0], total[-1], middle)
             last_busiest = head[0] >= embed[0] and head[1] >= embed[1]
             first_busiest = head[0] <= embed[0] and head[1] <= embed[1]
             label = (schedule, p, m, v, n, embed, head)
@@ -295,12 +297,14 @@ def test_flow_bubble_equals_the_simulator_where_it_claims_to():
     assert exact > 5000 and bounded > 2000
     # the docstring's case: 1F1B, p = 4, ranks 3, 3, 3, 6 s: m·6 + 9
     tl = simulate(build("1f1b", 4, 8), [1.0, 1.0, 1.0, 2.0], [2.0, 2.0, 2.0, 4.0])
-    assert (tl.step_time, tl.bubble_time, flow_bubble("1f1b", 4, 1, 3.0, 6.0, 3.0)) == (8 * 6.0 + 9.0, 9.0, 9.0)
+    assert (tl.step_time, tl.bubble_time, flow_bubble(4, 1, 3.0, 6.0, 3.0)) == (8 * 6.0 + 9.0, 9.0, 9.0)
 
 
-def test_flow_bubble_of_the_asynchronous_schedules_is_zero():
+def test_the_bubble_of_the_asynchronous_schedules_is_zero():
+    # their records' bubble (forms.none): no flush, no bubble per step, on any ranks
+    ranks = RankTimes.of_ends(4, (1.0, 2.0, 3.0), (2.0, 4.0, 6.0), (1.0, 2.0, 3.0))
     for schedule in ("pipedream", "pipedream-2bw"):
-        assert flow_bubble(schedule, 4, 1, 3.0, 6.0, 3.0) == 0.0
+        assert schedule_of(schedule).bubble(ranks, 1, 8) == bubble_time(schedule, 4, 8, 1, 1.0, 2.0) == 0.0
 
 
 # --- unequal stages and p2p -----------------------------------------------------------------------

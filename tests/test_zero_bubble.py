@@ -11,8 +11,11 @@ from bad_input_helpers import estimate as estimate_args
 from bad_input_helpers import fails
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
+from meshplan.pipeline import forms
+from meshplan.pipeline.names import SPLIT
+from meshplan.pipeline.registry import REGISTRY, schedule_of
 from meshplan.pipeline.schedule import build, format_table, simulate
-from meshplan.pipeline.zero_bubble import build_zb_h1, closed_bubble, simulate_split
+from meshplan.pipeline.zero_bubble import build_zb_h1, simulate_split
 from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
@@ -44,7 +47,7 @@ def test_zb_h1_bubble_is_a_third_of_1f1b_with_equal_passes(pp, m):
     al. 2023 §3.1); the simulator and the closed form agree."""
     zb = simulate_split(build_zb_h1(pp, m), 1.0, 1.0, 1.0)
     one = simulate(build("1f1b", pp, m), 1.0, 2.0)
-    assert zb.bubble_time == pytest.approx(pp - 1) == pytest.approx(closed_bubble("zb-h1", pp, 1.0, 1.0, 1.0))
+    assert zb.bubble_time == pytest.approx(pp - 1) == pytest.approx(schedule_of("zb-h1").published(pp, 1.0, 1.0, 1.0))
     assert one.bubble_time == pytest.approx(3 * (pp - 1))
     # the same peak over the ranks as 1F1B: p micro-batches (rank 0), counting W residues whole
     assert max(zb.max_in_flight) == max(one.max_in_flight) == min(pp, m)
@@ -67,9 +70,8 @@ def test_zb_h1_is_never_slower_than_1f1b_on_random_ranks():
 def test_dualpipe_closed_bubble():
     """DeepSeek-V3 Table 2: (p/2 - 1)·(F&B + B - 3·W), its caption's B the full backward (T_B + T_W) and F&B = T_F + B:
     p = 8, T = 1: 3·(3 + 2 - 3) = 6, against 1F1B's 7·3 = 21 and ZB-H1's 7."""
-    assert closed_bubble("dualpipe", 8, 1.0, 1.0, 1.0) == 6.0
-    with pytest.raises(ValueError, match="not a split-backward schedule"):
-        closed_bubble("1f1b", 8, 1.0, 1.0, 1.0)
+    assert forms.published_dualpipe(8, 1.0, 1.0, 1.0) == 6.0
+    assert [s.name for s in REGISTRY.values() if s.published] == list(SPLIT)  # 1F1B's is schedule.bubble_time
     with pytest.raises(ValueError, match="must be one of"):  # schedule.build has no table for them
         build("zb-h1", 4, 8)
 

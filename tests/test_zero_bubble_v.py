@@ -9,7 +9,8 @@ from bad_input_helpers import estimate as estimate_args
 from bad_input_helpers import fails
 from meshplan.estimate import estimate
 from meshplan.memory import embedding_in_flight, in_flight_chunks
-from meshplan.pipeline.zero_bubble_v import build_zb_v, closed_bubble_v, simulate_routes, v_route
+from meshplan.pipeline.forms import published_chimera, published_zb_v
+from meshplan.pipeline.zero_bubble_v import build_zb_v, simulate_routes, v_route
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -46,7 +47,7 @@ def test_zb_v_reproduces_the_paper_s_bubble(pp, m):
     order there; the fixed table does not)."""
     for f, b in ((1.0, 1.0), (1.5, 1.0), (2.0, 1.0), (1.0, 0.5), (1.0, 0.8)):  # per chunk, T_B = T_W
         bubble, _ = _span_bubble(pp, m, f, b, b)
-        assert bubble == pytest.approx(closed_bubble_v("zb-v", pp, 2 * f, 2 * b, 2 * b), abs=1e-9)
+        assert bubble == pytest.approx(published_zb_v(pp, 2 * f, 2 * b, 2 * b), abs=1e-9)
     assert _span_bubble(pp, m, 1.0, 1.0, 1.0)[0] == pytest.approx(0.0, abs=1e-9)
     for f, b in ((1.0, 1.5), (0.7, 1.0)):
         assert _span_bubble(pp, m, f, b, b)[0] == pytest.approx((pp - 1) * (b - f), abs=1e-9)
@@ -71,7 +72,7 @@ def test_chimera_bubble_is_table_1_s_ratio(pp, m):
     """Li & Hoefler 2021 Table 1: Chimera's bubble ratio (D - 2)/(2N + D - 2) with D = p stages and N = m
     micro-batches; a rank's work per step is 1F1B's m·(T_F + T_B)."""
     f, b = 1.0, 2.0
-    bubble = closed_bubble_v("chimera", pp, f, b)
+    bubble = published_chimera(pp, f, b, 0.0)
     assert bubble / (bubble + m * (f + b)) == pytest.approx((pp - 2) / (2 * m + pp - 2))
     assert bubble == pytest.approx((pp - 1) * (f + b) * (pp / 2 - 1) / (pp - 1))  # 1F1B's at a (p/2 - 1)/(p - 1) share
 

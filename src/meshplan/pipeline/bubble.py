@@ -15,21 +15,19 @@ busier than the ends, when the last rank is the busiest in both passes (the LM h
 interleaved alike; under GPipe also when the first rank is the busiest in both passes. When the first rank is the
 busiest in both, 1F1B and interleaved overlap part of the others' fill with its work and the simulator's bubble is
 smaller (this form is then an upper bound). A rank busier forward and the other busier backward: neither.
-The asynchronous schedules never flush (steady.py): no bubble per step, their one fill per training run amortised away.
+The asynchronous schedules never flush (steady.py): no bubble per step, their one fill per training run amortised away
+(their records' bubble, forms.none, is 0).
 """
 
 from __future__ import annotations
 
-from meshplan.pipeline.names import ASYNC as ASYNC_SCHEDULES
 from meshplan.xp import Num, maximum
 
 
-def flow_bubble(schedule: str, pp: Num, vpp: Num, first: Num, last: Num, middle: Num) -> Num:
-    """The bubble per step from one micro-batch's time through the first, the last and a middle rank (both passes,
-    all v chunks; scalars or arrays): ((p − 2)·t_middle + t_other_end)/v (module docstring); 0 for p = 1 and for the
-    asynchronous schedules."""
+def flow_bubble(pp: Num, vpp: Num, first: Num, last: Num, middle: Num) -> Num:
+    """The bubble per step of a flushing schedule from one micro-batch's time through the first, the last and a middle
+    rank (both passes, all v chunks; scalars or arrays): ((p − 2)·t_middle + t_other_end)/v (module docstring); 0 for
+    p = 1."""
     busiest = maximum(maximum(first, last), middle * (pp > 2))  # a middle rank the busiest (more parameters to
     others = first + last + (pp - 2) * middle - busiest  # reduce, a lighter first stage): it is paid m times
-    if schedule in ASYNC_SCHEDULES:  # no flush: no bubble per step (steady.steady_step)
-        return 0.0 * others
     return (pp > 1) * others / vpp

@@ -18,7 +18,7 @@ the slots the unit before it leaves at its end.
 What the table shows (tests/test_chimera.py), times per stage; the estimate prices the table's form below
 (step/stages.split_bubble), Table 1's where T_F = T_B:
   - with T_F = T_B (the unit slots Table 1 counts) each worker idles D − 2 slots at any N = K·D: the bubble ratio
-    (D − 2)/(2N + D − 2) of Table 1 (Figure 3, D = N = 4: 2 idle slots of 10), zero_bubble_v.closed_bubble_v's
+    (D − 2)/(2N + D − 2) of Table 1 (Figure 3, D = N = 4: 2 idle slots of 10), forms.published_chimera's
     (p/2 − 1)·(T_F + T_B);
   - with T_B ≠ T_F the table's bubble is (D/2 − 1)·((T_F + T_B) + (2K − 1)·|T_B − T_F|) for K = N/D units: with
     T_B = 2·T_F (Figure 3's proportions) 4 units at D = N = 4 (F = 1, B = 2), not Table 1's (D/2 − 1)·(T_F + T_B)

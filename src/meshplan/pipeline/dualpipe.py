@@ -8,7 +8,7 @@ m/2 … m − 1 up (``dualpipe_route``). The backward is split into the input gr
 (zero_bubble.py); where it is not, W follows its B at once (a whole backward). A forward of one direction and a
 backward of the other run as one overlapped pair (the paper's F&B cell, Figure 4: each one's expert-parallel
 all-to-all under the other's compute), priced as the closed form prices it, T_F + T_B + T_W of compute
-(zero_bubble.closed_bubble; the overlap hides communication: step/stages.ep_overlapped); the pair starts once both its
+(forms.published_dualpipe; the overlap hides communication: step/stages.ep_overlapped); the pair starts once both its
 inputs have arrived, as the library receives both before computing.
 
 Rank r's order, with h = min(r, p − 1 − r) and its own "near" direction first (down on ranks < p/2, up on the

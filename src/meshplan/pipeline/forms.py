@@ -61,7 +61,7 @@ class RankTimes:
         """Σ_r x_r − max_r x_r over v (bubble.flow_bubble on the ends' form), x_r = value(T_F, T_B) of rank r."""
         xs = [value(f, b) for f, b in zip(self.t_f, self.t_b, strict=True)]
         if self.ends:
-            return flow_bubble("1f1b", self.pp, vpp, xs[0], xs[1], xs[2])
+            return flow_bubble(self.pp, vpp, xs[0], xs[1], xs[2])
         each = np.array([float(x) for x in xs])
         return float((each.sum() - each.max()) / vpp) if len(each) > 1 else 0.0
 
@@ -76,7 +76,7 @@ class RankTimes:
 def line(r: RankTimes, vpp: Num, m: Num) -> Num:
     """GPipe, 1F1B, interleaved: the flow shop over whole passes, over v."""
     if r.ends:
-        return flow_bubble("1f1b", r.pp, vpp, *r.whole)
+        return flow_bubble(r.pp, vpp, *r.whole)
     each = np.array([float(x) for x in r.whole])
     return float((each.sum() - each.max()) / vpp) if len(each) > 1 else 0.0
 
@@ -111,3 +111,32 @@ def chimera(r: RankTimes, vpp: Num, m: Num) -> Num:
     widest = r.most(lambda f, b: maximum(b - f, f - b))
     units = maximum(2 * m / maximum(r.pp, 1) - 1, 0.0)
     return maximum(r.pp / 2 - 1, 0.0) * (whole / maximum(r.pp - 1, 1) + units * widest)
+
+
+# ---- the papers' own forms: equal ranks, m large enough, T_W apart (a record's ``published``; the tables' tests hold
+# each table to its paper's form, tests/test_zero_bubble*.py, test_dualpipe.py, test_chimera.py) ----------------------
+Published = Callable[[int, float, float, float], float]  # (p, T_F, T_B, T_W) -> seconds per step
+
+
+def published_zb_h1(pp: int, t_fwd: float, t_bwd: float, t_wgrad: float) -> float:
+    """ZB-H1, m ≥ p: (p − 1)·(T_F + T_B − T_W) (Qi et al. 2023 §3.1; zero_bubble.py)."""
+    return (pp - 1) * (t_fwd + t_bwd - t_wgrad)
+
+
+def published_zb_v(pp: int, t_fwd: float, t_bwd: float, t_wgrad: float) -> float:
+    """ZB-V, whole-rank times, m ≥ 2p: max(0, (p − 1)·(T_F + T_B − 2·T_W)) (Qi et al. 2024 §6, Table 5;
+    zero_bubble_v.py)."""
+    return max(0.0, (pp - 1) * (t_fwd + t_bwd - 2 * t_wgrad))
+
+
+def published_dualpipe(pp: int, t_fwd: float, t_bwd: float, t_wgrad: float) -> float:
+    """DualPipe, m ≥ 2p even: (p/2 − 1)·(F&B + B − 3·W) with B = T_B + T_W the full backward and F&B = T_F + B
+    (DeepSeek-V3 Table 2 and its caption; zero_bubble.py)."""
+    full = t_bwd + t_wgrad  # Table 2's B: a full backward chunk
+    return (pp / 2 - 1) * ((t_fwd + full) + full - 3 * t_wgrad)
+
+
+def published_chimera(pp: int, t_fwd: float, t_bwd: float, t_wgrad: float) -> float:
+    """Chimera, m = p: (p/2 − 1)·(T_F + T_B), its backward whole (T_B + T_W) (Li & Hoefler 2021 Table 1;
+    zero_bubble_v.py)."""
+    return (pp / 2 - 1) * (t_fwd + t_bwd + t_wgrad)

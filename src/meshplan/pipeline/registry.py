@@ -1,11 +1,13 @@
 """One record per pipeline schedule: every caller (the plan's check, the estimate, the search, the ranks priced apart,
-memory, the report's timelines, the config emitters) asks it here, and no module outside ``meshplan.pipeline`` writes a
-schedule's name (tests/test_pipeline_registry.py).
+memory, schedule.build's tables, the report's timelines, the config emitters) asks it here, and no module but this one
+and names.py writes a schedule's name, in ``meshplan.pipeline`` or outside it (tests/test_pipeline_registry.py):
+adding a schedule is adding its record.
 
-A record holds the schedule's action table and simulator (``timeline``: the report's; the tables themselves are
-schedule.py's, zero_bubble.py's, zero_bubble_v.py's, dualpipe.py's and chimera.py's), its bubble over per-rank times
-(forms.py), its in-flight rule (activation memory), weight versions and weight copies, where its first and last
-stages sit, its refusals and the search's rows (rules.py), and the frameworks that run it (with their names for it).
+A record holds how its action table is drawn (``warmup``: schedule.build's table, each rank's forwards before its
+first backward; ``timeline``: the name of its own table's builder in timelines.py, which the tables' modules, above
+this one, are loaded only to draw), its bubble over per-rank times and its paper's (forms.py), its in-flight rule
+(activation memory), weight versions and weight copies, where its first and last stages sit, its refusals and the
+search's rows (rules.py), and the frameworks that run it (with their names for it).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ Bubble = Callable[[RankTimes, Num, Num], Num]  # (ranks, v, m) -> seconds per st
 InFlight = Callable[[Num, Num, Num, Num], Num]  # (p, v, m, rank) -> model chunks held
 Refuse = Callable[[rules.PlanShape], list[str]]
 Runs = Callable[[Num, Num, Num, Num], Num]  # (p, v, m, even stages) -> the rows a search batch may run
+Warmup = Callable[[int, int, int, int, int], int]  # (p, m, v, N, rank) -> forwards before the first backward
 
 # torch.distributed.pipelining's class names as torchtitan 0.2.2 takes them (``pipeline_parallel_schedule``)
 TORCHTITAN_CLASSES = "torchtitan"
@@ -43,8 +46,12 @@ class Schedule:
     runs: Runs
     chunks: int = 1
     embedding_in_flight: Callable[[Num, Num], Num] | None = None  # (p, m); None: ``in_flight`` of rank 0
+    warmup: Warmup | None = None  # schedule.build's table: its warm-up (None: a table of its own, ``timeline``)
+    published: forms.Published | None = None  # its paper's bubble, equal ranks, T_W apart (split schedules)
+    timeline: str = ""  # the builder of its table for the report (timelines.BUILDERS); "": schedule.build's
     weight_versions: Callable[[Num, bool], Num] = rules.one_version
-    weight_copies: int = 1  # copies of a rank's parameters, gradients and optimizer state
+    # copies of a rank's parameters, gradients and optimizer state (DualPipe 2: DeepSeek-V3 Table 2's "2×" parameters)
+    weight_copies: int = 1
     update_every_micro: bool = False  # PipeDream: a weight update (DP reduction, optimizer step) per micro-batch
     head_first: bool = False  # the LM head and loss on the first rank (ZB-V's V; Chimera's both ends)
     head_last: bool = True
@@ -86,36 +93,40 @@ class Schedule:
 
 _RECORDS = (
     Schedule(name="gpipe", title="GPipe", family="sync", bubble=forms.line, in_flight=rules.all_in_flight,
-             refuse=rules.refuse_line, runs=rules.runs_one_chunk, frameworks={TORCHTITAN_CLASSES: "GPipe"}),
+             refuse=rules.refuse_line, runs=rules.runs_one_chunk, warmup=rules.all_warmup,
+             frameworks={TORCHTITAN_CLASSES: "GPipe"}),
     Schedule(name="1f1b", title="1F1B", family="sync", bubble=forms.line, in_flight=rules.line_in_flight,
-             refuse=rules.refuse_line, runs=rules.runs_any,
+             refuse=rules.refuse_line, runs=rules.runs_any, warmup=rules.line_warmup,
              frameworks={TORCHTITAN_CLASSES: "1F1B", MEGATRON_CORE: "1f1b"}),
     Schedule(name="interleaved", title="interleaved 1F1B", family="sync", bubble=forms.line, chunks=0,
              in_flight=rules.interleaved_in_flight, embedding_in_flight=rules.interleaved_embedding,
-             refuse=rules.refuse_interleaved, runs=rules.runs_interleaved,
+             refuse=rules.refuse_interleaved, runs=rules.runs_interleaved, warmup=rules.interleaved_warmup,
              frameworks={TORCHTITAN_CLASSES: "Interleaved1F1B", MEGATRON_CORE: "interleaved"}),
     Schedule(name="pipedream", title="PipeDream, first step", family="async", bubble=forms.none,
              in_flight=rules.async_in_flight, weight_versions=rules.stashed_versions, update_every_micro=True,
-             refuse=rules.refuse_async, runs=rules.runs_one_chunk, priced_apart=False,
+             refuse=rules.refuse_async, runs=rules.runs_one_chunk, priced_apart=False, warmup=rules.line_warmup,
              note="stale weights, not synchronous SGD: a weight update after every micro-batch (optimizer batch "
                   "dp x micro_batch), each in-flight micro-batch's weights stashed, p - r versions on rank r "
                   "(Narayanan et al. 2019); no framework preset runs it"),
     Schedule(name="pipedream-2bw", title="PipeDream-2BW, first step", family="async", bubble=forms.none,
              in_flight=rules.async_in_flight, weight_versions=rules.double_buffered, refuse=rules.refuse_2bw,
-             runs=rules.runs_2bw, priced_apart=False,
+             runs=rules.runs_2bw, priced_apart=False, warmup=rules.line_warmup,
              note="stale weights, not synchronous SGD: one update per m micro-batches from gradients of the previous "
                   "weight version, 2 versions per rank (Narayanan et al. 2021, 2BW); no framework preset runs it"),
     Schedule(name="zb-h1", title="ZB-H1", family="split", bubble=forms.zb_h1, in_flight=rules.zb_h1_in_flight,
-             refuse=rules.refuse_zb_h1, runs=rules.runs_one_chunk),
+             refuse=rules.refuse_zb_h1, runs=rules.runs_one_chunk, published=forms.published_zb_h1,
+             timeline="zb_h1_table"),
     Schedule(name="zb-v", title="ZB-V", family="split", bubble=forms.zb_v, chunks=2, in_flight=rules.zb_v_in_flight,
              embedding_in_flight=rules.zb_v_embedding, head_first=True, head_last=False, refuse=rules.refuse_zb_v,
-             runs=rules.runs_zb_v, even_stages=True),
+             runs=rules.runs_zb_v, even_stages=True, published=forms.published_zb_v,
+             timeline="zb_v_table"),
     Schedule(name="dualpipe", title="DualPipe", family="split", bubble=forms.dualpipe,
              in_flight=rules.dualpipe_in_flight, weight_copies=2, ep_overlapped=True, priced_apart=False,
-             refuse=rules.refuse_dualpipe, runs=rules.runs_dualpipe),
+             refuse=rules.refuse_dualpipe, runs=rules.runs_dualpipe, published=forms.published_dualpipe,
+             timeline="dualpipe_table"),
     Schedule(name="chimera", title="Chimera", family="split", bubble=forms.chimera, in_flight=rules.chimera_in_flight,
              head_first=True, embed_last=True, mirrored=True, refuse=rules.refuse_chimera, runs=rules.runs_chimera,
-             even_stages=True),
+             even_stages=True, published=forms.published_chimera, timeline="chimera_table"),
 )
 REGISTRY: dict[str, Schedule] = {s.name: s for s in _RECORDS}
 assert tuple(REGISTRY) == ALL and {s.family for s in _RECORDS} == {"sync", "async", "split"}
@@ -148,6 +159,12 @@ def one_chunk() -> str:
 def gpipe() -> Schedule:
     """GPipe's record: the search names the plans it drops as 1F1B's dominated twins (search/evaluate.py)."""
     return REGISTRY["gpipe"]
+
+
+def zero_bubble_h1() -> Schedule:
+    """ZB-H1's record: the one-chunk split table the report draws for DualPipe where DualPipe's own does not run
+    (timelines.dualpipe_table)."""
+    return REGISTRY["zb-h1"]
 
 
 def interleaving() -> Schedule:

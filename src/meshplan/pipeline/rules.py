@@ -1,6 +1,7 @@
-"""The schedules' rules beside their bubble (registry.py binds one of each to every record): the activations a rank
-holds in flight, the weight versions it keeps, the plan shapes it refuses (with the reason) and, for the search's
-batches, the rows it runs. Scalars or NumPy arrays alike (``xp``)."""
+"""The schedules' rules beside their bubble (registry.py binds one of each to every record): the forwards a rank runs
+before its first backward (schedule.build's tables), the activations a rank holds in flight, the weight versions it
+keeps, the plan shapes it refuses (with the reason) and, for the search's batches, the rows it runs. Scalars or NumPy
+arrays alike (``xp``), the warm-up counts integers."""
 
 from __future__ import annotations
 
@@ -20,6 +21,24 @@ class PlanShape:
     vpp: int
     m: int | None
     stage_layers: tuple[int, int] = (0, 0)  # first_stage_layers, last_stage_layers
+
+
+# ---- warm-up: the forwards rank ``rank`` runs before its first backward, of p ranks, m micro-batches, v chunks a rank
+# and groups of n micro-batches (schedule.build; Megatron-Core 0.16.1 pipeline_parallel/schedules.py
+# get_pp_rank_microbatches) ----------------------------------------------------------------------------------------
+def all_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int:
+    """GPipe: every forward before any backward (Huang et al. 2019)."""
+    return m
+
+
+def line_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int:
+    """1F1B and the asynchronous schedules: min(p − r − 1, m) (Narayanan et al. 2021 §2.2.1; 2019 §3.2)."""
+    return min(pp - rank - 1, m)
+
+
+def interleaved_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int:
+    """Interleaved 1F1B: min(2·(p − r − 1) + (v − 1)·N, v·m) (Megatron-Core's warm-up over virtual micro-batches)."""
+    return min((pp - rank - 1) * 2 + (vpp - 1) * n, vpp * m)
 
 
 # ---- activations in flight: model chunks whose activations rank ``rank`` holds at its peak ---------------------------

@@ -62,9 +62,9 @@ from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from functools import lru_cache
 
-from meshplan.pipeline.bubble import flow_bubble
-from meshplan.pipeline.names import ASYNC as ASYNC_SCHEDULES
+from meshplan.pipeline.forms import RankTimes
 from meshplan.pipeline.names import TABLED as TABLED_SCHEDULES
+from meshplan.pipeline.registry import REGISTRY, Schedule, Warmup
 from meshplan.pipeline.replay import replay_table
 
 ACTION_KINDS = ("F", "B")
@@ -126,18 +126,25 @@ def _positive(name: str, value: object) -> int:
     return value
 
 
+def _tabled(schedule: str) -> tuple[Schedule, Warmup]:
+    """The record of a schedule ``build`` writes the table of, and its warm-up (registry.py: the records with one)."""
+    record = REGISTRY.get(schedule)
+    if record is None or record.warmup is None:
+        raise ValueError(f"schedule={schedule!r} must be one of {', '.join(TABLED_SCHEDULES)}")
+    return record, record.warmup
+
+
 def _check(schedule: str, pp: int, m: int, vpp: int, group: int | None) -> int:
     """Validate the arguments shared by ``build`` and the closed forms; return the group size N."""
-    if schedule not in TABLED_SCHEDULES:
-        raise ValueError(f"schedule={schedule!r} must be one of {', '.join(TABLED_SCHEDULES)}")
+    record = _tabled(schedule)[0]
     _positive("pp", pp)
     _positive("micro_batches", m)
     _positive("vpp", vpp)
-    if schedule in ASYNC_SCHEDULES and (vpp != 1 or group is not None or pp < 2):
+    if not record.flushes and (vpp != 1 or group is not None or pp < 2):
         raise ValueError(f"schedule={schedule!r} needs pp >= 2, vpp=1, no group (pp={pp}, vpp={vpp}, group={group})")
-    if schedule == "pipedream-2bw" and m < pp:
-        raise ValueError(f"schedule='pipedream-2bw' needs micro_batches >= pp (got {m} < {pp}; §3.1: m ≥ d)")
-    if schedule != "interleaved":
+    if not record.flushes and not record.runs(pp, vpp, m, True):  # PipeDream-2BW's m >= p (rules.runs_2bw)
+        raise ValueError(f"schedule={schedule!r} needs micro_batches >= pp (got {m} < {pp}; §3.1: m ≥ d)")
+    if record.chunks:  # one chunk a rank (0: any v >= 2, interleaved)
         if vpp != 1:
             raise ValueError(f"vpp={vpp} needs schedule='interleaved' (got {schedule!r})")
         if group is not None:
@@ -155,13 +162,13 @@ def _check(schedule: str, pp: int, m: int, vpp: int, group: int | None) -> int:
     return n
 
 
-def _warmup(schedule: str, pp: int, m: int, vpp: int, n: int, rank: int) -> int:
-    """Forwards a rank runs before its first backward (Megatron-Core ``get_pp_rank_microbatches``)."""
-    if schedule == "gpipe":
-        return m
-    if schedule != "interleaved":  # 1f1b and the asynchronous ones
-        return min(pp - rank - 1, m)
-    return min((pp - rank - 1) * 2 + (vpp - 1) * n, vpp * m)
+def warm_ups(schedule: str, pp: int, micro_batches: int, vpp: int = 1, *, group: int | None = None
+             ) -> tuple[int, tuple[int, ...]]:
+    """(N, each rank's forwards before its first backward) of ``build``'s table, its record's warm-up: what the
+    report's page builds the table from (report/detail.replay_inputs, templates/timeline.js)."""
+    n = _check(schedule, pp, micro_batches, vpp, group)
+    warmup = _tabled(schedule)[1]
+    return n, tuple(warmup(pp, micro_batches, vpp, n, r) for r in range(pp))
 
 
 def _interleaved_order(m: int, vpp: int, n: int) -> list[tuple[int, int]]:
@@ -188,7 +195,8 @@ def build(schedule: str, pp: int, micro_batches: int, vpp: int = 1, *, group: in
     Raises ValueError for arguments the schedule does not support.
     """
     _check(schedule, pp, micro_batches, vpp, group)
-    if _positive("steps", steps) > 1 and schedule not in ASYNC_SCHEDULES:
+    record, warmup = _tabled(schedule)
+    if _positive("steps", steps) > 1 and record.flushes:
         raise ValueError(f"steps={steps}: a synchronous schedule ({schedule!r}) flushes every step; build one")
     m = micro_batches * steps
     n = _check(schedule, pp, m, vpp, group)
@@ -198,7 +206,7 @@ def build(schedule: str, pp: int, micro_batches: int, vpp: int = 1, *, group: in
     for r in range(pp):
         fwd = [Action(r, "F", j, c) for j, c in order]
         bwd = [Action(r, "B", j, vpp - 1 - c) for j, c in order]
-        w = _warmup(schedule, pp, m, vpp, n, r)
+        w = warmup(pp, m, vpp, n, r)
         row = fwd[:w]
         for k in range(total - w):  # steady state: forward k + w, then backward k
             row += (fwd[w + k], bwd[k])
@@ -325,22 +333,29 @@ def _max_in_flight(row: Sequence[Action]) -> int:
 def bubble_fraction(schedule: str, pp: int, m: int, vpp: int = 1, *, group: int | None = None) -> float:
     """Bubble / ideal compute: (p − 1)/m for GPipe and 1F1B, (p − 1)/(v·m) interleaved.
 
-    ``bubble.flow_bubble`` of equal ranks, over m (Narayanan et al. 2021 §2.2.1–2.2.2); independent of the
-    interleaved group size N (checked by the tests). Asynchronous: 0 (no flush; a run's one fill is amortised).
+    The record's bubble (forms.line: ``bubble.flow_bubble``) of equal ranks, over m (Narayanan et al. 2021
+    §2.2.1–2.2.2); independent of the interleaved group size N (checked by the tests). Asynchronous: 0 (forms.none:
+    no flush; a run's one fill is amortised).
     """
     _check(schedule, pp, m, vpp, group)
-    return float(flow_bubble(schedule, pp, vpp, 1.0, 1.0, 1.0)) / m
+    return float(_equal_ranks_bubble(schedule, pp, m, vpp, 0.5, 0.5, 1.0)) / m
 
 
 def bubble_time(schedule: str, pp: int, m: int, vpp: int, t_fwd: float, t_bwd: float, *,
                 group: int | None = None) -> float:
-    """Idle time of the step on equal stages, ``bubble.flow_bubble`` of ranks of v·(t_f + t_b) each: (p − 1)·(t_f + t_b)
-    with t_f, t_b per chunk as in ``simulate``, the paper's (p − 1)·(T_f + T_b)/v (Narayanan et al. 2021 §2.2.2). With
-    t_p2p > 0 the p2p latency also stalls the steady state, so use ``simulate``. Asynchronous: 0 (steady.py).
+    """Idle time of the step on equal stages, the record's bubble (``bubble.flow_bubble``) of ranks of v·(t_f + t_b)
+    each: (p − 1)·(t_f + t_b) with t_f, t_b per chunk as in ``simulate``, the paper's (p − 1)·(T_f + T_b)/v (Narayanan
+    et al. 2021 §2.2.2). With t_p2p > 0 the p2p latency also stalls the steady state, so use ``simulate``.
+    Asynchronous: 0 (steady.py).
     """
     _check(schedule, pp, m, vpp, group)
-    rank = vpp * (t_fwd + t_bwd)
-    return float(flow_bubble(schedule, pp, vpp, rank, rank, rank))
+    return float(_equal_ranks_bubble(schedule, pp, m, vpp, vpp * t_fwd, vpp * t_bwd, vpp * (t_fwd + t_bwd)))
+
+
+def _equal_ranks_bubble(schedule: str, pp: int, m: int, vpp: int, fwd: float, bwd: float, whole: float) -> float:
+    """The record's bubble (forms.py) of p ranks alike, each ``fwd`` + ``bwd`` = ``whole`` per micro-batch."""
+    rank = (fwd, bwd, whole)
+    return float(REGISTRY[schedule].bubble(RankTimes.of_ends(pp, rank, rank, rank), vpp, m))
 
 
 def step_time(schedule: str, pp: int, m: int, vpp: int, t_fwd: float, t_bwd: float, *,
@@ -355,4 +370,7 @@ def in_flight(schedule: str, pp: int, m: int, vpp: int, rank: int, *, group: int
     n = _check(schedule, pp, m, vpp, group)
     if not isinstance(rank, int) or not 0 <= rank < pp:
         raise ValueError(f"rank={rank!r} must be in [0, pp={pp})")
-    return pp - rank if schedule in ASYNC_SCHEDULES else min(_warmup(schedule, pp, m, vpp, n, rank) + 1, vpp * m)
+    record, warmup = _tabled(schedule)
+    if not record.flushes:  # no flush: m does not bound it (the record's rules.async_in_flight)
+        return int(record.in_flight(pp, vpp, m, rank))
+    return min(warmup(pp, m, vpp, n, rank) + 1, vpp * m)

@@ -27,13 +27,14 @@ import math
 from collections.abc import Sequence
 
 from meshplan.pipeline.names import ASYNC as ASYNC_SCHEDULES
+from meshplan.pipeline.registry import REGISTRY
 from meshplan.pipeline.schedule import Action, Table, Times, build, simulate
 
 
 def steady_step(schedule: str, pp: int, micro_batches: int, t_fwd: Times, t_bwd: Times, t_p2p: Times = 0.0) -> float:
     """Seconds per step of ``micro_batches`` micro-batches of an asynchronous ``schedule`` once the pipeline is full
     (module docstring); the times as ``simulate`` takes them."""
-    if schedule not in ASYNC_SCHEDULES:
+    if schedule not in REGISTRY or REGISTRY[schedule].flushes:
         raise ValueError(f"schedule={schedule!r}: steady_step times the asynchronous schedules "
                          f"({', '.join(ASYNC_SCHEDULES)}); a synchronous step is schedule.simulate's")
     m = micro_batches

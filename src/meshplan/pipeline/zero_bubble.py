@@ -159,19 +159,3 @@ def _in_flight(row: Sequence[SplitAction]) -> int:
         peak = max(peak, live)
     return peak
 
-
-def closed_bubble(schedule: str, pp: int, t_fwd: float, t_bwd: float, t_wgrad: float) -> float:
-    """The bubble with equal stages and m ≥ p (ZB-V: m ≥ 2p; DualPipe: m ≥ 2p, even): ZB-H1 (p − 1)·(T_F + T_B − T_W),
-    DualPipe (p/2 − 1)·(F&B + B − 3·W) with B = T_B + T_W the full backward and F&B = T_F + B (module docstring)."""
-    if schedule == "zb-h1":
-        return (pp - 1) * (t_fwd + t_bwd - t_wgrad)
-    if schedule == "dualpipe":
-        full = t_bwd + t_wgrad  # Table 2's B: a full backward chunk
-        return (pp / 2 - 1) * ((t_fwd + full) + full - 3 * t_wgrad)
-    raise ValueError(f"schedule={schedule!r} is not a split-backward schedule (zb-h1, dualpipe)")
-
-
-def weight_copies(schedule: str) -> int:
-    """Copies of a rank's parameters (with their gradients and optimizer state): DualPipe 2 (DeepSeek-V3 SplitTable 2:
-    "2×" parameters), the others 1."""
-    return 2 if schedule == "dualpipe" else 1

@@ -147,12 +147,3 @@ def _live(row: Sequence[SplitAction], last: str) -> int:
         peak = max(peak, live)
     return peak
 
-
-def closed_bubble_v(schedule: str, pp: int, t_fwd: float, t_bwd: float, t_wgrad: float = 0.0) -> float:
-    """The bubble with equal ranks (whole-rank times, module docstring): ZB-V max(0, (p − 1)·(T_F + T_B − 2·T_W)),
-    Chimera (p/2 − 1)·(T_F + T_B) (its backward whole: T_B with T_W = 0)."""
-    if schedule == "zb-v":
-        return max(0.0, (pp - 1) * (t_fwd + t_bwd - 2 * t_wgrad))
-    if schedule == "chimera":
-        return (pp / 2 - 1) * (t_fwd + t_bwd + t_wgrad)
-    raise ValueError(f"schedule={schedule!r} is not a two-chunk schedule (zb-v, chimera)")

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from meshplan.estimate import COMPONENTS, Estimate, estimate
+from meshplan.pipeline.registry import schedule_of
 from meshplan.report.charts import time_unit
 from meshplan.report.plots import pipeline_run, pipeline_times, short_label
 from meshplan.report.split_runs import PipelineRun
 from meshplan.report.tiers import tier_axes, tier_headers
-from meshplan.specs.plan import TABLED_SCHEDULES
 from meshplan.units import GiB, fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _timeline(est: Estimate, budget: int) -> dict[str, Any]:
     else merged; a merged one of a ``schedule.build`` table is left to the page's script (``replay_inputs``)."""
     schedule, vpp, t_f, t_b = pipeline_times(est)
     p, m = est.plan.pp, est.plan.grad_accum
-    if schedule in TABLED_SCHEDULES and 2 * m * vpp * p > budget:  # build's table: one F and one B per (j, c)
+    if schedule_of(schedule).warmup and 2 * m * vpp * p > budget:  # build's table: one F and one B per (j, c)
         return replay_inputs(schedule, p, m, vpp, (t_f, t_b))
     run = pipeline_run(est)
     timeline = compact_timeline(run, merged=sum(map(len, run.table)) > budget)
@@ -131,9 +131,13 @@ def replay_inputs(schedule: str, pp: int, m: int, vpp: int, times: tuple[Sequenc
     ``schedule.simulate`` and ``compact_timeline(merged=True)`` in the same floating-point operations): its shape
     and per-rank forward and backward times per micro-batch and chunk; the page adds unit, step, bubble and rows.
     Simulating every long timeline here took most of ``meshplan report``'s time (issue 48: 1.5 M actions at 256
-    GPUs)."""
+    GPUs). ``group`` and ``warmup``: the table's N and each rank's warm-up, its schedule's record's
+    (schedule.warm_ups), so that the page's script knows no schedule by name."""
+    from meshplan.pipeline.schedule import warm_ups
+    n, warmup = warm_ups(schedule, pp, m, vpp)
     return {"pp": pp, "merged": True, "schedule": schedule, "micro_batches": m, "vpp": vpp,
-            "replay": {"t_fwd": list(times[0]), "t_bwd": list(times[1]), "pixels": MERGED_PIXELS}}
+            "replay": {"t_fwd": list(times[0]), "t_bwd": list(times[1]), "pixels": MERGED_PIXELS, "group": n,
+                       "warmup": list(warmup)}}
 
 
 def compact_timeline(run: PipelineRun, merged: bool) -> dict[str, Any]:

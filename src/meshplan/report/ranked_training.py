@@ -17,7 +17,7 @@ from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
 from meshplan.report.tiers import mesh_text, tier_axes, tier_blocks, tier_headers
 from meshplan.specs.layouts import layout_of
-from meshplan.specs.plan import ASYNC_SCHEDULES, SPLIT_SCHEDULES
+from meshplan.specs.plan import ASYNC_SCHEDULES
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def _plan_cells(result) -> dict[str, list[str]]:
     ests = result.plans
     cells: dict[str, list[str]] = defaultdict(list)
     # a schedule column where a plan runs an asynchronous or a split-backward (zero_bubble.py) pipeline
-    asynchronous = any(e.plan.schedule in (*ASYNC_NOTES, *SPLIT_SCHEDULES) and e.plan.pp > 1 for e in ests)
+    asynchronous = any(schedule_of(e.plan.schedule).family != "sync" and e.plan.pp > 1 for e in ests)
     uneven = any(e.plan.last_stage_layers for e in ests)
     uneven_first = any(e.plan.first_stage_layers for e in ests)
     per_rank = any(e.plan.stage_layers for e in ests)

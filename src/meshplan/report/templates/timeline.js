@@ -7,12 +7,6 @@
   "use strict";
   const state = window.meshplan;
 
-  function warmup(schedule, pp, m, vpp, n, r) {  // schedule._warmup (Megatron-Core get_pp_rank_microbatches)
-    if (schedule === "gpipe") return m;
-    if (schedule !== "interleaved") return Math.min(pp - r - 1, m);
-    return Math.min((pp - r - 1) * 2 + (vpp - 1) * n, vpp * m);
-  }
-
   function order(m, vpp, n) {  // schedule._interleaved_order: [micro, chunk] of each virtual micro-batch
     const out = [];
     for (let first = 0; first < m; first += n) {
@@ -23,10 +17,12 @@
     return out;
   }
 
-  function build(schedule, pp, m, vpp) {  // schedule.build: each rank's [backward (0 or 1), micro, chunk] in order
-    const n = schedule === "interleaved" ? pp : m, seq = order(m, vpp, n), total = seq.length, table = [];
+  // schedule.build: each rank's [backward (0 or 1), micro, chunk] in order, from the table's group size n and each
+  // rank's warm-up, its schedule's record's (replay_inputs: schedule.warm_ups)
+  function build(pp, m, vpp, n, warmup) {
+    const seq = order(m, vpp, n), total = seq.length, table = [];
     for (let r = 0; r < pp; r++) {
-      const w = warmup(schedule, pp, m, vpp, n, r), row = [];
+      const w = warmup[r], row = [];
       const fwd = function (k) { return [0, seq[k][0], seq[k][1]]; };
       const bwd = function (k) { return [1, seq[k][0], vpp - 1 - seq[k][1]]; };
       for (let k = 0; k < w; k++) row.push(fwd(k));
@@ -88,7 +84,7 @@
   function fill(t) {  // schedule.simulate, then detail.compact_timeline(run, merged=True)
     const pp = t.pp, vpp = t.vpp, m = t.micro_batches, tf = [], tb = [];
     for (let s = 0; s < pp * vpp; s++) { tf.push(t.replay.t_fwd[s % pp]); tb.push(t.replay.t_bwd[s % pp]); }
-    const table = build(t.schedule, pp, m, vpp), run = replay(table, tf, tb, pp, m, vpp);
+    const table = build(pp, m, vpp, t.replay.group, t.replay.warmup), run = replay(table, tf, tb, pp, m, vpp);
     const step = Math.max.apply(null, run.free);
     const busy = table.map(function (row, r) {
       let sum = 0;
