@@ -166,6 +166,7 @@ def test_the_console_script_parses_each_preset_once(tmp_path):
             for argv0 in ("/usr/bin/meshplan", "/usr/bin/meshplan", "/usr/bin/python")]
     assert runs == ["True", "False", "True"]
     assert (tmp_path / "c-presets-parsed").exists()
+    assert (tmp_path / "c-dataclass-methods-estimate").exists()  # the command's own file of methods (for_command)
 
 
 def test_each_command_keeps_a_file_of_its_own(tmp_path, monkeypatch):
