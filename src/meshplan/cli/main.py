@@ -122,7 +122,7 @@ class _Group(click.Group):
             from meshplan.cli.codecache import INSTALLED, install_presets  # noqa: PLC0415  (its presets parsed once)
 
             install_presets()
-            if args and "methods" in INSTALLED and any(entry.name == args[0] for entry in COMMANDS):
+            if args and "methods" in INSTALLED and args[0] in self.commands and args[0].replace("-", "").isalnum():
                 INSTALLED["methods"].for_command(args[0])  # its dataclasses' methods in a file of its own
             if args and args[0] in BLAS_FREE:
                 _keep_heap()
