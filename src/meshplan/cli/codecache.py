@@ -11,10 +11,10 @@ the interpreter's optimisation level), and a new text is compiled and kept. The 
 marshal file beside the package's bytecode (``__pycache__``, tagged with the interpreter's bytecode version as a
 ``.pyc`` is) and rewrites it at exit when it compiled something new, unless bytecode writing is off
 (``PYTHONDONTWRITEBYTECODE``, ``-B``), as Python does for ``.pyc`` files. Each code object is kept as its own marshal
-bytes and loaded when its text comes: the file holds the texts of every command (and of classes since changed, up to
-``MAX_TEXTS``), a run uses a fifth to a half of them, and making the code objects was what reading the file cost
+bytes and loaded when its text comes: a file holds the texts of its command's runs (and of classes since changed, up
+to ``MAX_TEXTS``), a run uses most of them, and making the code objects was what reading the file cost
 (a developer's checkout, 2 571 texts: 29 ms as code objects, against 1 ms as bytes and 3 ms to load the 544 a quick
-start uses; a file of 760 texts, the speed guard's commands alone: 3 ms either way). Each command of the core keeps
+start uses; a file of 760 texts, the speed guard's commands alone: 3 ms either way). Each command keeps
 a file of its own (``Compiled.for_command``, chosen before the command is imported): reading the file was what
 a run paid for every other command's texts, and in a developer's checkout that file grew to 2 580 texts (3.4 MB,
 9 to 20 ms to read on a loaded 2-core host, against 2 to 7 ms for the 565 that `meshplan plan`'s file holds).
