@@ -166,3 +166,35 @@ def test_the_console_script_parses_each_preset_once(tmp_path):
             for argv0 in ("/usr/bin/meshplan", "/usr/bin/meshplan", "/usr/bin/python")]
     assert runs == ["True", "False", "True"]
     assert (tmp_path / "c-presets-parsed").exists()
+    assert (tmp_path / "c-dataclass-methods-estimate").exists()  # the command's own file of methods (for_command)
+
+
+def test_each_command_keeps_a_file_of_its_own(tmp_path, monkeypatch):
+    """Compiled.for_command: before any text comes, the file read and written is the command's own
+    (``dataclass-methods-NAME``), so that a run reads its command's texts and not every other's; once a text has come
+    from the file given, that file stays."""
+    monkeypatch.setattr(codecache, "cache_path", lambda kind="dataclass-methods": str(tmp_path / f"{kind}.marshal"))
+    shared = str(tmp_path / "dataclass-methods.marshal")
+    fresh = codecache.Compiled(path=shared)
+    fresh.for_command("plan")
+    assert fresh.path == fresh.file == str(tmp_path / "dataclass-methods-plan.marshal")
+    started = codecache.Compiled(path=shared)
+    started.exec("x = 1", {})
+    started.for_command("serve")
+    assert started.file == shared
+
+
+def test_the_console_script_chooses_its_commands_file():
+    """`meshplan presets` run as the console script keeps its methods in ``dataclass-methods-presets``, beside the
+    package's bytecode (cli/main.py names the file before the command is imported)."""
+    path = codecache.cache_path("dataclass-methods-presets")
+    assert path is not None
+    probe = ("import contextlib, io, sys; sys.argv[0] = '/bin/meshplan'\n"
+             "from meshplan.cli import main\n"
+             "from meshplan.cli.codecache import INSTALLED\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    main(['presets'])\n"
+             "print(INSTALLED['methods'].file)\n")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # read, never written: the checkout's files stay as they are
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.split("\n")[-2] == path

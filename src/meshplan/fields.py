@@ -95,7 +95,8 @@ def at_least_one(spec: Any, names: tuple[str, ...], prefix: str = "") -> None:
 MAX_SHOWN = 60
 # ... except a path (with a separator) up to this long, which names the file the user gave
 MAX_PATH_SHOWN = 1024
-_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s'\"=]+")
+# compiled by re on first use (its own cache): a start-up with no error to print compiles none (issue 83)
+_QUOTED = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s'\"=]+"
 _BREAKS = {c: repr(chr(c))[1:-1] for c in (*range(0, 32), 127, 0x85, 0x2028, 0x2029)}
 
 
@@ -113,7 +114,7 @@ def one_line(message: str) -> str:
     """``message`` as one line of reasonable length: line breaks and control characters escaped, every value
     (a quoted string or a run without spaces) longer than MAX_SHOWN characters cut to that many and "…"; a
     path keeps up to MAX_PATH_SHOWN."""
-    return _QUOTED.sub(lambda m: _clip(m.group()), message.translate(_BREAKS))
+    return re.sub(_QUOTED, lambda m: _clip(m.group()), message.translate(_BREAKS))
 
 
 # A table of more known fields than this is not listed in an unknown-field error (the line would run past 600

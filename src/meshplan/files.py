@@ -275,7 +275,7 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except (ValueError, RecursionError) as exc:  # tomllib.TOMLDecodeError is a ValueError
-        long = _LONG_TOML.search(text) if "digits" in str(exc) else None
+        long = re.search(_LONG_TOML, text, re.MULTILINE) if "digits" in str(exc) else None
         if long:  # an integer of 4,300+ digits: name its key, as parse_json does
             digits = long.group(2)
             raise _long_number(where, f"{long.group(1)}={digits[:20]}… ({len(digits):,} digits)") from None
@@ -283,7 +283,8 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
         raise SpecError(f"{where}: {kind} TOML: {exc}") from None
 
 
-_LONG_TOML = re.compile(r"^\s*([\w.\"'-]+)\s*=\s*[+-]?([0-9_]{4301,})", re.MULTILINE)
+# compiled by re on first use (its own cache): a start-up that reads no bad TOML compiles none (issue 83)
+_LONG_TOML = r"^\s*([\w.\"'-]+)\s*=\s*[+-]?([0-9_]{4301,})"
 
 
 def read_toml(path: str | Path, field: str, presets: str = "") -> dict[str, Any]:

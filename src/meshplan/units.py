@@ -59,7 +59,8 @@ def parse_quantity(text: str | float | int, field: str = "value", unit: str | No
     return value
 
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zµ]*)\s*$")
+# compiled by re on first use (its own cache): a command given no duration compiles none (start-up, issue 83)
+_DURATION = r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zµ]*)\s*$"
 _SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
 
 
@@ -67,7 +68,7 @@ def parse_duration(text: str, field: str, low: float, high: float) -> float:
     """A time with its unit (``"50ms"``, ``"2 s"``, ``"1.5min"``, ``"1h"``; ns, us / µs, ms, s, min, h) in seconds,
     from ``low`` to ``high`` after conversion. A bare number is refused: ``50`` could be seconds or milliseconds."""
     span = f"{_duration(low)} to {_duration(high)}"
-    match = _DURATION.match(text)
+    match = re.match(_DURATION, text)
     if not match or match.group(2) not in _SECONDS:
         unit = "" if not match else " needs a unit (ns, us, ms, s, min or h)" if not match.group(2) else \
             f" has unit {match.group(2)!r}, not one of ns, us, ms, s, min, h"

@@ -11,12 +11,15 @@ the interpreter's optimisation level), and a new text is compiled and kept. The 
 marshal file beside the package's bytecode (``__pycache__``, tagged with the interpreter's bytecode version as a
 ``.pyc`` is) and rewrites it at exit when it compiled something new, unless bytecode writing is off
 (``PYTHONDONTWRITEBYTECODE``, ``-B``), as Python does for ``.pyc`` files. Each code object is kept as its own marshal
-bytes and loaded when its text comes: the file holds the texts of every command (and of classes since changed, up to
-``MAX_TEXTS``), a run uses a fifth to a half of them, and making the code objects was what reading the file cost
+bytes and loaded when its text comes: a file holds the texts of its command's runs (and of classes since changed, up
+to ``MAX_TEXTS``), a run uses most of them, and making the code objects was what reading the file cost
 (a developer's checkout, 2 571 texts: 29 ms as code objects, against 1 ms as bytes and 3 ms to load the 544 a quick
-start uses; a file of 760 texts, the speed guard's commands alone: 3 ms either way). Only the console script
-installs it, before its commands are imported (its process is meshplan's alone, cli/__init__.py); a program that
-imports meshplan keeps ``dataclasses`` as it is.
+start uses; a file of 760 texts, the speed guard's commands alone: 3 ms either way). Each command keeps
+a file of its own (``Compiled.for_command``, chosen before the command is imported): reading the file was what
+a run paid for every other command's texts, and in a developer's checkout that file grew to 2 580 texts (3.4 MB,
+9 to 20 ms to read on a loaded 2-core host, against 2 to 7 ms for the 565 that `meshplan plan`'s file holds).
+Only the console script installs it, before its commands are imported (its process is meshplan's alone,
+cli/__init__.py); a program that imports meshplan keeps ``dataclasses`` as it is.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import sys
 from types import CodeType
 from typing import Any
 
-# beyond this many texts the file keeps only those one run used (texts of classes since changed are dropped)
-MAX_TEXTS = 5000
+# beyond this many texts a file keeps only those one run used (texts of classes since changed are dropped): a file is
+# one command's (its variants together use under a thousand), so that the stale texts of a developer's edits are not
+# read by every run
+MAX_TEXTS = 1500
 
 
 class Compiled:
@@ -42,9 +47,17 @@ class Compiled:
 
     def __init__(self, codes: dict[str, bytes] | None = None, path: str | None = None) -> None:
         self.codes = dict(codes or {})
-        self.path = path
+        self.path = path  # the file read when the first text comes (None once read)
+        self.file = path  # the file written back at exit (install)
         self.used: set[str] = set()
         self.compiled = 0
+
+    def for_command(self, name: str) -> None:
+        """The file of command ``name``'s texts (``cache_path``'s, of kind ``dataclass-methods-NAME``) in place of the
+        one given, while no text has come (the file given is read and written otherwise)."""
+        path = cache_path(f"dataclass-methods-{name}")
+        if path is not None and self.path is not None and not self.used:
+            self.path = self.file = path
 
     def exec(self, source: Any, globals: Any = None, locals: Any = None) -> None:  # noqa: A002 (exec's own names)
         """``exec(source, globals, locals)``, a source text compiled once."""
@@ -164,18 +177,22 @@ def write_codes(path: str, codes: dict[str, Any]) -> None:
             os.unlink(temporary)
 
 
+# the console script's store of methods' code, once installed (cli/main.py names its command's file)
+INSTALLED: dict[str, Compiled] = {}
+
+
 def install() -> Compiled | None:
     """For the console script: ``dataclasses`` compiles through a ``Compiled`` of the cache file, written back at
     exit when something new was compiled and bytecode writing is on. None where there is no file to keep."""
     path = cache_path()
     if path is None or "exec" in vars(dataclasses):
         return None
-    compiled = Compiled(path=path)
+    compiled = INSTALLED["methods"] = Compiled(path=path)
     dataclasses.exec = compiled.exec  # type: ignore[attr-defined]  # the module's global shadows the builtin
 
     def save() -> None:
-        if compiled.compiled and not sys.dont_write_bytecode:
-            write_codes(path, compiled.kept())
+        if compiled.compiled and compiled.file is not None and not sys.dont_write_bytecode:
+            write_codes(compiled.file, compiled.kept())
 
     atexit.register(save)
     return compiled

@@ -130,13 +130,14 @@ def load_counts(model_ref: str, system_ref: str, seq: int | None, nvlink_domain:
     return [(model, system.cluster(gpus, **overrides)) for gpus in counts]
 
 
-_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kMBGT]?)\s*$")
+# compiled by re on first use (its own cache): a command given no count compiles none (start-up, issue 83)
+_COUNT = r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kMBGT]?)\s*$"
 _COUNT_SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 
 
 def parse_count(text: str, field: str) -> float:
     """``15T``, ``1.5e12``, ``400B`` → a positive number (a count, not a quantity with units)."""
-    match = _COUNT.match(text)
+    match = re.match(_COUNT, text)
     value = float(match.group(1)) * _COUNT_SCALE[match.group(2)] if match else 0.0
     if not 1 <= value <= MAX_TOKENS:
         raise SpecError(f"{field}={text!r} is not a count from 1 to {MAX_TOKENS:g} like '15T', '400B' or '1.5e12'")

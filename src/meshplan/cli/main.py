@@ -119,9 +119,11 @@ class _Group(click.Group):
                         args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         script = STARTUP["collector held"]  # the console script, its command not yet imported
         if script:
-            from meshplan.cli.codecache import install_presets  # noqa: PLC0415  (its presets parsed once)
+            from meshplan.cli.codecache import INSTALLED, install_presets  # noqa: PLC0415  (its presets parsed once)
 
             install_presets()
+            if args and "methods" in INSTALLED and args[0] in self.commands and args[0].replace("-", "").isalnum():
+                INSTALLED["methods"].for_command(args[0])  # its dataclasses' methods in a file of its own
             if args and args[0] in BLAS_FREE:
                 _keep_heap()
                 if "numpy" not in sys.modules and not any(os.environ.get(name) for name in BLAS_THREADS):

@@ -97,6 +97,8 @@ def per_parameter_byte(optimizer: str, width: float, master: bool) -> tuple[floa
 
 @dataclass(frozen=True, slots=True)
 class Memory:
+    """One rank's bytes by kind: the model states (weights, grads, optimizer), activations and buffers."""
+
     weights: Num
     grads: Num
     optimizer: Num

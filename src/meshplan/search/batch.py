@@ -145,13 +145,14 @@ def _fields() -> list[tuple]:
     ]
 
 
+# in the class's namespace, not set after: dataclasses writes a class without one a docstring from inspect.signature
+_BATCH_DOC = """Plans as columns: Plan's numeric fields (``NUMERIC``) as int64 arrays, its categorical ones
+(``CATEGORICAL``) shared by every plan, the placement as ``placement_id`` into ``placements``."""
 if TYPE_CHECKING:
     PlanBatch = _Batch
 else:
-    PlanBatch = make_dataclass("PlanBatch", _fields(), bases=(_Batch,), namespace={"__module__": __name__},
-                               frozen=True, eq=False, kw_only=True)
-PlanBatch.__doc__ = """Plans as columns: Plan's numeric fields (``NUMERIC``) as int64 arrays, its categorical ones
-(``CATEGORICAL``) shared by every plan, the placement as ``placement_id`` into ``placements``."""
+    PlanBatch = make_dataclass("PlanBatch", _fields(), bases=(_Batch,), frozen=True, eq=False, kw_only=True,
+                               namespace={"__module__": __name__, "__doc__": _BATCH_DOC})
 
 
 def alike(a: PlanBatch, b: PlanBatch) -> bool:

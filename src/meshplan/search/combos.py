@@ -35,6 +35,8 @@ def divisors(n: int) -> list[int]:
 
 @dataclass
 class Combo:
+    """One mesh of tp · cp · pp · dp with the settings its plans are paired with."""
+
     tp: int
     tp2: int
     cp: int

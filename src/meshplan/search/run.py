@@ -58,6 +58,8 @@ __all__ = ["SearchResult", "fastest_searches", "search", "searches", "simplicity
 
 @dataclass(frozen=True)
 class SearchResult:
+    """A search's answer: the feasible plans best first, and what was evaluated, rejected and why."""
+
     model: ModelSpec
     cluster: Cluster
     space: Space

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Tally:
+    """The plans rejected, counted by reason, with an example of each."""
+
     counts: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)  # how far a scored example misses (lowest kept)

@@ -25,6 +25,8 @@ from meshplan.xp import Num
 
 @dataclass(frozen=True)
 class ServeEstimate:
+    """One serving deployment of a model on a cluster for a workload: its metrics and memory."""
+
     model: ModelSpec
     cluster: Cluster
     plan: ServePlan

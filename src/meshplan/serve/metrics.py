@@ -60,6 +60,8 @@ N = TypeVar("N", bound=Num)  # float for one priced configuration (ServeEstimate
 
 @dataclass(frozen=True)
 class Metrics(Generic[N]):
+    """A deployment's latencies and throughputs, scalars or one per candidate."""
+
     ttft: N  # seconds
     tpot: N  # seconds per output token (mean inter-token latency)
     e2e: N  # seconds per request

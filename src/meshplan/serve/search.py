@@ -41,6 +41,8 @@ KEYS = ("tp", "pp", "dpa", "ep", "batch")
 
 @dataclass(frozen=True)
 class ServeSearchResult:
+    """A serving search's answer: the feasible deployments best first, and what was evaluated and rejected."""
+
     model: ModelSpec
     cluster: Cluster
     space: ServeSpace

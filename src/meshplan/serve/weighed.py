@@ -25,6 +25,8 @@ FIGURES = ("ttft", "tpot", "e2e", "tokens_per_s", "memory")
 
 @dataclass(frozen=True)
 class Weighed:
+    """Deployments as columns, one row each (the module's docstring)."""
+
     columns: dict[str, np.ndarray]  # one row per deployment (module docstring)
     quants: tuple[Quant, ...]
     reasons: tuple[str, ...]

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from meshplan.errors import SpecError
 from meshplan.specs.hardware import Cluster
 
-_CAP = re.compile(r"^\s*([0-9.]+)\s*(k?)w?\s*(?:/\s*(\d+))?\s*$", re.IGNORECASE)
+# compiled by re on first use (its own cache): a plan with no power cap compiles none (start-up, issue 83)
+_CAP = r"^\s*([0-9.]+)\s*(k?)w?\s*(?:/\s*(\d+))?\s*$"
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class PowerCap:
 
 def parse_power_cap(text: str) -> PowerCap:
     """``500W``, ``5.6kW/8`` (module docstring)."""
-    match = _CAP.match(text)
+    match = re.match(_CAP, text, re.IGNORECASE)
     if not match:
         raise SpecError(f"power-cap={text!r} must be watts per GPU (500W) or a budget shared by N GPUs (5.6kW/8)")
     watts = float(match.group(1)) * (1000 if match.group(2) else 1)
