@@ -36,7 +36,8 @@ def _stored(store: Units | None, slots: np.ndarray, part: Units) -> Units:
         if y is ZERO and (x is None or x is ZERO):
             return ZERO
         # a field constant in one batch of keys and not in another (a host-bound pass: PassTimes.host): zeros there
-        tail = np.broadcast_to(np.asarray(0.0 if y is ZERO else y, dtype=np.float64), (len(slots),))
+        tail = y if type(y) is np.ndarray and y.dtype == np.float64 and y.shape == (len(slots),) else np.broadcast_to(
+            np.asarray(0.0 if y is ZERO else y, dtype=np.float64), (len(slots),))  # copied or joined below either way
         if x is ZERO or (x is not None and not np.ndim(x)):  # one number for the stored slots: spread
             x = np.broadcast_to(np.asarray(0.0 if x is ZERO else x, dtype=np.float64), (int(slots[0]),))
         return tail.copy() if x is None else np.concatenate([x, tail])
