@@ -245,6 +245,9 @@ UNIT_SECONDS: dict[str, float] = {  # 2026-11-30, 65 min of wall at load 7-16 (1
     "test_goodput_ranking.py": 51.0, "test_pipeline_registry.py": 47.0, "test_rl_cli.py": 45.0,
     "test_golden.py": 44.0, "test_hf_config.py": 44.0, "test_report_text.py": 41.0, "test_validate_serving.py": 41.0,
     "test_mixed.py": 41.0,
+    # test_moe_lora.py was missing: its two search-equals-estimate cases (2,040 candidates each, estimated one by one)
+    # 37 s and 36 s in the full suite of 2026-11-30 (--durations=60, 68 min of wall at load 10-15; the rest under 1 s)
+    "test_moe_lora.py": 74.0,
     # the Megatron group (SHARED_WORKER's third: one unit, its files' figures summed, 161 s), measured as a group alone
     # with --durations=0 on one worker, 2026-11-30 at load 11-12 (before, test_optimizer.py's 76 s from the full suite
     # stood for the whole group)

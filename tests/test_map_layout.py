@@ -8,6 +8,8 @@ import pytest
 
 from meshplan_validation.case import map_run
 from meshplan_validation.layouts import layout_rank_layers, lighter_first
+from meshplan_validation.map_layout import batches
+from meshplan_validation.sources import SOURCES
 from published_helpers import QWEN3_30B, QWEN3_235B, indep, record
 
 
@@ -27,6 +29,17 @@ def test_unstated_expert_tensor_parallelism_is_the_stacks_default(group, framewo
     # 16 GPUs = dp 8 × tp 2; ep 8 × etp divides tp·cp·dp = 16 either way
     assert (case.plan.tp, case.plan.ep, case.plan.etp) == (2, 8, expected)
     assert any(a.startswith(f"etp = {'tp = 2' if expected == 2 else '1'}") for a in case.assumptions)
+
+
+def test_an_unstated_micro_batch_is_the_least_the_source_runs_with_the_source_s_own_reason():
+    """map_layout knows no source's kernels: a ``least`` provider gives the micro-batch and its reason, and the note
+    relays the reason as given (a source that accumulates gradients). Global batch 48 over dp 4: 12 a rank, handed
+    to the provider; it says 3."""
+    src, asked, notes = next(s for s in SOURCES if not s.whole_batch), [], []
+    mbs, gbs = batches({"parallel": {"global_batch_size": 48}}, src, 4, 1, notes, 2048,
+                       lambda per_rank: (asked.append(per_rank) or 3, "a provider's own words"))
+    assert (mbs, gbs, asked) == (3, 48, [12])
+    assert notes == ["micro-batch 3 (not stated): a provider's own words"]
 
 
 @pytest.mark.parametrize(("framework", "gpus", "ep"), [

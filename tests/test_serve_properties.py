@@ -61,15 +61,22 @@ def draw(rng: random.Random):
 
 
 @cache
-def draws() -> list:
+def drawn() -> tuple:
+    """DRAWS draws, each with its serve estimate as drawn: every property below compares its variants with that one,
+    so it is made once per process (serve_estimate is a pure function of its frozen arguments)."""
     rng = random.Random(39)
     out = []
     while len(out) < DRAWS:
         d = draw(rng)
-        reasons = serve_estimate(*d).reasons  # a format the engine lacks, a prompt it refuses (serve/check.PROMPT)
-        if FORMAT not in reasons and not any(PROMPT in r for r in reasons):
-            out.append(d)
-    return out
+        e = serve_estimate(*d)
+        if FORMAT not in e.reasons and not any(PROMPT in r for r in e.reasons):  # a format the engine lacks, a prompt
+            out.append((d, e))  # it refuses (serve/check.PROMPT)
+    return tuple(out)
+
+
+@cache
+def draws() -> list:
+    return [d for d, _ in drawn()]
 
 
 def steps(model, cluster: Cluster, plan: ServePlan, workload: Workload, engine) -> tuple[float, float]:
@@ -110,7 +117,7 @@ def test_more_hbm_bandwidth_never_slows_decode(factor):
         assert faster <= base * (1 + RTOL), (model.name, cluster.name, plan.describe())
         if i >= 40:  # the whole estimate (TPOT with its prefill share) on the first 40
             continue
-        tpot = drawn_metrics(i, draws)[2]
+        tpot = metrics(drawn()[i][1])[2]
         assert serve_estimate(model, scaled(cluster, "hbm", factor), plan, workload,
                               engine).metrics.tpot <= tpot * (1 + RTOL)
 
@@ -133,8 +140,7 @@ def test_more_link_bandwidth_never_slows_and_more_latency_never_speeds(what):
 
 
 def test_every_figure_is_finite_and_none_negative():
-    for d in draws():
-        e = serve_estimate(*d)
+    for d, e in drawn():
         values = {k: v for k, v in e.to_dict().items() if isinstance(v, float)}
         values |= {f"memory.{k}": v for k, v in e.to_dict()["memory"].items()}
         values |= {f"step.{k}": v for k, v in e.breakdown.items()}
@@ -148,16 +154,13 @@ HOST = ("iteration_overhead", "sequence_overhead", "hidden_sequence_overhead", "
 LATENCIES = ("lat0", "lat1", "lat2", "kernel_lat", "interpreter", *HOST)
 
 
-def estimate_metrics(model, cluster, plan, workload, engine) -> tuple[float, float, float]:
-    m = serve_estimate(model, cluster, plan, workload, engine).metrics
+def metrics(e) -> tuple[float, float, float]:
+    m = e.metrics
     return float(m.tokens_per_s), float(m.ttft), float(m.tpot)
 
 
-@cache
-def drawn_metrics(i: int, of) -> tuple[float, float, float]:
-    """``estimate_metrics`` of draw ``i`` of ``of()`` (draws or fitting_draws) as drawn: each property compares its
-    variants with it, at every factor and for every rate or latency, so it is estimated once per process."""
-    return estimate_metrics(*of()[i])
+def estimate_metrics(model, cluster, plan, workload, engine) -> tuple[float, float, float]:
+    return metrics(serve_estimate(model, cluster, plan, workload, engine))
 
 
 def varied(d, what: str, factor: float):
@@ -186,9 +189,10 @@ def varied(d, what: str, factor: float):
 
 
 @cache
-def fitting_draws(count: int = 30) -> list:
+def fitting(count: int = 30) -> list:
     """The first ``count`` draws that fit, and two that a rate of L2 prices (LMDeploy's kernel reads a KV head once
-    per query head, from L2 on the GPUs that state its bandwidth: ops.decode_attention, iteration.cache_read_time)."""
+    per query head, from L2 on the GPUs that state its bandwidth: ops.decode_attention, iteration.cache_read_time),
+    each with its estimate (the draws' as drawn, ``drawn``): the properties compare their variants with it."""
     lmdeploy = load_engine("lmdeploy")
     l2 = [(load_model("llama2-70b"), load_system("a100").cluster(4), ServePlan(tp=4, batch=64),
            Workload(input_len=3072, output_len=256), lmdeploy),
@@ -202,17 +206,18 @@ def fitting_draws(count: int = 30) -> list:
            Workload(input_len=300, output_len=700), load_engine("vllm-v0.5-rocm")),
           (load_model("llama2-7b"), load_system("gh200").cluster(1), ServePlan(batch=32),
            Workload(input_len=512, output_len=512, static=True), load_engine("vllm-v0.5"))]
-    return [d for d in draws() if serve_estimate(*d).fits][:count] + [d for d in l2 + v0 if serve_estimate(*d).fits]
+    more = [(d, serve_estimate(*d)) for d in l2 + v0]
+    return [(d, e) for d, e in drawn() if e.fits][:count] + [(d, e) for d, e in more if e.fits]
 
 
 @pytest.mark.parametrize("what", (*RATES, "skinny_gemm_rate"))
 @pytest.mark.parametrize("factor", FACTORS)
 def test_more_of_any_rate_never_lowers_throughput_nor_raises_ttft_or_tpot(what, factor):
-    for i, d in enumerate(fitting_draws()):
+    for d, e in fitting():
         other = varied(d, what, factor)
         if other is None:
             continue
-        (rate, ttft, tpot), (rate2, ttft2, tpot2) = drawn_metrics(i, fitting_draws), estimate_metrics(*other)
+        (rate, ttft, tpot), (rate2, ttft2, tpot2) = metrics(e), estimate_metrics(*other)
         where = (what, factor, d[0].name, d[1].name, d[2].describe(), d[4].name)
         assert rate2 >= rate * (1 - RTOL), where
         assert ttft2 <= ttft * (1 + RTOL) and tpot2 <= tpot * (1 + RTOL), where
@@ -221,11 +226,11 @@ def test_more_of_any_rate_never_lowers_throughput_nor_raises_ttft_or_tpot(what, 
 @pytest.mark.parametrize("what", LATENCIES)
 @pytest.mark.parametrize("factor", FACTORS)
 def test_more_of_any_latency_never_helps(what, factor):
-    for i, d in enumerate(fitting_draws()):
+    for d, e in fitting():
         other = varied(d, what, factor)
         if other is None:
             continue
-        (rate, ttft, tpot), (rate2, ttft2, tpot2) = drawn_metrics(i, fitting_draws), estimate_metrics(*other)
+        (rate, ttft, tpot), (rate2, ttft2, tpot2) = metrics(e), estimate_metrics(*other)
         where = (what, factor, d[0].name, d[1].name, d[2].describe(), d[4].name)
         assert rate2 <= rate * (1 + RTOL), where
         assert ttft2 >= ttft * (1 - RTOL) and tpot2 >= tpot * (1 - RTOL), where
@@ -255,14 +260,14 @@ def with_host(engine, scale: float, overlap: bool, graphs: int = 0):
 
 @pytest.mark.parametrize("graphs", (0, 64))
 def test_more_host_time_never_raises_throughput_and_overlap_never_slows(graphs):
-    for model, cluster, plan, workload, engine in fitting_draws():
+    for (model, cluster, plan, workload, engine), _ in fitting():
         where = (model.name, cluster.name, plan.describe(), engine.name, graphs)
+        at = {(overlap, f): estimate_metrics(model, cluster, plan, workload, with_host(engine, f, overlap, graphs))
+              for overlap in (False, True) for f in (0.0, 1.0, 3.0, 10.0)}  # each priced once, read twice at 1.0
         for overlap in (False, True):
-            rates = [estimate_metrics(model, cluster, plan, workload, with_host(engine, f, overlap, graphs))[0]
-                     for f in (0.0, 1.0, 3.0, 10.0)]
+            rates = [at[overlap, f][0] for f in (0.0, 1.0, 3.0, 10.0)]
             assert all(b <= a * (1 + RTOL) for a, b in zip(rates, rates[1:], strict=False)), (where, overlap, rates)
-        serial = estimate_metrics(model, cluster, plan, workload, with_host(engine, 1.0, False, graphs))
-        overlapped = estimate_metrics(model, cluster, plan, workload, with_host(engine, 1.0, True, graphs))
+        serial, overlapped = at[False, 1.0], at[True, 1.0]
         assert overlapped[0] >= serial[0] * (1 - RTOL), where
         assert overlapped[2] <= serial[2] * (1 + RTOL), where
 

@@ -75,10 +75,11 @@ def _unstated_etp(model: ModelSpec, ep: int, tp: int, src: SourceDefaults, notes
 
 # ---- batches -----------------------------------------------------------------------------------------------------
 def batches(record: dict[str, Any], src: SourceDefaults, dp: int, pp: int, notes: list[str], seq: int,
-            least: Callable[[int | None], int] | None = None) -> tuple[int, int]:
+            least: Callable[[int | None], tuple[int, str]] | None = None) -> tuple[int, int]:
     """Micro-batch and global batch (sequences), from what the record states (the global batch in sequences, or in
     tokens, or micro-batch × dp × gradient accumulation) and the source's conventions; ``least``: the least
-    micro-batch the source's code runs, given the global batch per data-parallel rank (None: 1)."""
+    micro-batch the source's code runs, given the global batch per data-parallel rank, with the reason the source
+    gives for it (None: 1)."""
     p = record.get("parallel") or {}
     gbs = positive_int(p.get("global_batch_size")) or batch_from_tokens(record, seq, notes)
     mbs = positive_int(p.get("micro_batch_size"))
@@ -118,17 +119,16 @@ def _with_accumulation(mbs: int | None, gbs: int | None, dp: int, accum: int, no
 
 
 def _unstated_batches(mbs: int | None, gbs: int | None, dp: int, src: SourceDefaults, notes: list[str],
-                      least: Callable[[int | None], int] | None = None) -> tuple[int, int]:
+                      least: Callable[[int | None], tuple[int, str]] | None = None) -> tuple[int, int]:
     """What is still unstated: the micro-batch as the whole batch per rank (a source without gradient
-    accumulation), the least its code runs (``least``) or 1; the global batch as one micro-batch per data-parallel
-    rank."""
+    accumulation), the least its code runs (``least``, whose reason the note relays) or 1; the global batch as one
+    micro-batch per data-parallel rank."""
     if mbs is None and src.whole_batch and gbs is not None and gbs >= dp:
         mbs = gbs // dp
         notes.append(f"micro-batch {mbs} = global batch / dp (no gradient accumulation in {src.name})")
     if mbs is None and least is not None:
-        mbs = least(gbs // dp if gbs and gbs % dp == 0 else None)
-        notes.append(f"micro-batch {mbs} (not stated): the least {src.name}'s fused softmax kernel takes "
-                     "(source_megatron_jan2021.py)")
+        mbs, why = least(gbs // dp if gbs and gbs % dp == 0 else None)
+        notes.append(f"micro-batch {mbs} (not stated): {why}")
     if mbs is None:
         mbs = 1
         notes.append("micro-batch 1 (not stated)")

@@ -26,17 +26,19 @@ from __future__ import annotations
 from meshplan.cost.eager import fused_softmax_runs
 from meshplan.specs.model import ModelSpec
 
+JAN2021_SOURCE = "Megatron-LM January 2021"
 JAN2021_RUNTIME = "megatron-2021-01"
 JAN2021_WHY = ("Megatron-LM of January 2021 (152aab30, NGC PyTorch 20.12): as Megatron-LM 2021, with pipeline sends "
                "whole from every TP rank (no scatter/gather before 27fc4689) and an unstated micro-batch the least its "
                "fused softmax kernel takes (no PyTorch fallback before 4916bae6)")
 
 
-def least_fused_batch(model: ModelSpec, tp: int, per_rank: int | None) -> int:
+def least_fused_batch(model: ModelSpec, tp: int, per_rank: int | None) -> tuple[int, str]:
     """The least micro-batch at which Megatron's fused scale-mask-softmax kernel takes the attention's rows
     (cost/eager.fused_softmax_runs: b·heads/tp a multiple of 4 and of the kernel's rows per block) and which divides
     ``per_rank`` (the global batch per data-parallel rank, when known); 1 where none does (keys past the kernel's
-    2,048, or no such divisor)."""
+    2,048, or no such divisor). With it, the reason for the mapping's note (map_layout.batches relays it)."""
     top = per_rank or 64
-    return next((b for b in range(1, top + 1)
-                 if fused_softmax_runs(model, b, tp) and (per_rank is None or per_rank % b == 0)), 1)
+    least = next((b for b in range(1, top + 1)
+                  if fused_softmax_runs(model, b, tp) and (per_rank is None or per_rank % b == 0)), 1)
+    return least, f"the least {JAN2021_SOURCE}'s fused softmax kernel takes (source_megatron_jan2021.py)"

@@ -13,7 +13,7 @@ from typing import Any
 from meshplan.cost.wrappers import DEEPSPEED_FP16
 from meshplan.specs.allreduce_table import AllReduceTable
 from meshplan.specs.stack import Stack, load_stack
-from meshplan_validation.source_megatron_jan2021 import JAN2021_RUNTIME, JAN2021_WHY
+from meshplan_validation.source_megatron_jan2021 import JAN2021_RUNTIME, JAN2021_SOURCE, JAN2021_WHY
 from meshplan_validation.source_vtrain import VTRAIN_ALLREDUCE, VTRAIN_STACK, VTRAIN_WHY
 
 
@@ -221,7 +221,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                    "local): as Megatron-LM 2021, with the CI's per-parameter logging (--log-num-zeros-in-grad, "
                    "--log-params-norm) in the optimizer step's host time, its logging every step and its "
                    "synchronising timers (--timing-log-level 2) per micro-batch"),
-    SourceDefaults("Megatron-LM January 2021", r"megatron_readme_jan2021", MEGATRON_2021.with_(
+    SourceDefaults(JAN2021_SOURCE, r"megatron_readme_jan2021", MEGATRON_2021.with_(
         pipeline_runtime=JAN2021_RUNTIME), False, 0, 2, "full", JAN2021_WHY, fused_batch=True),
     SourceDefaults("Megatron-LM 2021", r"narayanan|megatron_readme|dlperf_megatron_lm|megatron_lm_ci", MEGATRON_2021,
                    False, 0, 2, "full", "Megatron-LM 2020-21: no sequence parallelism or TP overlap yet, fp16 "
