@@ -27,6 +27,8 @@ from meshplan.cost.eager import fused_softmax_runs
 from meshplan.specs.model import ModelSpec
 
 JAN2021_SOURCE = "Megatron-LM January 2021"
+# the note the least micro-batch carries (map_layout.batches relays it)
+LEAST_REASON = f"the least {JAN2021_SOURCE}'s fused softmax kernel takes (source_megatron_jan2021.py)"
 JAN2021_RUNTIME = "megatron-2021-01"
 JAN2021_WHY = ("Megatron-LM of January 2021 (152aab30, NGC PyTorch 20.12): as Megatron-LM 2021, with pipeline sends "
                "whole from every TP rank (no scatter/gather before 27fc4689) and an unstated micro-batch the least its "
@@ -41,4 +43,4 @@ def least_fused_batch(model: ModelSpec, tp: int, per_rank: int | None) -> tuple[
     top = per_rank or 64
     least = next((b for b in range(1, top + 1)
                   if fused_softmax_runs(model, b, tp) and (per_rank is None or per_rank % b == 0)), 1)
-    return least, f"the least {JAN2021_SOURCE}'s fused softmax kernel takes (source_megatron_jan2021.py)"
+    return least, LEAST_REASON

@@ -47,7 +47,9 @@ def _uneven(plan: Plan) -> Num:
 
 
 def any_uneven(plan: Plan) -> bool:
-    """Whether any plan (of a search batch) has an uneven last stage: only then is the last rank priced apart."""
+    """Whether any plan (of a search batch) has an uneven last stage: only then is the last rank priced apart. The
+    one reduction over a batch's rows here: step/grid._batch_params prices a batch on its distinct rows, exact only
+    while every reduction is one the distinct rows answer alike (an any() or a max(), not a sum or a count)."""
     return bool(np.any(_uneven(plan)))
 
 

@@ -140,8 +140,9 @@ def exp_share(speedup: float) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class Efficiency:
-    """The constants of every efficiency factor (the module's docstring): two fitted, the rest published.
-    (A docstring of its own: dataclasses otherwise writes one from ``inspect.signature``, a few ms of start-up.)"""
+    """The constants of every efficiency factor (the module's docstring): two fitted, the rest documented (published
+    or measured). (A docstring of its own: dataclasses otherwise writes one from ``inspect.signature``, a few ms of
+    start-up.)"""
 
     # ---- fitted (benchmarks/measure/fit_efficiency.py, on the fit half of the published runs) ----------------------
     TILES: ClassVar[tuple[tuple[int, int], ...]] = TILES  # the GEMM kernels' output tiles (specs/gemm_shape.py)
