@@ -42,15 +42,17 @@ def test_the_table_listing_one_is_the_table_listing_top(capsys, monkeypatch):
     assert "strong scaling" in one and one == top
 
 
-@pytest.mark.parametrize(("count", "top_k", "read_all", "stage_layers", "asynchronous", "listed"), [
-    (3, 10, False, True, False, 1),  # the table alone: one
-    (3, POOL, False, True, False, 1),
-    (1, 10, False, True, False, 10),  # one count: the full listing is shown
-    (3, 10, True, True, False, 10),  # --json, --emit, --all or --mtbf read the rest
-    (3, POOL + 1, False, True, False, POOL + 1),  # the shares would keep more than the DP's pool
-    (3, 10, False, False, False, 10),  # no stage DP: the shares keep top_k
-    (3, 10, False, True, True, 10),  # asynchronous schedules: their notes name the listed plans'
+@pytest.mark.parametrize(("count", "top_k", "read_all", "stage_layers", "asynchronous", "simplest", "listed"), [
+    (3, 10, False, True, False, False, 1),  # the table alone: one
+    (3, POOL, False, True, False, False, 1),
+    (1, 10, False, True, False, False, 10),  # one count: the full listing is shown
+    (3, 10, True, True, False, False, 10),  # --json, --emit, --all or --mtbf read the rest
+    (3, POOL + 1, False, True, False, False, POOL + 1),  # the shares would keep more than the DP's pool
+    (3, 10, False, False, False, False, 10),  # no stage DP: the shares keep top_k
+    (3, 10, False, True, True, False, 10),  # asynchronous schedules: their notes name the listed plans'
+    (3, 10, False, True, False, True, 10),  # the simplest of the band leads
 ])
-def test_what_is_listed(count, top_k, read_all, stage_layers, asynchronous, listed):
-    space = SimpleNamespace(stage_layers=stage_layers, async_schedules=("pipedream",) if asynchronous else ())
+def test_what_is_listed(count, top_k, read_all, stage_layers, asynchronous, simplest, listed):
+    space = SimpleNamespace(stage_layers=stage_layers, async_schedules=("pipedream",) if asynchronous else (),
+                            simplest_leads=simplest)
     assert plan_cli._listed([(None, None, space, None)] * count, top_k, read_all) == listed

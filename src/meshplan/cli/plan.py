@@ -151,12 +151,14 @@ def _listed(spaces: list[tuple[Any, ...]], top_k: int, read_all: bool) -> int:
     (search/select.py; tests/test_top_k.py), nor do what the shares keep and the counts, where the stage DP keeps
     its ``POOL`` in every share (search/run.py ``_kept``: the same ``max(top_k, POOL)``). Every plan is listed
     where anything reads the rest (``read_all``: --json, --emit, --all, --mtbf) or may name them (the notes
-    on asynchronous schedules below the table: report/text.py ``print_search``)."""
+    on asynchronous schedules below the table: report/text.py ``print_search``), and where the simplest plan of
+    the band leads (``Space.simplest_leads``), whose first plan tests/test_top_k.py does not draw."""
     from meshplan.search.stage_pool import POOL
 
     if len(spaces) < 2 or read_all or top_k > POOL:
         return top_k
-    return 1 if all(s.stage_layers and not s.async_schedules for _, _, s, _ in spaces) else top_k
+    alike = all(s.stage_layers and not s.simplest_leads and not s.async_schedules for _, _, s, _ in spaces)
+    return 1 if alike else top_k
 
 
 def _counts(spaces: list[tuple[Any, ...]], top_k: int, every: Any, rel: Any, as_json: bool) -> list[Any]:
