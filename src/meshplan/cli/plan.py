@@ -110,7 +110,8 @@ def plan_cmd(ctx: click.Context, model_ref: str, system_ref: str, gpus: str, fra
     spaces = [(model, under(cluster, stragglers, cap), _space(settings, gbs, cluster.accelerator.default_precision,
                                                               stack), under(cluster, None, cap))
               for model, cluster in clusters]
-    results = _counts(spaces, options["top_k"], every, budget["reliability"], as_json)
+    read_all = as_json or bool(emit_format) or every is not None or budget["reliability"] is not None
+    results = _counts(spaces, _listed(spaces, options["top_k"], read_all), every, budget["reliability"], as_json)
     if stragglers is not None or cap:
         click.echo(conditions_text(stragglers, cap, results[0].cluster), err=as_json)
     rerun = ["meshplan", "estimate", "--model", model_ref, "--system", system_ref]
@@ -141,6 +142,23 @@ def _no_planner_options(ctx: click.Context, options: dict[str, Any]) -> None:
                         "add --autoshard (or give a MODULE:FACTORY model)")
     for name in ("autoshard", "input_shapes", "dtypes", "param_dtype", "micro_batches", "mesh_text", "stages"):
         options.pop(name)
+
+
+def _listed(spaces: list[tuple[Any, ...]], top_k: int, read_all: bool) -> int:
+    """The plans each count's search lists: the strong-scaling table shows each count's first plan alone
+    (report/text.py ``scaling_tables``), so its searches list one, which spares the listed plans' ``estimate()``
+    (80 of the 8-count plan's 101): the first and the fastest plan do not depend on the number listed
+    (search/select.py; tests/test_top_k.py), nor do what the shares keep and the counts, where the stage DP keeps
+    its ``POOL`` in every share (search/run.py ``_kept``: the same ``max(top_k, POOL)``). Every plan is listed
+    where anything reads the rest (``read_all``: --json, --emit, --all, --mtbf) or may name them (the notes
+    on asynchronous schedules below the table: report/text.py ``print_search``), and where the simplest plan of
+    the band leads (``Space.simplest_leads``), whose first plan tests/test_top_k.py does not draw."""
+    from meshplan.search.stage_pool import POOL
+
+    if len(spaces) < 2 or read_all or top_k > POOL:
+        return top_k
+    alike = all(s.stage_layers and not s.simplest_leads and not s.async_schedules for _, _, s, _ in spaces)
+    return 1 if alike else top_k
 
 
 def _counts(spaces: list[tuple[Any, ...]], top_k: int, every: Any, rel: Any, as_json: bool) -> list[Any]:

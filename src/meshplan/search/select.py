@@ -96,7 +96,8 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
     if not space.prefer_simple:
         return tuple(_by_time_first(head, top_k, priced)), fastest
     limit = fastest.step_time * (1 + fastest.ranking_band)
-    close = _within(kept, limit, top_k, priced)
+    # the fastest leads unless the simplest does: listing one, it is the list (the strong-scaling table: cli/plan.py)
+    close = _within(kept, limit, top_k, priced) if space.simplest_leads or top_k > 1 else []
     if not space.simplest_leads:
         close = [fastest, *(e for e in close if e.plan != fastest.plan)][:top_k]
     if len(close) >= top_k:
