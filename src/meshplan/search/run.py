@@ -167,7 +167,8 @@ def _searches(model: ModelSpec, cluster: Cluster, spaces: list[Space],
 
 def _kept(space: Space, top_k: int) -> int:
     """The fastest plans each share keeps: the ``top_k`` listed, and where the stage DP runs at least its ``POOL``
-    (the DP's pool is drawn from the search's POOL fastest, whatever the number listed: ``_refined``)."""
+    (the DP's pool is drawn from the search's POOL fastest, whatever the number listed: ``_refined``). cli/plan.py
+    ``_listed`` lists one plan a count on this (what a share keeps does not depend on ``top_k`` <= POOL)."""
     return max(top_k, POOL) if space.stage_layers else top_k
 
 
