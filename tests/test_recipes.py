@@ -39,6 +39,10 @@ def test_expert_gemm_launch_follows_the_release(group, gpu, precision, expected)
     ("megatron_bridge_26.02_blackwell_ultra", "B300", True, "mxfp8"),
     ("megatron_bridge_26.02.01_blackwell_ultra", "B300", False, "mxfp8"),
     ("megatron_bridge_26.02_blackwell_ultra", "GB300", False, "mxfp8"),
+    # QWEN3_235B_A22B_B200_*_BASE_CONFIG @ v0.2.0 sets it with vp 4; the 25.11 table states vp 2 (not mapped);
+    # v0.3.0 to v0.5.0 set it False
+    ("megatron_bridge_25.11", "B200", False, "mxfp8"),
+    ("megatron_bridge_26.02", "B200", False, "mxfp8"),
 ])
 def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
     case = map_run(record(group=group, model=QWEN3_235B, precision=precision,
@@ -80,15 +84,19 @@ def test_deepseek_v3_dispatches_through_the_backend_its_recipe_names(group, gpu,
 
 
 
-@pytest.mark.parametrize(("group", "ep", "backend"), [
-    ("megatron_bridge_26.04", 16, "hybridep"),  # PR #2477: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, hybridep
-    ("megatron_bridge_26.04.01", 16, "hybridep"),
-    ("megatron_bridge_26.06", 16, "hybridep"),  # v0.5.0: the same base config
-    ("megatron_bridge_26.02.01", 8, "deepep"),  # v0.3.0's H100 config: pp 2, vp 12, ep 8, deepep (one node)
-    ("megatron_bridge_26.02", 8, "deepep"),
-    ("megatron_bridge_25.11", 8, ""),  # v0.2.0 names no backend: the all-to-all dispatcher
+@pytest.mark.parametrize(("group", "ep", "backend", "overlap"), [
+    # PR #2477: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, hybridep, moe_a2a_overlap=False
+    ("megatron_bridge_26.04", 16, "hybridep", False),
+    ("megatron_bridge_26.04.01", 16, "hybridep", False),
+    ("megatron_bridge_26.06", 16, "hybridep", False),  # v0.5.0: the same base config
+    # v0.3.0's H100 config: pp 2, vp 12, ep 8, deepep (one node) and moe_a2a_overlap=True, the tables' layout
+    ("megatron_bridge_26.02.01", 8, "deepep", True),
+    ("megatron_bridge_26.02", 8, "deepep", True),
+    # v0.2.0 names no backend: the all-to-all dispatcher; its moe_a2a_overlap=True goes with vp 12 and mbs 1, where
+    # the 25.11 table states vp 24 and mbs 2 (not the config as written: not mapped)
+    ("megatron_bridge_25.11", 8, "", False),
 ])
-def test_qwen3_30b_on_h100_dispatches_through_the_recipes_flex_backend(group, ep, backend):
+def test_qwen3_30b_on_h100_dispatches_through_the_recipes_flex_backend(group, ep, backend, overlap):
     pp, vp = (1, None) if ep == 16 else (2, 12)  # the records' layouts
     case = map_run(record(group=group, model=QWEN3_30B, precision="fp8",
                           hardware={"gpu": "H100", "num_gpus": 16, "gpus_per_node": 8},
@@ -98,6 +106,22 @@ def test_qwen3_30b_on_h100_dispatches_through_the_recipes_flex_backend(group, ep
     assert any("hybridep" in note for note in case.assumptions) is (backend == "hybridep")
     # priced at HybridEP's own H100 table (0.539 of the NIC over 2 nodes), not DeepEP's (0.43)
     assert case.stack.flex_backend == (backend or "deepep")
+    assert case.stack.overlap_ep is overlap
+
+
+@pytest.mark.parametrize(("group", "gpu", "model"), [
+    # the recipe tables name only the releases whose files were read (v0.2.0 = 25.11 to v0.6.0 = 26.08): a later or
+    # unreleased tag keeps the all-to-all dispatcher until its files are read
+    ("megatron_bridge_25.12", "GB200", QWEN3_30B),
+    ("megatron_bridge_26.10", "GB200", QWEN3_235B),
+    ("megatron_bridge_26.10", "H100", QWEN3_30B),
+])
+def test_flex_backends_are_mapped_only_for_the_releases_read(group, gpu, model):
+    case = map_run(record(group=group, model=model, precision="mxfp8" if gpu != "H100" else "fp8",
+                          hardware={"gpu": gpu, "num_gpus": 16, "gpus_per_node": 8 if "GB" not in gpu else 4},
+                          parallel={"tp": 1, "pp": 1, "vp": None, "ep": 16, "micro_batch_size": 1,
+                                    "global_batch_size": 1024}))
+    assert case.stack.moe_dispatcher == "alltoall"
 
 
 @pytest.mark.parametrize(("group", "gpu", "model", "dispatcher"), [

@@ -31,10 +31,15 @@ def release(record: dict[str, Any]) -> tuple[int, ...] | None:
 # ---- Megatron-Bridge recipe settings --------------------------------------------------------------------------
 # Megatron-Bridge performance recipes that turn on the EP all-to-all overlap (``moe_a2a_overlap=True`` →
 # Megatron-Core --overlap-moe-expert-parallel-comm): (regex on "group model gpu precision ep<EP>", source).
-# The other MoE recipes of those files leave it off (Qwen3 30B, Qwen3 235B on B200 and on GB200 before the 26.06
-# MXFP8 recipes, Qwen3 235B on GB300 in the v0.2.0-v0.4.0 files, DeepSeek-V3's pp 16 / ep 8 B200, its pre-26.06 GB200
-# layouts and its later H100 one, GPT-OSS V1). Qwen3 235B on B300 sets it in the 26.02 files (v0.3.0), not in
-# v0.3.1 or v0.4.0; the 26.02 B300 MXFP8 run (benchmarks/data/independent_runs.jsonl) has that recipe's layout.
+# The other MoE recipes of those files leave it off (Qwen3 30B on Blackwell before 26.06 and in v0.3.1-v0.5.0's ep 16
+# H100 HybridEP recipe, Qwen3 235B on B200 from v0.3.0 and on GB200 before the 26.06 MXFP8 recipes, Qwen3 235B on
+# GB300 in the v0.2.0-v0.4.0 files, DeepSeek-V3's pp 16 / ep 8 B200, its pre-26.06 GB200 layouts and its later H100
+# one, GPT-OSS V1). Two v0.2.0 (25.11) configs set it but the 25.11 table did not run them as written, so it is not
+# mapped there: configs/qwen3/workload_base_configs.py QWEN3_235B_A22B_B200_BF16 / _FP8_CS_BASE_CONFIG (vp 4,
+# moe_a2a_overlap=True; the table states vp 2) and QWEN3_30B_A3B_H100_BF16 / _FP8_CS_BASE_CONFIG (vp 12, mbs 1,
+# moe_a2a_overlap=True; the table states vp 24, mbs 2, the 25.09 layout). Qwen3 235B on B300 sets it in the 26.02
+# files (v0.3.0), not in v0.3.1 or v0.4.0; the 26.02 B300 MXFP8 run (benchmarks/data/independent_runs.jsonl) has that
+# recipe's layout.
 # GPT-OSS-120B's GB200 "V2" variant (GBS 1280, gpt_oss_workload_base_configs.py) also sets it from 26.04 (@ 0fbfe7d:
 # HybridEP; @ c810129, 26.04.x: the all-to-all dispatcher, PR #3561); the 26.02 V2 (@ 21b02e0) is V1 at GBS 1280. The
 # published GBS (1280 from 26.02; V1 is 512) and the B200 runs' ep (64 at 26.02 as its B200 V2, 8 from 26.02.01 as
@@ -43,13 +48,21 @@ def release(record: dict[str, Any]) -> tuple[int, ...] | None:
 # the Megatron-Bridge releases from 26.06 on, as the start of a recipe key (``recipe_key``)
 BRIDGE_26_06_ON = r"megatron_bridge_(26\.(0[6-9]|1\d)|2[7-9]\.\d+)\S*"
 MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
-    (r"megatron_bridge_25\.\S*.*deepseek-v3.*h100",
-     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py (the 25.x recipes): "
+    (r"megatron_bridge_25\.(09|11)\S*.*deepseek-v3.*h100",
+     "Megatron-Bridge scripts/performance/run_script.py @ v0.1.0rc3 (25.09): A2A_1F1B on h100 sets "
+     "overlap_moe_expert_parallel_comm = True; configs/deepseek/workload_base_configs.py @ v0.2.0 (25.11): "
      "DEEPSEEK_V3_H100_BASE_CONFIG moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True; later versions of "
      "the file switch the H100 layout to hybridep with the overlap off"),
-    (r"megatron_bridge_(25\.1[12]|2[6-9])\S*.*qwen3-235b.*h100",
-     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py (from the 25.11 recipes "
-     "on): QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1 tp 2, pp 8, vp 4, ep 32, moe_a2a_overlap=True"),
+    (r"megatron_bridge_(25\.11|26\.0[246])\S*.*qwen3-235b.*h100",
+     "Megatron-Bridge scripts/performance/configs/qwen3/workload_base_configs.py @ v0.2.0 (25.11): "
+     "QWEN3_235B_A22B_H100_BF16 / _FP8_CS_BASE_CONFIG, configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 to "
+     "v0.5.0 (26.02-26.06): QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1 (V2: GBS 8192) tp 2, pp 8, "
+     "vp 4, ep 32, moe_a2a_overlap=True"),
+    (r"megatron_bridge_26\.02(\.01)?\s.*qwen3-30b-a3b h100\b.*\bep8\b",
+     "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 (21b02e0, the "
+     "26.02 recipes): QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 / _BF16_V1 pp 2, vp 12, ep 8, mbs 1, GBS 1024, "
+     "moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True (the 26.02 and 26.02.01 tables' layout, as "
+     "FLEX_DISPATCH; v0.3.1's ep 16 HybridEP recipe sets it False)"),
     (r"megatron_bridge_26\.02(?!\.\d)\S*.*qwen3-235b.*\bb300\b",
      "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py @ 21b02e0 (v0.3.0, the 26.02 "
      "recipes): QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_BF16_V1 / _FP8_CS_V1 pp 8, vp 4, ep 8, moe_a2a_overlap=True "
@@ -130,7 +143,7 @@ def cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
 # Every DeepSeek-V3 recipe of the files sets one (hybridep on every GPU from the unified launchers, @ c3e43e6aa,
 # 2025-12-03, on); inside one node too it prices differently: no local sort, no fp8-padding copy (cost/moe_permute).
 FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
-    (r"megatron_bridge_25\.\S*.*deepseek-v3.*h100", "deepep",
+    (r"megatron_bridge_25\.(09|11)\S*.*deepseek-v3.*h100", "deepep",
      "Megatron-Bridge scripts/performance/run_script.py @ v0.1.0rc3 (bf71eba07, the 25.09 scripts): enable_deepep "
      "on h100 unless token drop, recipes/deepseek/deepseek_v3.py: moe_token_dispatcher_type 'flex', "
      "moe_enable_deepep; v0.2.0 (25.11) configs/deepseek/workload_base_configs.py DEEPSEEK_V3_H100_BASE_CONFIG "
@@ -139,38 +152,42 @@ FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
      "Megatron-Bridge deepseek_workload_base_configs.py @ 5acef93 ('b200 DSv3 better cfg', #3368): "
      "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 moe_flex_dispatcher_backend='deepep', pp 8, vp 2, ep 32"),
     # Grace Blackwell's layouts inside the NVL72 domain: HybridEP from 25.11 (25.09 drops tokens: alltoall)
-    (r"megatron_bridge_(25\.1[12]|2[6-9]\.)\S*\s.*deepseek-v3 gb[23]00\b", "hybridep",
+    (r"megatron_bridge_(25\.11|26\.0[2468])\S*\s.*deepseek-v3 gb[23]00\b", "hybridep",
      "Megatron-Bridge scripts/performance/configs/deepseek/workload_base_configs.py @ v0.2.0 (25.11): "
      "DEEPSEEK_V3_GB200_ / _GB300_BASE_CONFIG moe_flex_dispatcher_backend='hybridep'; deepseek_workload_base_configs"
-     ".py @ v0.3.0 to v0.5.0: DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1 / _GB300_V1 the same (26.08 on: src/megatron/"
-     "bridge/perf_recipes/deepseek/gb200/deepseek_v3.py moe_flex_dispatcher_backend = 'hybridep')"),
+     ".py @ v0.3.0 to v0.5.0: DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1 / _GB300_V1 the same (v0.6.0, 26.08: src/megatron/"
+     "bridge/perf_recipes/deepseek/common.py, the MXFP8 full-iteration helper the GB200 recipes call, "
+     "moe_flex_dispatcher_backend = 'hybridep')"),
     # the pp 16 / ep 8 layout inside one DGX node: HybridEP from 26.02 (25.11's DEEPSEEK_V3_B200_BASE_CONFIG, v0.2.0,
     # names no backend: the all-to-all dispatcher)
-    (r"megatron_bridge_(26\.|2[7-9]\.)\S*\s.*deepseek-v3 b[23]00\b.*\bep8\b", "hybridep",
+    (r"megatron_bridge_26\.0[246]\S*\s.*deepseek-v3 b[23]00\b.*\bep8\b", "hybridep",
      "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py @ v0.3.0 (26.02), "
-     "v0.3.1 and v0.4.0: DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _B300_V1 pp 16, ep 8, moe_flex_dispatcher_backend="
-     "'hybridep' (the _V2 variants, GBS 4096, are V1's), which training/flex_dispatcher_backend.py "
-     "apply_flex_dispatcher_backend turns into moe_token_dispatcher_type 'flex'"),
-    (r"megatron_bridge_(26\.(0[4-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-30b-a3b h100\b.*\bep16\b", "hybridep",
+     "v0.3.1, v0.4.0 and v0.5.0 (26.06): DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _B300_V1 pp 16, ep 8, "
+     "moe_flex_dispatcher_backend='hybridep' (the _V2 variants, GBS 4096, are V1's), which training/"
+     "flex_dispatcher_backend.py apply_flex_dispatcher_backend turns into moe_token_dispatcher_type 'flex'"),
+    (r"megatron_bridge_26\.0[468]\S*\s.*qwen3-30b-a3b h100\b.*\bep16\b", "hybridep",
      "Megatron-Bridge PR #2477 (4a64507, 'Update Qwen3 30B H100 Base Configs with HybridEP', in v0.4.0 / 26.04 and "
      "v0.5.0 / 26.06): QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, moe_a2a_overlap=False, "
      "moe_flex_dispatcher_backend='hybridep', and qwen3_30b_a3b_pretrain_config_h100 moe_token_dispatcher_type "
-     "'flex' (26.08 on: src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py the same)"),
+     "'flex' (v0.6.0, 26.08: src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py the same)"),
     # inside one NVLink domain the flex dispatcher forwards nothing; mapped still, since it permutes once after its
     # exchange where the all-to-all dispatcher also sorts the rows it receives (cost/moe_permute.local_sort)
-    (r"megatron_bridge_(25\.1[12]|26\.(0[2-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-(235b-a22b|30b-a3b) gb[23]00\b", "hybridep",
+    (r"megatron_bridge_(25\.11|26\.0[2468])\S*\s.*qwen3-(235b-a22b|30b-a3b) gb[23]00\b", "hybridep",
      "Megatron-Bridge scripts/performance/configs/qwen3/workload_base_configs.py @ v0.2.0 (25.11): QWEN3_235B_A22B_ "
      "and QWEN3_30B_A3B_GB200_ / _GB300_*_BASE_CONFIG, passed to the library recipe by qwen3_llm_pretrain.py; "
      "configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 (26.02), v0.4.0, "
      "v0.5.0: QWEN3_235B_A22B_ and QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_ / _GB300_* moe_flex_dispatcher_backend="
      "'hybridep', which training/flex_dispatcher_backend.py apply_flex_dispatcher_backend turns into "
-     "moe_token_dispatcher_type 'flex' (v0.3.1 on: qwen3_llm_pretrain.py sets 'flex' itself)"),
-    (r"megatron_bridge_(26\.(0[2-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-30b-a3b b300\b", "hybridep",
-     "the same files: QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_* moe_flex_dispatcher_backend='hybridep' from v0.3.0"),
-    (r"megatron_bridge_(26\.02\.\d+|26\.(0[3-9]|1\d)|2[7-9]\.\d+)\S*\s.*qwen3-30b-a3b b200\b", "hybridep",
+     "moe_token_dispatcher_type 'flex' (v0.3.1 on: qwen3_llm_pretrain.py sets 'flex' itself; v0.6.0, 26.08: "
+     "src/megatron/bridge/perf_recipes/qwen/gb200/qwen3_moe.py moe_flex_dispatcher_backend = 'hybridep')"),
+    (r"megatron_bridge_26\.0[246]\S*\s.*qwen3-30b-a3b b300\b", "hybridep",
+     "the same files: QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_* moe_flex_dispatcher_backend='hybridep' @ v0.3.0, "
+     "v0.4.0 and v0.5.0"),
+    (r"megatron_bridge_(26\.02\.\d+|26\.0[46])\S*\s.*qwen3-30b-a3b b200\b", "hybridep",
      "the same files: QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1 micro_batch_size=4, "
-     "moe_flex_dispatcher_backend='hybridep' from v0.3.1 (the 26.02.01 table's mbs 4; v0.3.0's, mbs 1, sets none)"),
-    (r"megatron_bridge_26\.02\S*\s.*qwen3-30b-a3b h100\b.*\bep8\b", "deepep",
+     "moe_flex_dispatcher_backend='hybridep' @ v0.3.1, v0.4.0 and v0.5.0 (the 26.02.01 table's mbs 4; v0.3.0's, "
+     "mbs 1, sets none)"),
+    (r"megatron_bridge_26\.02(\.01)?\s.*qwen3-30b-a3b h100\b.*\bep8\b", "deepep",
      "the same file @ v0.3.0: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 pp 2, vp 12, ep 8, "
      "moe_flex_dispatcher_backend='deepep' (the 26.02 and 26.02.01 tables' layout)"),
 )
