@@ -5,7 +5,7 @@ objective is meshplan_validation.robust_loss.TRAINING's: min(|log(predicted / me
 whose configuration is too uncertain) with its kinks rounded over 0.09 (Huber's quadratic at 0; since 2026-11-30: the
 capped L1 before, whose optimum stepped between runs' zero residuals), averaged within each source group and then
 across groups, so that every source weighs the same; the leave-one-source-out refits (meshplan_validation/refit.py)
-minimise the same. The shipped values were fitted under the capped L1; the rounded optimum lies within 0.3 % of them
+minimise the same. Re-run under it on 2026-11-30: gemm 0.8597 (as under the capped L1), attention 0.5244 -> 0.5260
 (benchmarks/measure/robust_refits.py, data/measured/2026-11-30-robust-loss.md).
 The two constants (``FITTED``) are fitted on the fit half's dense runs by Nelder-Mead, the best of three starts (the
 values in efficiency.py, and all of them 15 % lower or higher). The MoE runs fit nothing: their per-expert path's

@@ -147,7 +147,7 @@ class Efficiency:
     # ---- fitted (benchmarks/measure/fit_efficiency.py, on the fit half of the published runs) ----------------------
     TILES: ClassVar[tuple[tuple[int, int], ...]] = TILES  # the GEMM kernels' output tiles (specs/gemm_shape.py)
     gemm: float = 0.8597  # a training step's GEMMs vs the best-shape benchmark (MAMF), quantization aside
-    attention: float = 0.5244  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
+    attention: float = 0.5260  # flash-attention forward at d = 128, long sequences, vs the bf16 GEMM ceiling (MAMF)
     # ---- documented, not fitted -------------------------------------------------------------------------
     overlap_slowdown: float = 0.189  # compute slowdown while communication overlaps it (Lee et al. 2025: 18.9 %)
     memory: float = 0.85  # streaming kernels vs HBM peak (STREAM-like copies: 85-93 % on A100 / H100)
