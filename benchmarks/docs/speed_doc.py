@@ -51,7 +51,9 @@ def commands_section(path: Path) -> list[str]:
              "of the wall clock and of the CPU time the command's processes used; the ratio is the CPU time over the "
              "reference's, which CI checks against its committed baseline (benchmarks/data/speed_guard_baseline.json: "
              "more than 20 % slower fails). Start-up: meshplan's modules the answer imports, and the CPU seconds their "
-             "import takes (tests/test_startup.py counts them against a limit). The targets hold for a quiet machine; "
+             "import takes (tests/test_startup.py counts them against a limit), imported by a plain `python -c`, "
+             "without the console script's cache of dataclass methods (cli/codecache.py) or its collector hold, so a "
+             "little more than `meshplan` itself pays. The targets hold for a quiet machine; "
              "this one is shared by several processes, so the wall clock can exceed the CPU time.", "",
              "| command | wall s | CPU s | target | | ratio | start-up modules | start-up s |",
              "|---|---:|---:|---:|---|---:|---:|---:|"]
