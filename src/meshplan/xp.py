@@ -64,6 +64,20 @@ def floor_div(a: Num, b: Num) -> Num:
     return np.floor_divide(a, b)
 
 
+def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For key columns (fields × rows of non-negative integers): the first row of each distinct key and each
+    row's key index. The columns are packed into one integer (mixed radix) for a fast 1-D unique; the code is
+    renumbered densely whenever the next column would overflow int64."""
+    packed = np.zeros(keys.shape[1], dtype=np.int64)
+    for column in keys:
+        radix = int(column.max()) + 1
+        if int(packed.max()) >= 2**62 // radix:
+            packed = np.unique(packed, return_inverse=True)[1].reshape(-1)
+        packed = packed * radix + column
+    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
 def unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(m, axis=0, return_inverse=True)`` for a 2-D float matrix: its distinct rows in lexicographic order
     and each row's index among them (``unique[inverse]`` is ``m``); a lexicographic sort of the rows themselves

@@ -20,7 +20,7 @@ from meshplan.specs.stack import Stack
 from meshplan.step.parts import twin_ops
 from meshplan.step.passes import ZERO, PassTimes
 from meshplan.step.units import Units, compute_times, plan_ops
-from meshplan.xp import Num
+from meshplan.xp import Num, distinct
 
 Panels = dict[str, np.ndarray]  # a SUMMA panel count per row, per kind of wrapper work ("": none; Units.under)
 
@@ -102,20 +102,6 @@ def _pricing_key(cluster: Cluster) -> tuple[Any, ...]:
     rest = tuple((f.name, getattr(cluster, f.name)) for f in fields(cluster)
                  if f.compare and f.name not in ("num_gpus", "tiers"))
     return (*rest, tuple(inner), tuple((f.name, getattr(outer, f.name)) for f in fields(outer) if f.name != "size"))
-
-
-def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For key columns (fields × rows of non-negative integers): the first row of each distinct key and each
-    row's key index. The columns are packed into one integer (mixed radix) for a fast 1-D unique; the code is
-    renumbered densely whenever the next column would overflow int64."""
-    packed = np.zeros(keys.shape[1], dtype=np.int64)
-    for column in keys:
-        radix = int(column.max()) + 1
-        if int(packed.max()) >= 2**62 // radix:
-            packed = np.unique(packed, return_inverse=True)[1].reshape(-1)
-        packed = packed * radix + column
-    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
 
 
 class KeyStore:

@@ -17,6 +17,7 @@ from meshplan.kept import Kept
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan, revised
 from meshplan.specs.stack import Stack
+from meshplan.xp import distinct
 
 
 class Settings(Protocol):
@@ -110,19 +111,13 @@ def _batch_params(model: ModelSpec, plan: Plan) -> tuple[StageParams, ...]:
 
 def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
     """The first row of each distinct row of integer ``columns`` (one value a row each, non-negative) and each row's
-    index among them, packed into one integer (mixed radix) for a 1-D unique; None where a column is not of that kind,
-    the packing would overflow or fewer than half the rows repeat one before (nothing to gain)."""
+    index among them (xp.distinct); None where a column is not of that kind or fewer than half the rows repeat one
+    before (nothing to gain)."""
     n = len(columns[0])
-    packed = np.zeros(n, dtype=np.int64)
-    for column in columns:
-        if column.shape != (n,) or column.dtype.kind not in "iu" or not n or int(column.min()) < 0:
-            return None
-        radix = int(column.max()) + 1
-        if int(packed.max()) >= 2**62 // radix:
-            return None
-        packed = packed * radix + column
-    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-    return (first, inverse.reshape(-1)) if 2 * len(first) <= n else None
+    if not n or any(c.shape != (n,) or c.dtype.kind not in "iu" or int(c.min()) < 0 for c in columns):
+        return None
+    first, inverse = distinct(np.stack([c.astype(np.int64, copy=False) for c in columns]))
+    return (first, inverse) if 2 * len(first) <= n else None
 
 
 def params_of_rank(model: ModelSpec, plan: Plan, rank: int) -> StageParams:
