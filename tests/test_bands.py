@@ -86,14 +86,15 @@ NOT_HELD = {
     # B200 runs of two sources (43 runs, 30 inside): NeMo 25.02's seven (dense +19-38 %, Mixtral +20 %, Nemotron-340B
     # -2 %: the same layout measures 13-15 % slower than Megatron-Bridge 25.09 on Llama3-8B, a software release no
     # source sizes; 25.02's H100 GPT3-175B reads -0.2 %, so not the release's recipes on every GPU) and
-    # Megatron-Bridge's 36 (GPT-OSS-120B +20-101 % by release, B300 Qwen3-235B +86 %, 25.11 DeepSeek-V3 /
-    # Qwen3-235B +31 / +32 %, 25.09's token-drop DeepSeek-V3 +47 / +52 % and Qwen3-235B +26 / +33 %, priced without
-    # the tokens-per-expert sync their padded split does not make, specs/token_drop.py; one layout measures 16-24 %
-    # apart across releases; at one recipe the 25.11 MoE rows measure 4-16 % below 26.02's and the dense rows do not,
-    # tests/test_b200_release_gap.py: the release's MoE software, not a recipe setting). Either left out, B200 holds
-    # fewer than 20 runs and takes the unseen multiplier times its neighbours' widest band. Not the expert all-to-all
-    # over InfiniBand: Megatron-Bridge's one B200 recipe at EP 64 and EP 8 measures +4.21 s a step where meshplan
-    # prices +4.31 s (tests/test_ib_all_to_all.py).
+    # Megatron-Bridge's 36 (GPT-OSS-120B +20-101 % by release, on the per-expert MLP whose fusion NVIDIA measures at
+    # 1.93x end to end where meshplan prices 1.18x, tests/test_gpt_oss_gap.py; B300 Qwen3-235B +86 %, 25.11
+    # DeepSeek-V3 / Qwen3-235B +31 / +32 %, 25.09's token-drop DeepSeek-V3 +47 / +52 % and Qwen3-235B +26 / +33 %,
+    # priced without the tokens-per-expert sync their padded split does not make, specs/token_drop.py; one layout
+    # measures 16-24 % apart across releases; at one recipe the 25.11 MoE rows measure 4-16 % below 26.02's and the
+    # dense rows do not, tests/test_b200_release_gap.py: the release's MoE software, not a recipe setting). Either left
+    # out, B200 holds fewer than 20 runs and takes the unseen multiplier times its neighbours' widest band. Not the
+    # expert all-to-all over InfiniBand: Megatron-Bridge's one B200 recipe at EP 64 and EP 8 measures +4.21 s a step
+    # where meshplan prices +4.31 s (tests/test_ib_all_to_all.py).
     ("training", "blackwell megatron"),
 }
 
