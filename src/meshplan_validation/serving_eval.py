@@ -176,12 +176,12 @@ def _predict(case: ServingCase, eff: ServeEfficiency) -> tuple[dict[str, float],
     return out, batch
 
 
-# A static batch's latency (scenario "latency") is the wall time of the whole batch: vLLM's
-# benchmarks/benchmark_latency.py, which LLM-Inference-Bench runs, times run_to_completion as time.perf_counter()
-# around one llm.generate of all batch_size prompts. While the KV cache holds the batch every request ends with it and
+# A static batch's latency (scenario "latency") is the wall time of the whole batch: vLLM's own benchmark_latency.py
+# (vllm-project/vllm), which LLM-Inference-Bench runs, times run_to_completion as time.perf_counter() around one
+# llm.generate of all batch_size prompts. While the KV cache holds the batch every request ends with it and
 # that is the mean request's TTFT + (O - 1) TPOT; a batch that overflows it runs in waves (serve/metrics.py _static)
 # and the later waves end after the mean request does: the batch's B requests over the request rate priced for them.
-STATIC_LATENCY = "the whole batch's wall time (vLLM benchmarks/benchmark_latency.py run_to_completion)"
+STATIC_LATENCY = "the whole batch's wall time (vllm-project/vllm benchmark_latency.py run_to_completion)"
 
 # benchmarks/measure/serve_load_published.py's seeds: one 500-request sample's mean gap strays 4.5 % from 1/rate
 TRANSIENT_SEEDS = (0, 1, 2, 3, 4)
