@@ -12,7 +12,7 @@ import pytest
 
 from meshplan.cost.kv_cache import token_bytes
 from meshplan.serve.efficiency import SERVE_DEFAULT
-from meshplan.serve.metrics import instance
+from meshplan.serve.metrics import instance, static_capacity
 from meshplan_validation.serving_eval import batch_of, predict, results, setting
 from meshplan_validation.serving_map import case_of
 
@@ -158,3 +158,23 @@ def test_a_result_carries_the_architecture_and_engine_it_was_priced_with():
         priced = {(x.architecture, x.engine) for x in rows if x.id == r["id"]}
         assert priced == {(case.cluster.accelerator.architecture or "unstated", case.engine.name)}, r["id"]
     assert [(x.skipped != "", x.architecture, x.engine) for x in rows if x.id == "no-gpu"] == [(True, "", "")]
+
+
+def test_a_static_batch_that_overflows_its_kv_cache_reads_its_latency_as_the_whole_batch():
+    """LLM-Inference-Bench times vLLM's benchmark_latency.py: one llm.generate of all B prompts
+    (serving_eval.STATIC_LATENCY). Llama 2 70B on one MI300X, B = 256 at 512 tokens in and out: the KV cache holds
+    C = 133 sequences to their last token, so the batch runs as a wave of 133 and one of 123 (serve/metrics.py
+    _static), and its latency is the two waves', B / (requests/s) = 661 s, where the mean request's TTFT + 511 TPOT
+    is 499 s (measured: 845 s). At 256 tokens in and out C = 267 >= B: one wave, and the two are the same 283 s."""
+    path = Path(__file__).resolve().parent.parent / "data" / "serving" / "llm_inference_bench_dev.jsonl"
+    runs = {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    for length, waves in ((512, 2), (256, 1)):
+        case = case_of(runs[f"llminfbench_vllm_mi300x_llama-2-70b-hf_tp1_bs256_{length}x{length}"])
+        out, batch = predict(case)
+        mean_request = out["ttft_ms"] + (length - 1) * out["tpot_ms"]
+        assert out["e2e_latency_ms"] == pytest.approx(1e3 * batch / out["requests_per_s"])
+        assert math.ceil(batch / math.floor(float(static_capacity(setting(case, batch, SERVE_DEFAULT))))) == waves
+        if waves == 1:
+            assert out["e2e_latency_ms"] == pytest.approx(mean_request)
+        else:
+            assert out["e2e_latency_ms"] > 1.2 * mean_request
