@@ -17,15 +17,12 @@ from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
 from meshplan.report.tiers import mesh_text, tier_axes, tier_blocks, tier_headers
 from meshplan.specs.layouts import layout_of
-from meshplan.specs.plan import ASYNC_SCHEDULES
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
     from meshplan.search.run import SearchResult
 
-# what an asynchronous pipeline schedule changes in training, printed beside any plan that uses one (its record's)
-ASYNC_NOTES = {name: schedule_of(name).note for name in ASYNC_SCHEDULES}
 METRICS = ("step", "tokens/s", "MFU", "memory", "days", "cost")  # the columns a folded table keeps first
 
 
