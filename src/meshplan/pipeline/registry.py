@@ -73,6 +73,12 @@ class Schedule:
         return self.family == "split"
 
     @property
+    def opt_in(self) -> bool:
+        """Searched only where asked for (search.Space's async_pipeline, split_backward): the asynchronous and the
+        split-backward schedules, whose bubble is none or less than 1F1B's."""
+        return self.family != "sync"
+
+    @property
     def ends_apart(self) -> bool:
         """Its first and last stage on different ranks (not ZB-V's V, nor DualPipe's and Chimera's mirrored
         pipelines, whose end ranks hold both ends)."""

@@ -143,7 +143,7 @@ def _plan_cells(result) -> dict[str, list[str]]:
     ests = result.plans
     cells: dict[str, list[str]] = defaultdict(list)
     # a schedule column where a plan runs an asynchronous or a split-backward (zero_bubble.py) pipeline
-    asynchronous = any(schedule_of(e.plan.schedule).family != "sync" and e.plan.pp > 1 for e in ests)
+    asynchronous = any(schedule_of(e.plan.schedule).opt_in and e.plan.pp > 1 for e in ests)
     uneven = any(e.plan.last_stage_layers for e in ests)
     uneven_first = any(e.plan.first_stage_layers for e in ests)
     per_rank = any(e.plan.stage_layers for e in ests)
