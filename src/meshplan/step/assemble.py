@@ -223,7 +223,7 @@ def _micro_free(plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
                and isinstance(v := getattr(plan, f.name), np.ndarray) and v.ndim == 1]
     if not columns or any(int(column.min()) < 0 for column in columns):
         return None
-    first, inverse = distinct(np.array(columns))  # packed into one integer (mixed radix): a 1-D unique
+    first, inverse = distinct(columns)  # packed into one integer (mixed radix): a 1-D unique
     return (first, inverse) if len(first) < len(inverse) else None
 
 
