@@ -13,11 +13,11 @@ from meshplan.cli import main
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.memory import model_state_memory, weight_versions
+from meshplan.pipeline.names import ASYNC
 from meshplan.pipeline.schedule import build, in_flight, simulate, step_time
 from meshplan.pipeline.steady import steady_step, table_weight_versions
 from meshplan.search import Space, search
 from meshplan.specs.check import check
-from meshplan.specs.plan import ASYNC_SCHEDULES
 from meshplan.specs.stack import load_stack
 
 F, B = 1.0, 2.0  # forward and backward of one micro-batch through one stage
@@ -64,7 +64,7 @@ def test_weight_versions_off_the_tables_match_the_closed_form(p, m):
         assert (weight_versions(plan), weight_versions(plan, last=True)) == (table[0], table[-1])
 
 
-@pytest.mark.parametrize("schedule", ASYNC_SCHEDULES)
+@pytest.mark.parametrize("schedule", ASYNC)
 def test_in_flight_is_p_minus_r_without_a_flush(schedule):
     # steps follow without a flush: rank r holds p - r micro-batches whatever m (4, 3, 2, 1 for p = 4)
     p, m = 4, 4
@@ -134,15 +134,15 @@ def test_the_search_adds_them_only_when_asked_and_the_framework_runs_them():
     any_stack = load_stack("any")
     plain = search(model, cluster, Space(**narrow, stack=any_stack), top_k=200)
     asked = search(model, cluster, Space(**narrow, stack=any_stack, async_pipeline=True), top_k=200)
-    assert not {e.plan.schedule for e in plain.plans} & set(ASYNC_SCHEDULES)
-    found = [e for e in asked.plans if e.plan.schedule in ASYNC_SCHEDULES]
-    assert {e.plan.schedule for e in found} == set(ASYNC_SCHEDULES)
+    assert not {e.plan.schedule for e in plain.plans} & set(ASYNC)
+    found = [e for e in asked.plans if e.plan.schedule in ASYNC]
+    assert {e.plan.schedule for e in found} == set(ASYNC)
     for e in found[:5]:  # the search's step equals estimate's
         assert e.step_time == pytest.approx(estimate(model, cluster, e.plan, any_stack).step_time, rel=1e-9)
     with pytest.raises(SpecError, match="async_pipeline: framework megatron-core runs the schedules 1f1b, interleaved"):
         Space(**narrow, stack=load_stack("megatron-core"), async_pipeline=True)  # refused, as on the command line
     for name in ("megatron-core", "torchtitan", "deepspeed", "nemo", "megatron-bridge"):
-        assert not set(load_stack(name).supports.schedules) & set(ASYNC_SCHEDULES), name
+        assert not set(load_stack(name).supports.schedules) & set(ASYNC), name
 
 
 @pytest.mark.parametrize(("args", "line"), [

@@ -80,6 +80,22 @@ def test_no_pipeline_module_but_the_registry_forks_on_a_schedule_s_name():
     assert not found, "schedule names in meshplan.pipeline outside its registry:\n" + "\n".join(found)
 
 
+def _family_compared(path: Path) -> list[str]:
+    """``file:line`` of each comparison of an object's ``family`` with a string (``record.family != "sync"``)."""
+    return [f"{path.name}:{node.lineno}" for node in ast.walk(_tree(path)) if isinstance(node, ast.Compare)
+            and any(isinstance(x, ast.Attribute) and x.attr == "family" for x in (node.left, *node.comparators))
+            and any(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in (node.left, *node.comparators))]
+
+
+def test_no_module_but_the_registry_compares_a_schedule_s_family():
+    # a family is asked of the record (flushes, split, opt_in) or of registry.by_family, never compared by its word
+    files = [p for p in sorted(CORE.rglob("*.py")) if p != CORE / "pipeline" / "registry.py"]
+    found = [hit for p in files for hit in _family_compared(p)]
+    assert not found, "a schedule's family compared outside the registry (ask the record):\n" + "\n".join(found)
+    assert _family_compared(CORE / "pipeline" / "registry.py")  # the check sees a comparison where there is one
+    assert {s.name for s in REGISTRY.values() if s.opt_in} == {*ASYNC, *SPLIT}  # searched only when asked
+
+
 def test_the_page_s_timeline_script_knows_no_schedule_by_name():
     # the report's page builds schedule.build's tables from each rank's warm-up its data carries (detail.replay_inputs)
     script = (CORE / "report" / "templates" / "timeline.js").read_text(encoding="utf-8")

@@ -55,6 +55,13 @@ def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
 
 @pytest.mark.parametrize(("group", "gpu", "ep", "dispatcher", "backend"), [
     ("megatron_bridge_26.04.01", "B200", 32, "flex", "deepep"),  # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2, ep 32
+    # ... @ 5acef93, in the tags v0.4.2 (26.04.01), v0.5.0 / v0.5.1 (26.06) and v0.6.0 (26.08) only: v0.4.0 / v0.4.1
+    # (26.04) alias it to _FP8_CS_V2, and a tag not read keeps the all-to-all dispatcher
+    ("megatron_bridge_26.06.01", "B200", 32, "flex", "deepep"),
+    ("megatron_bridge_26.08", "B200", 32, "flex", "deepep"),
+    ("megatron_bridge_26.04", "B200", 32, "alltoall", "deepep"),
+    ("megatron_bridge_25.11", "B200", 32, "alltoall", "deepep"),
+    ("megatron_bridge_26.10", "B200", 32, "alltoall", "deepep"),
     ("megatron_bridge_25.09", "H100", 32, "flex", "deepep"),  # the 25.x H100 recipe: DeepEP
     # the pp 16 / ep 8 layout inside one node: DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _B300_V1 name hybridep from
     # v0.3.0 (26.02) on; 25.11's DEEPSEEK_V3_B200_BASE_CONFIG (v0.2.0) names none, the all-to-all dispatcher

@@ -20,7 +20,7 @@ from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
-from meshplan.specs.plan import SPLIT_SCHEDULES, Plan
+from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 from spaces import EVERY_PLAN
 
@@ -134,7 +134,7 @@ def test_cli_estimate_schedules(capsys):
 @pytest.mark.parametrize("framework", ["megatron-core", "torchtitan", "deepspeed"])
 def test_frameworks_without_split_backward_refuse_it(framework):
     stack = load_stack(framework)
-    for schedule in SPLIT_SCHEDULES:
+    for schedule in SPLIT:
         assert f"schedule={schedule}" in stack.supports.problems(Plan(pp=2, schedule=schedule))
     with pytest.raises(SpecError, match="split_backward: framework"):
         Space(global_batch=16, stack=stack, split_backward=True)
@@ -149,7 +149,7 @@ def test_search_with_split_backward_is_never_slower_and_prices_as_estimate():
     split = search(model, cluster, Space(**{**base.__dict__, "split_backward": True}), top_k=3)
     assert split.plans[0].step_time <= plain.plans[0].step_time
     assert split.evaluated > plain.evaluated
-    assert split.plans[0].plan.schedule in SPLIT_SCHEDULES
+    assert split.plans[0].plan.schedule in SPLIT
     for e in split.plans:
         assert estimate(model, cluster, e.plan, base.stack).step_time == pytest.approx(e.step_time, rel=1e-6)
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeAlias, TypeVar, overload
 
 import numpy as np
@@ -64,11 +64,11 @@ def floor_div(a: Num, b: Num) -> Num:
     return np.floor_divide(a, b)
 
 
-def distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For key columns (fields × rows of non-negative integers): the first row of each distinct key and each
-    row's key index. The columns are packed into one integer (mixed radix) for a fast 1-D unique; the code is
-    renumbered densely whenever the next column would overflow int64."""
-    packed = np.zeros(keys.shape[1], dtype=np.int64)
+def distinct(keys: np.ndarray | Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """For key columns (fields × rows of non-negative integers: a 2-D array, or its columns unstacked): the first row
+    of each distinct key and each row's key index. The columns are packed into one integer (mixed radix) for a fast
+    1-D unique; the code is renumbered densely whenever the next column would overflow int64."""
+    packed = np.zeros(len(keys[0]), dtype=np.int64)
     for column in keys:
         radix = int(column.max()) + 1
         if int(packed.max()) >= 2**62 // radix:

@@ -148,9 +148,13 @@ FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
      "on h100 unless token drop, recipes/deepseek/deepseek_v3.py: moe_token_dispatcher_type 'flex', "
      "moe_enable_deepep; v0.2.0 (25.11) configs/deepseek/workload_base_configs.py DEEPSEEK_V3_H100_BASE_CONFIG "
      "moe_flex_dispatcher_backend='deepep'"),
-    (r"megatron_bridge\S*.*deepseek-v3 b200\b.*\bep32\b", "deepep",
-     "Megatron-Bridge deepseek_workload_base_configs.py @ 5acef93 ('b200 DSv3 better cfg', #3368): "
-     "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 moe_flex_dispatcher_backend='deepep', pp 8, vp 2, ep 32"),
+    # the release tags that hold it: v0.4.2 (26.04.01, the newest table of its docs/performance-summary.md), v0.5.0,
+    # v0.5.1 (26.06, 26.06.01) and v0.6.0 (26.08); v0.4.0 and v0.4.1 (26.04) alias _B200_FP8_MX_V2 to _FP8_CS_V2
+    (r"megatron_bridge_(26\.04\.01|26\.0[68])\S*\s.*deepseek-v3 b200\b.*\bep32\b", "deepep",
+     "Megatron-Bridge deepseek_workload_base_configs.py @ 5acef93 ('b200 DSv3 better cfg', #3368; in v0.4.2, v0.5.0 "
+     "and v0.5.1): DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 moe_flex_dispatcher_backend='deepep', pp 8, vp 2, "
+     "ep 32 (v0.6.0, 26.08: src/megatron/bridge/perf_recipes/deepseek/b200/deepseek_v3.py "
+     "deepseek_v3_pretrain_256gpu_b200_fp8mx_config the same)"),
     # Grace Blackwell's layouts inside the NVL72 domain: HybridEP from 25.11 (25.09 drops tokens: alltoall)
     (r"megatron_bridge_(25\.11|26\.0[2468])\S*\s.*deepseek-v3 gb[23]00\b", "hybridep",
      "Megatron-Bridge scripts/performance/configs/deepseek/workload_base_configs.py @ v0.2.0 (25.11): "

@@ -16,6 +16,7 @@ import click
 from meshplan.cli.common import check_max_plans, choices, split_ints
 from meshplan.cli.options import flag, recompute_modules
 from meshplan.errors import SpecError
+from meshplan.pipeline.registry import by_family, schedule_of
 from meshplan.ranges import check_options
 from meshplan.search.space import Space
 from meshplan.specs.plan import COLLECTIVE_ALGORITHMS, DP_MODES, OPTIMIZERS, PINNABLE, PRECISION, Plan
@@ -34,6 +35,12 @@ def _space_default(name: str) -> Any:
 def _listed(values: tuple) -> str:
     """A tuple of Space's as the option writes it: comma-separated, sequence parallelism as off / on."""
     return ",".join(("on" if v else "off") if isinstance(v, bool) else str(v) for v in values)
+
+
+def _schedules(family: str) -> str:
+    """The schedules of ``family`` (pipeline/registry.py) as the help names them: "a, b (vpp 2) and c"."""
+    names = [f"{s}" + (f" (vpp {chunks})" if (chunks := schedule_of(s).chunks) > 1 else "") for s in by_family(family)]
+    return " and ".join((", ".join(names[:-1]), names[-1])) if len(names) > 1 else "".join(names)
 
 
 def _pin_option(name: str) -> Any:
@@ -64,11 +71,11 @@ OPTIONS = [
                  help="consider optimizer / activation offload"),
     _count_option("offload_layers"),
     click.option("--async-pipeline", is_flag=True, default=_space_default("async_pipeline"),
-                 help="also search the asynchronous pipeline schedules pipedream and pipedream-2bw (stale weights: "
+                 help=f"also search the asynchronous pipeline schedules {_schedules('async')} (stale weights: "
                       "not synchronous SGD; only --framework any or generic runs them)"),
     click.option("--split-backward", is_flag=True, default=_space_default("split_backward"),
-                 help="also search the split-backward schedules zb-h1, zb-v (vpp 2), dualpipe and chimera (only "
-                      "--framework any or generic runs them)"),
+                 help=f"also search the split-backward schedules {_schedules('split')} (only --framework any or "
+                      "generic runs them)"),
     click.option("--placements", type=click.Choice(["all", "default"]),
                  default="all" if _space_default("all_placements") else "default", show_default=True,
                  help="every placement of the axes on the mesh, or tp,cp,dp,pp only"),

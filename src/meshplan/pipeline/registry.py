@@ -12,7 +12,7 @@ search's rows (rules.py), and the frameworks that run it (with their names for i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from meshplan.pipeline import forms, rules
@@ -71,6 +71,12 @@ class Schedule:
     @property
     def split(self) -> bool:
         return self.family == "split"
+
+    @property
+    def opt_in(self) -> bool:
+        """Searched only where asked for (search.Space's async_pipeline, split_backward): the asynchronous and the
+        split-backward schedules, whose bubble is none or less than 1F1B's."""
+        return self.family != "sync"
 
     @property
     def ends_apart(self) -> bool:
@@ -178,8 +184,10 @@ def searched(gpipe: bool, asynchronous: tuple[str, ...], split: tuple[str, ...])
     return ("1f1b", *(("gpipe",) if gpipe else ()), "interleaved", *asynchronous, *split)
 
 
-def by_family(family: str) -> tuple[str, ...]:
-    return tuple(s.name for s in _RECORDS if s.family == family)
+def by_family(family: str, among: Collection[str] | None = None) -> tuple[str, ...]:
+    """The schedules of ``family`` ("sync", "async", "split"), in the registry's order; with ``among`` (a framework's
+    Supports.schedules), those of them it holds (the search's asynchronous and split-backward ones: search/space.py)."""
+    return tuple(s.name for s in _RECORDS if s.family == family and (among is None or s.name in among))
 
 
 def in_framework(framework: str) -> tuple[str, ...]:

@@ -142,7 +142,7 @@ def _check(schedule: str, pp: int, m: int, vpp: int, group: int | None) -> int:
     _positive("vpp", vpp)
     if not record.flushes and (vpp != 1 or group is not None or pp < 2):
         raise ValueError(f"schedule={schedule!r} needs pp >= 2, vpp=1, no group (pp={pp}, vpp={vpp}, group={group})")
-    if not record.flushes and not record.runs(pp, vpp, m, True):  # PipeDream-2BW's m >= p (rules.runs_2bw)
+    if not record.flushes and record.refusals(pp, vpp, m):  # what is left for it to refuse: 2BW's m >= p (rules.py)
         raise ValueError(f"schedule={schedule!r} needs micro_batches >= pp (got {m} < {pp}; §3.1: m ≥ d)")
     if record.chunks:  # one chunk a rank (0: any v >= 2, interleaved)
         if vpp != 1:

@@ -17,15 +17,12 @@ from meshplan.report.fold import Col, Listing
 from meshplan.report.ranked import Lead, Ranked, rejected_listing
 from meshplan.report.tiers import mesh_text, tier_axes, tier_blocks, tier_headers
 from meshplan.specs.layouts import layout_of
-from meshplan.specs.plan import ASYNC_SCHEDULES
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
 if TYPE_CHECKING:
     from meshplan.estimate import Estimate
     from meshplan.search.run import SearchResult
 
-# what an asynchronous pipeline schedule changes in training, printed beside any plan that uses one (its record's)
-ASYNC_NOTES = {name: schedule_of(name).note for name in ASYNC_SCHEDULES}
 METRICS = ("step", "tokens/s", "MFU", "memory", "days", "cost")  # the columns a folded table keeps first
 
 
@@ -146,7 +143,7 @@ def _plan_cells(result) -> dict[str, list[str]]:
     ests = result.plans
     cells: dict[str, list[str]] = defaultdict(list)
     # a schedule column where a plan runs an asynchronous or a split-backward (zero_bubble.py) pipeline
-    asynchronous = any(schedule_of(e.plan.schedule).family != "sync" and e.plan.pp > 1 for e in ests)
+    asynchronous = any(schedule_of(e.plan.schedule).opt_in and e.plan.pp > 1 for e in ests)
     uneven = any(e.plan.last_stage_layers for e in ests)
     uneven_first = any(e.plan.first_stage_layers for e in ests)
     per_rank = any(e.plan.stage_layers for e in ests)

@@ -18,8 +18,9 @@ HEADERS = {
     "layers": "decoder layers per pipeline rank, where a plan sets each rank's (N×k: k ranks of N; the stage DP, "
               "search/stage_dp.py; Megatron-Core's --pipeline-model-parallel-layout)",
     "mbs": "sequences per micro-batch",
-    "schedule": "pipeline schedule (shown when a plan is asynchronous: pipedream, pipedream-2bw train on stale "
-                "weights, searched only with --async-pipeline)",
+    "schedule": "pipeline schedule (shown when a plan runs one searched only where asked for: pipedream, "
+                "pipedream-2bw train on stale weights, with --async-pipeline; zb-h1, zb-v, dualpipe, chimera split "
+                "the backward, with --split-backward)",
     "zero": "ZeRO stage (1 shards the optimizer state over dp, 2 also gradients, 3 also weights)",
     "recompute": "activations recomputed (selective: the attention core; full: whole layers; full N: N layers of "
                  "each rank); per pipeline rank where the ranks differ (sel, full, N: N layers full, -: none; "

@@ -12,12 +12,12 @@ from meshplan.energy import step_energy
 from meshplan.estimate import op_totals
 from meshplan.fields import MEMORY_HEADROOM, usable_hbm
 from meshplan.goodput import Reliability, plan_goodput
+from meshplan.pipeline.registry import schedule_of
 from meshplan.report import terms
 from meshplan.report.console import plain_console
 from meshplan.report.fold import Col, TermTable, folded_tables, headers, legend, listing_tables, shell_command
 from meshplan.report.host_note import host_note
 from meshplan.report.ranked_training import (
-    ASYNC_NOTES,
     band_entry,
     band_text,
     best_plans,
@@ -52,8 +52,8 @@ def estimate_tables(est: Estimate, console: Console | PlainConsole, ops: bool = 
     summary.add_column()
     scaling = f" ({est.stack.fp8_scaling} scaling)" if p.precision == "fp8" else ""
     summary.add_row("plan", p.describe() + f" schedule={p.schedule} precision={p.precision}{scaling}")
-    if p.schedule in ASYNC_NOTES and p.pp > 1:
-        summary.add_row("asynchronous", ASYNC_NOTES[p.schedule])
+    if p.pp > 1 and not (record := schedule_of(p.schedule)).flushes:  # what it changes in training: its record's
+        summary.add_row("asynchronous", record.note)
     tiers = axis_tiers(p, est.cluster)
     summary.add_row("axes on tiers", ", ".join(f"{a}={getattr(p, a)}: {t}" for a, t in tiers.items())
                     or "one GPU per group")
@@ -268,10 +268,10 @@ def print_search(results, as_json: bool, tokens: float | None, price: float | No
         else:
             console.print("[bold red]no feasible plan[/bold red]")
         _print_all(console, listing_tables(ranked.rejected, console.width))
-    shown = {e.plan.schedule for r in results for e in r.plans if e.plan.pp > 1} & set(ASYNC_NOTES)
-    for schedule in sorted(shown):
-        console.print(f"{schedule} (asynchronous, asked for with --async-pipeline): {ASYNC_NOTES[schedule]}",
-                      markup=False)
+    shown = {e.plan.schedule for r in results for e in r.plans if e.plan.pp > 1}
+    for record in (schedule_of(s) for s in sorted(shown)):
+        if not record.flushes:
+            console.print(f"{record.name} (asynchronous, asked for with --async-pipeline): {record.note}", markup=False)
     evaluated = sum(r.evaluated for r in results)
     seconds = sum(r.seconds for r in results)
     bounded = sum(r.bounded for r in results)

@@ -124,7 +124,7 @@ def evaluate(mode: tuple[str, bool], combos: list[Combo], model: ModelSpec, clus
         batch, shapes = group.of(pool), units.shape_of[group.rows]
         memory = _memory(model, cluster, space, batch, units, shapes, start.memo, group.key, code)
         _score_group(model, cluster, space, eff, batch, sized.select(group.rows),
-                     (free if schedule_of(group.key[0]).family != "sync" else bound)[group.rows], shapes,
+                     (free if schedule_of(group.key[0]).opt_in else bound)[group.rows], shapes,
                      keyed(str(group.extra.get("collectives", "nccl"))), memory, result)
     return result
 

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 from meshplan.errors import SpecError
 from meshplan.fields import MAX_PLANS, MEMORY_HEADROOM
-from meshplan.pipeline.registry import gpipe, interleaving, searched
+from meshplan.pipeline.registry import by_family, gpipe, interleaving, searched
 from meshplan.ranges import check_options
 from meshplan.specs.check import recompute_modules_problem
-from meshplan.specs.plan import ASYNC_SCHEDULES, OPTIMIZERS, PINNABLE, SPLIT_SCHEDULES
+from meshplan.specs.plan import OPTIMIZERS, PINNABLE
 from meshplan.specs.stack import FRAMEWORK_STACK, Stack, stack_modules
 
 if TYPE_CHECKING:
@@ -171,12 +171,12 @@ class Space:
         if self.optimizer not in can.optimizers:
             raise SpecError(f"optimizer={self.optimizer}: framework {name} runs {', '.join(can.optimizers)} "
                             "(--framework any prices every optimizer)")
-        if self.split_backward and not set(SPLIT_SCHEDULES) & set(can.schedules):
+        if self.split_backward and not by_family("split", can.schedules):
             raise SpecError(f"split_backward: framework {name} runs the schedules {', '.join(can.schedules)}, none of "
-                            f"{', '.join(SPLIT_SCHEDULES)}: use --framework any")
-        if self.async_pipeline and not set(ASYNC_SCHEDULES) & set(can.schedules):
+                            f"{', '.join(by_family('split'))}: use --framework any")
+        if self.async_pipeline and not by_family("async", can.schedules):
             raise SpecError(f"async_pipeline: framework {name} runs the schedules {', '.join(can.schedules)}, no "
-                            f"asynchronous one ({', '.join(ASYNC_SCHEDULES)}): use --framework any")
+                            f"asynchronous one ({', '.join(by_family('async'))}): use --framework any")
         if "selective" in self.recompute:
             object.__setattr__(self, "recompute_modules", stack_modules(self.recompute_modules, self.stack))
         object.__setattr__(self, "gpipe", self.gpipe and gpipe().name in can.schedules)
@@ -205,14 +205,12 @@ class Space:
     @property
     def async_schedules(self) -> tuple[str, ...]:
         """The asynchronous schedules searched: none unless ``async_pipeline``, then those the framework runs."""
-        can = self.stack.supports.schedules
-        return tuple(s for s in ASYNC_SCHEDULES if s in can) if self.async_pipeline else ()
+        return by_family("async", self.stack.supports.schedules) if self.async_pipeline else ()
 
     @property
     def split_schedules(self) -> tuple[str, ...]:
         """The split-backward schedules searched: none unless ``split_backward``, then those the framework runs."""
-        can = self.stack.supports.schedules
-        return tuple(s for s in SPLIT_SCHEDULES if s in can) if self.split_backward else ()
+        return by_family("split", self.stack.supports.schedules) if self.split_backward else ()
 
     @property
     def schedules(self) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from meshplan.pipeline.registry import schedule_of
+from meshplan.pipeline.registry import REGISTRY, schedule_of
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import RECOMPUTE, SCHEDULES, Plan
 
@@ -63,7 +63,8 @@ def _apart_problem(plan: Plan) -> str:
     """Why the ranks of ``plan`` cannot be priced apart (step/ranks.py), "" if they can: DualPipe's ranks hold two
     stages each, the asynchronous schedules' weight versions and offloaded weights are priced for the end ranks only."""
     if plan.schedule in SCHEDULES and not schedule_of(plan.schedule).priced_apart:
-        return f"ranks priced apart need a synchronous schedule other than dualpipe (got {plan.schedule})"
+        others = " and ".join(s.name for s in REGISTRY.values() if s.flushes and not s.priced_apart)  # DualPipe
+        return f"ranks priced apart need a synchronous schedule other than {others} (got {plan.schedule})"
     if plan.offload_weights:
         return "ranks priced apart need the weights on the GPU (offload_weights is priced for the end ranks only)"
     return ""

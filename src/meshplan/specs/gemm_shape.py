@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from meshplan.xp import Num
+from meshplan.xp import Num, distinct
 
 # Output tiles cuBLAS / CUTLASS choose among for bf16/fp8 GEMMs on A100, H100 and B200 (CUTLASS profiler default
 # configurations; the heuristic picks the least wasteful one per shape). The 64-wide ones are what cuBLAS ran for a
@@ -152,20 +152,15 @@ def _choose_distinct(dims: tuple[np.ndarray, ...], num_sms: int, tiles: tuple[tu
     choices and None where a dimension is not finite or too few repeat."""
     m, n, k, groups = dims
     flat = [d.reshape(-1) for d in dims]
-    packed = np.zeros(len(flat[0]), dtype=np.int64)
-    for column in flat:
-        whole = column.astype(np.int64)
-        top = int(whole.max()) + 1
-        if int(whole.min()) < 0 or top >= 2**31 or not (whole == column).all():  # a fraction: its values' ranks
+    keys = np.empty((len(flat), len(flat[0])), dtype=np.int64)
+    for whole, column in zip(keys, flat, strict=True):
+        whole[:] = column
+        if int(whole.min()) < 0 or int(whole.max()) >= 2**31 or not (whole == column).all():  # a fraction: its ranks
             if not np.isfinite(column).all():
                 return _tile_choice(m, n, k, num_sms, groups, tiles, k0), None
-            whole = np.unique(column, return_inverse=True)[1].reshape(-1)
-            top = int(whole.max()) + 1
-        if int(packed.max()) >= 2**62 // top:
-            return _tile_choice(m, n, k, num_sms, groups, tiles, k0), None
-        packed = packed * top + whole
-    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-    if 2 * len(first) > len(packed):  # mostly distinct: the unique would cost more than it saves
+            whole[:] = np.unique(column, return_inverse=True)[1].reshape(-1)
+    first, inverse = distinct(keys)  # packed into one integer (mixed radix): a 1-D unique
+    if 2 * len(first) > len(inverse):  # mostly distinct: the unique would cost more than it saves
         return _tile_choice(m, n, k, num_sms, groups, tiles, k0), None
     mm, nn, kk, gg = (f[first] for f in flat)
     index = np.int16 if len(first) <= np.iinfo(np.int16).max else np.int32

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
-from meshplan.pipeline.names import ALL, ASYNC, SPLIT, TABLED
+from meshplan.pipeline.names import ALL
 from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.layouts import LAYOUT_NAMES, TENSOR_LAYOUTS
 
@@ -37,12 +37,8 @@ RECOMPUTE = ("none", "selective", "full")
 # is core_attn, the attention core of Korthikanti et al. 2022. op_sac is torchtitan's per-op selective checkpointing
 # of the whole layer (cost/recompute.py), on its own
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj", "op_sac")
-# the pipeline schedules by family (meshplan.pipeline: one record each in its registry, the families in names.py):
-# asynchronous (no flush: PipeDream, 2BW), split backward / bidirectional (searched only when asked:
-# search.Space.split_backward), schedule.build's tables (the synchronous ones and the asynchronous)
-ASYNC_SCHEDULES = ASYNC
-SPLIT_SCHEDULES = SPLIT
-TABLED_SCHEDULES = TABLED
+# the pipeline schedules (meshplan.pipeline: one record each in its registry, which callers ask for a family's:
+# registry.by_family)
 SCHEDULES = ALL
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FINETUNE = ("full", "lora")

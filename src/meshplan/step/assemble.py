@@ -65,7 +65,7 @@ from meshplan.step.stages import (
     unpaired_passes,
 )
 from meshplan.step.units import Parts, Units, unit_costs
-from meshplan.xp import Num
+from meshplan.xp import Num, distinct
 
 MEMORY = ("weights", "grads", "optimizer", "activations", "buffers")
 
@@ -221,14 +221,10 @@ def _micro_free(plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     columns = [v for f in fields(plan) if f.name != "micro_batch"
                and isinstance(v := getattr(plan, f.name), np.ndarray) and v.ndim == 1]
-    packed = np.zeros(np.shape(plan.dp), dtype=np.int64)
-    for column in columns:  # packed into one integer (mixed radix): a 1-D unique
-        radix = int(column.max()) + 1 if len(column) else 1
-        if int(column.min(initial=0)) < 0 or int(packed.max(initial=0)) >= 2**62 // radix:
-            return None
-        packed = packed * radix + column
-    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-    return (first, inverse.reshape(-1)) if len(first) < len(packed) else None
+    if not columns or any(int(column.min()) < 0 for column in columns):
+        return None
+    first, inverse = distinct(columns)  # packed into one integer (mixed radix): a 1-D unique
+    return (first, inverse) if len(first) < len(inverse) else None
 
 
 def _side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n: int, parted: dict[tuple[int, bool], int],
