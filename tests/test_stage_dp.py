@@ -10,7 +10,6 @@ import json
 import math
 import random
 
-import numpy as np
 import pytest
 
 from meshplan.cli import main
@@ -22,16 +21,12 @@ from meshplan.fields import usable_hbm
 from meshplan.search import Space, search
 from meshplan.search.stage_dp import (
     Allowed,
-    _least_largest,  # noqa: PLC2701 (its own)
     dp_kinds,
     least_threshold,
-    least_thresholds,
     partition,
     per_rank_table,
     stage_dp,
-    threshold_values,
     uniform_settings,
-    uniform_tables,
     written_out,
 )
 from meshplan.search.stage_lines import ends_reach, ends_step, priced_ranks, rank_lines
@@ -223,24 +218,6 @@ def test_partition_is_the_least_step_split_under_the_lines():
     even = max(steps[r, 10] for r in range(8)) + (sum(times[r, 10] for r in range(8)) - max(
         times[r, 10] for r in range(8)))
     assert best <= even
-
-
-def test_each_settings_least_largest_step_is_its_least_thresholds_value_exactly():
-    """``proposals`` orders a uniform framework's settings by their least largest step (``_least_largest``) and
-    sorts the steps of those it partitions alone (``threshold_values``): the least is one of its table's steps, bit for
-    bit, and ``least_thresholds``' (values, index) of every table reads it; ∞ where no split fits."""
-    lines = rank_lines(L70, [H100_32] * 8, UNIFORM, ANY, DEFAULT)
-    limits = [0.7 * usable_hbm(H100_32.accelerator.hbm_bytes, 0.12)] * 8  # some settings fit, some do not
-    settings = uniform_settings(("none", "selective", "full"), 30, 1)
-    tables = uniform_tables(lines, 80, limits, settings, 1)
-    leasts = _least_largest(np.stack([t[0] for t in tables]), 80)
-    assert 0 < np.isfinite(leasts).sum() < len(settings)
-    for table, least, (values, lo) in zip(tables, leasts, least_thresholds(tables, 80), strict=True):
-        assert (lo < len(values)) == bool(np.isfinite(least))
-        if lo < len(values):
-            assert values[lo].tobytes() == np.float64(least).tobytes()
-        again, at = threshold_values(table[0], float(least))
-        assert again.tobytes() == values.tobytes() and at == lo
 
 
 def test_uniform_settings_are_megatron_cores():
