@@ -240,6 +240,11 @@ def _apart_plans() -> list[tuple]:
     ]
 
 
+# step/ranks' memos of a rank's parts: its passes and channels, its price, its passes per micro-batch, its model states
+# and its view
+MEMOS = ("_PASSES", "_PRICED", "_TIMES", "_STATES", "_VIEWS")
+
+
 @pytest.mark.parametrize("case", range(7))
 def test_kept_rank_passes_are_the_fresh_ones(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """A rank's passes and channels kept for the ranks alike (step/ranks._PASSES: the middle ranks of equal layers
@@ -264,9 +269,59 @@ def test_kept_rank_passes_are_the_fresh_ones(case: int, monkeypatch: pytest.Monk
     kept = priced()
     assert len(ranks._PASSES.answers) < plan.pp or case == 0  # noqa: PLC2701 (middle ranks shared; none in case 0)
     kept_estimate = estimate(model, cluster, plan, stack, EFF)
-    for memo_name in ("_PASSES", "_PRICED"):
+    for memo_name in MEMOS:
         monkeypatch.setattr(ranks, memo_name, _Afresh())
     assert priced() == kept
     fresh_estimate = estimate(model, cluster, plan, stack, EFF)
     assert _bits(fresh_estimate.detail.costs) == _bits(kept_estimate.detail.costs)  # type: ignore[union-attr]
     assert _bits(fresh_estimate.to_dict(ops=True)) == _bits(kept_estimate.to_dict(ops=True))
+
+
+@pytest.mark.parametrize("plan", [
+    Plan(tp=8, pp=4, global_batch=2048, micro_batch=1),
+    Plan(tp=4, pp=8, vpp=2, global_batch=2048, micro_batch=2, sequence_parallel=True),
+    Plan(tp=8, pp=4, global_batch=2048, micro_batch=1, zero=1, offload_optimizer=True, recompute="full",
+         recompute_layers=3)], ids=["1f1b", "interleaved", "offload-opt"])
+def test_kept_rank_lines_across_counts_are_the_fresh_ones(plan: Plan, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage DP's lines of one pipeline on each GPU count of a strong-scaling sweep (search/stage_lines.rank_lines,
+    the counts differing in dp alone) with step/ranks' memos, which share a rank's passes per micro-batch across the
+    counts (``_TIMES``: their units are the same objects) and its model states across its settings (``_STATES``),
+    are the lines computed afresh, bit for bit; and the counts did share."""
+    from meshplan.search.stage_lines import BASES, rank_lines
+    from meshplan.specs.efficiency import DEFAULT as EFF
+    from meshplan.step import ranks
+    model, system, stack = load_model("llama3-70b"), load_system("h100"), Stack()
+    sweep = [(system.cluster(n), plan.with_(dp=n // (plan.tp * plan.pp))) for n in (128, 256, 512)]
+    for memo_name in MEMOS:
+        getattr(ranks, memo_name).answers.clear()
+    kept = [_bits(rank_lines(model, [cluster] * p.pp, p, stack, EFF, BASES)) for cluster, p in sweep]
+    assert len(ranks._TIMES.answers) < len(sweep) * 3 * 2 * len(BASES)  # noqa: PLC2701 (shared across the counts)
+    for memo_name in MEMOS:
+        monkeypatch.setattr(ranks, memo_name, _Afresh())
+    assert [_bits(rank_lines(model, [cluster] * p.pp, p, stack, EFF, BASES)) for cluster, p in sweep] == kept
+
+
+def test_kept_rank_parts_tell_apart_what_they_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memos of a rank's parts (``MEMOS``) keep apart what their computations read: middle ranks alike but for
+    the layers they recompute in full (N), and a plan alike but for its chunks (vpp), priced with the same units,
+    are priced as afresh, bit for bit."""
+    from meshplan.specs.efficiency import DEFAULT as EFF
+    from meshplan.step import ranks
+    from meshplan.step.parts import timed_parts
+    from meshplan.step.units import units_for_recomputes
+    model, cluster, stack = load_model("llama3-70b"), load_system("h100").cluster(64), Stack()
+    plans = [Plan(dp=2, tp=4, pp=4, global_batch=64, stage_layers=(20,) * 4,
+                  stage_recompute=("none", "2", "1", "none")),
+             Plan(dp=2, tp=4, pp=4, vpp=2, global_batch=64, stage_layers=(20,) * 4, recompute="none")]
+    units = units_for_recomputes(model, plans[0], stack, timed_parts(model, cluster, plans[0], stack, EFF),
+                                 ("none", "full"), EFF)  # one units object for both plans: their keys could meet
+
+    def priced() -> list[bytes]:
+        return [_bits(ranks.price_rank(model, cluster, p, stack, units, EFF, r)) for p in plans for r in range(p.pp)]
+
+    for memo_name in MEMOS:
+        getattr(ranks, memo_name).answers.clear()
+    kept = priced()
+    for memo_name in MEMOS:
+        monkeypatch.setattr(ranks, memo_name, _Afresh())
+    assert priced() == kept

@@ -197,18 +197,20 @@ def least_threshold(table: StageTable, layers: int) -> tuple[np.ndarray, int]:
 
 def least_thresholds(tables: Sequence[StageTable], layers: int) -> list[tuple[np.ndarray, int]]:
     """``least_threshold`` of each of ``tables`` (of one shape), their min-max DPs in one pass over the ranks."""
-    out: list[tuple[np.ndarray, int]] = []
     if not tables:
-        return out
-    for table, least in zip(tables, _least_largest(np.stack([t[0] for t in tables]), layers), strict=True):
-        steps = table[0]
-        values = np.sort(steps[np.isfinite(steps)])  # np.unique's sort and mask, without the numpy.ma it imports
-        values = values[np.concatenate(([True], values[1:] != values[:-1]))] if values.size else values
-        if not values.size or not np.isfinite(least):
-            out.append((values, len(values)))
-        else:
-            out.append((values, int(np.searchsorted(values, least))))  # the least is one of the values, exactly
-    return out
+        return []
+    leasts = _least_largest(np.stack([t[0] for t in tables]), layers)
+    return [threshold_values(table[0], least) for table, least in zip(tables, leasts, strict=True)]
+
+
+def threshold_values(steps: np.ndarray, least: float) -> tuple[np.ndarray, int]:
+    """``least_threshold``'s answer from a table's ``steps`` and its least largest step (``_least_largest``): the
+    distinct finite steps, sorted, and the index of ``least`` among them (their length where it is ∞)."""
+    values = np.sort(steps[np.isfinite(steps)])  # np.unique's sort and mask, without the numpy.ma it imports
+    values = values[np.concatenate(([True], values[1:] != values[:-1]))] if values.size else values
+    if not values.size or not np.isfinite(least):
+        return values, len(values)
+    return values, int(np.searchsorted(values, least))  # the least is one of the values, exactly
 
 
 def partition(table: StageTable, layers: int, vpp: int, least: tuple[np.ndarray, int] | None = None
@@ -270,15 +272,17 @@ def proposals(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack: 
         most = min(layers - (plan.pp - 1) * vpp, 3 * -(-layers // plan.pp))  # a rank holds at most 3x the even
         settings = uniform_settings(kinds, most, vpp)
         tables = uniform_tables(lines, layers, limits, settings, vpp)
-        for setting, table, least in zip(settings, tables, least_thresholds(tables, layers), strict=True):
-            values, lo = least
-            if lo < len(values):
-                bounded.append((float(values[lo]), setting, table, least))
+        # each setting's least largest step, which is one of its table's steps, exactly (a min-max selects them):
+        # ``least_threshold``'s value, its sorted steps made only for the settings partitioned (3-4 of ~60 a pipeline)
+        leasts = _least_largest(np.stack([t[0] for t in tables]), layers) if tables else ()
+        for setting, table, least in zip(settings, tables, leasts, strict=True):
+            if np.isfinite(least):
+                bounded.append((float(least), setting, table, float(least)))
         for bound, setting, table, least in sorted(bounded, key=lambda x: x[0]):
             if len(out) >= PROPOSALS and bound >= sorted(v for v, _ in out)[PROPOSALS - 1]:
                 break
             out += [(value, with_split(plan, split, [setting], False))
-                    for value, split in partition(table, layers, vpp, least)[:PROPOSALS]]
+                    for value, split in partition(table, layers, vpp, threshold_values(table[0], least))[:PROPOSALS]]
     return sorted(out, key=lambda x: x[0])
 
 

@@ -186,11 +186,25 @@ def price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, uni
     """Rank ``rank`` of ``plan`` under its own settings (``rank_view``); ``units`` per recompute mode; ``shared``:
     ``rank_shared``'s answer for this rank of a plan differing at most in its ranks' settings, where known. The
     answer for the same objects kept a while (``_PRICED``): it reads ``units`` only at the rank's own mode."""
-    view = rank_view(plan, rank)
+    view = _view(plan, rank)
     fixed = shared or rank_shared(model, cluster, plan, stack, eff, rank)
     held = (model, cluster, plan, stack, eff, units[view.recompute], fixed)
     return _PRICED.answer((*map(id, held), rank), held, _price_rank, model, cluster, plan, stack, held[5], eff, rank,
                           view, fixed)
+
+
+# ``rank_view``'s plans by the plan (by identity, held) and the rank's own entries, all that it reads: the ranks of one
+# setting share one (the stage DP's lines give every rank of a trial plan one setting: search/stage_lines.py)
+_VIEWS: Kept[Plan] = Kept(64)
+
+
+def _view(plan: Plan, rank: int) -> Plan:
+    """``rank_view(plan, rank)``, kept where the plan has per-rank settings (else the plan itself)."""
+    recompute, offload = plan.stage_recompute, plan.stage_offload
+    if not (recompute or offload):
+        return plan
+    key = (id(plan), recompute[rank] if recompute else None, offload[rank] if offload else None)
+    return _VIEWS.answer(key, plan, rank_view, plan, rank)
 
 
 def _price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, mine: Units, eff: Efficiency,
@@ -240,19 +254,50 @@ def _passes(cluster: Cluster, stack: Stack, u: Units, eff: Efficiency, view: Pla
     optimizer; and the optimizer's in host memory, where offloaded) and, where it offloads no activations, its
     data-parallel channels (step/channels.step_channels; with offload, its copies read its index: None)."""
     layers, shares, last = at
+    key = (id(u), id(stack), view.recompute, view.recompute_layers, view.vpp, view.pp, type(layers), layers,
+           *map(type, shares), shares, type(cluster.python_host), cluster.python_host)
+    times = _TIMES.answer(key, (u, stack), _rank_times, stack, u, view, layers, shares, cluster.python_host)
+    states = _STATES.answer((id(fixed), id(stack), last), (fixed, stack), _states, fixed.params, view, stack, last)
+    if view.offload_activations:
+        return times, None, states
+    return times, step_channels(times.passes(), cadence(view)[0], fixed.traffic, (fixed.zero,), Offload(),
+                                eff.overlap_slowdown, stack.overlap_dp), states
+
+
+# a rank's passes per micro-batch (``_rank_times``) by all that they read: its units and the stack (by identity, held),
+# its view's recompute, recompute layers, chunks and stages, its layer count and shares of the embedding and the head
+# (with their types) and the host's speed. The stage DP's lines price each pipeline's ranks on every GPU count of a
+# strong-scaling sweep, whose counts share their units (the same objects, step/parts._Read) where only dp differs:
+# llama3-70b's 8 counts ask 544 times for 150 distinct passes (search/stage_lines.py)
+_TIMES: Kept[PassTimes] = Kept(256)
+
+
+def _rank_times(stack: Stack, u: Units, view: Plan, layers: Num, shares: tuple[float, float], python_host: float
+                ) -> PassTimes:
+    """A rank's ``layers`` under its ``view``'s recompute with its sends, its ``shares`` of the embedding and the
+    head, and the training loop's host work per micro-batch at ``python_host``."""
     times = with_sends(view, stack, rank_body(view, u, layers), u)
     # the embedding's and the head's shares this rank runs, where its schedule's record places them (issue 82:
     # ZB-V's head on the first rank, Chimera's ends half each, as the end ranks' path prices them)
     for part, share in zip((u.embed, u.head), shares, strict=True):
         times = times.plus(part if share == 1 else part.scaled(share)) if share else times
     if stack.microbatch_host:  # the training loop's host work per micro-batch (step/stages.loop_times)
-        times = times.plus(loop_times(loop_host(stack, cluster.python_host)))
-    states = (*model_states(fixed.params, view, stack, last), model_states(
-        fixed.params, revised(view, {"offload_optimizer": False}), stack, last)[2] if view.offload_optimizer else 0.0)
-    if view.offload_activations:
-        return times, None, states
-    return times, step_channels(times.passes(), cadence(view)[0], fixed.traffic, (fixed.zero,), Offload(),
-                                eff.overlap_slowdown, stack.overlap_dp), states
+        times = times.plus(loop_times(loop_host(stack, python_host)))
+    return times
+
+
+# a rank's model states (``_states``) by its ``RankShared`` and the stack (by identity, held) and whether it is the
+# last: ``cost/model_states`` reads of the plan none of the ranks' settings (``SETTINGS_UNREAD``: it reads their
+# parameters, the ZeRO stage, the optimizer and its offload, the schedule's weight versions, the micro-batches), and
+# a ``RankShared`` is one rank's of plans differing at most in those settings (``price_rank``), so the settings the
+# stage DP's lines price a rank under share them (search/stage_lines.py: 3 or 4 a rank and layer count)
+_STATES: Kept[tuple[Num, Num, Num, Num]] = Kept(64)
+
+
+def _states(params: StageParams, view: Plan, stack: Stack, last: bool) -> tuple[Num, Num, Num, Num]:
+    """(weights, gradients, optimizer) bytes on the GPU, and the optimizer's in host memory where offloaded."""
+    return (*model_states(params, view, stack, last), model_states(
+        params, revised(view, {"offload_optimizer": False}), stack, last)[2] if view.offload_optimizer else 0.0)
 
 
 def _activations(model: ModelSpec, view: Plan, stack: Stack, u: Units, rank: int) -> Phases:
