@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.autoshard.matrix import Coo, Csc
 from meshplan.autoshard.trace_cache import cache_dir, code_digest, write_whole
 
 
@@ -61,30 +62,6 @@ class Relaxed:
     x: np.ndarray
     fun: float
     status: int = 0  # linprog's code for optimal
-
-
-@dataclass(frozen=True, kw_only=True)
-class Coo:
-    """A sparse matrix as its entries (row, column, value; no two at one place), made into the arrays HiGHS reads
-    without scipy.sparse (whose import is a tenth of a second or more), or into scipy's CSR where linprog asks."""
-
-    rows: np.ndarray
-    cols: np.ndarray
-    vals: np.ndarray
-    shape: tuple[int, int]
-
-    def csc(self, position: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Column pointers, row indices (ascending in each column, as scipy's canonical CSC) and values; rows moved
-        to ``position`` first where given."""
-        rows = self.rows if position is None else position[self.rows]
-        order = np.argsort(self.cols.astype(np.int64) * max(self.shape[0], 1) + rows, kind="stable")  # by (column, row)
-        ptr = np.concatenate(([0], np.cumsum(np.bincount(self.cols, minlength=self.shape[1]))))
-        return ptr.astype(np.int32), rows[order].astype(np.int32), self.vals[order].astype(float)
-
-    def scipy(self) -> Any:
-        from scipy.sparse import coo_matrix
-
-        return coo_matrix((self.vals, (self.rows, self.cols)), shape=self.shape).tocsr()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -334,7 +311,7 @@ def _carried(h: Any, named: tuple, cols: np.ndarray, rows: np.ndarray) -> Any:
 
 def _columns(matrix: Any, eq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The matrix column-wise (CSC arrays) with linprog's row order: ``A_ub`` (rows with lo < hi) above ``A_eq``."""
-    if isinstance(matrix, Coo):
+    if isinstance(matrix, (Coo, Csc)):
         position = np.empty(len(eq), dtype=np.int64)
         position[~eq] = np.arange(int((~eq).sum()))
         position[eq] = int((~eq).sum()) + np.arange(int(eq.sum()))
