@@ -260,10 +260,9 @@ def _read_solved(h: Any, path: Path | None, cols: int, rows: int) -> Any:
         return None
     if states is None or len(states) != cols + rows or states.min(initial=0) < 0 or states.max(initial=0) > 4:
         return None
-    lut = np.array([h.HighsBasisStatus(int(v)) for v in range(5)], dtype=object)
     basis = h.HighsBasis()
-    basis.col_status = lut[states[:cols]].tolist()  # a list of the enum's objects, as the bindings take it
-    basis.row_status = lut[states[cols:]].tolist()
+    basis.col_status = _statuses(h, states[:cols])
+    basis.row_status = _statuses(h, states[cols:])
     basis.valid = True
     return basis
 
@@ -293,20 +292,33 @@ def _carried(h: Any, named: tuple, cols: np.ndarray, rows: np.ndarray) -> Any:
     an edge's class by its first strategy, a row by its node or edge, side and class): a variable or constraint of
     both keeps its state, a new column starts at its lower bound and a new row's slack basic; HiGHS makes it a basis
     (HighsBasis.alien: its count of basic variables, a nonsingular matrix) before the simplex starts."""
-    states = [h.HighsBasisStatus.kLower, h.HighsBasisStatus.kBasic, h.HighsBasisStatus.kUpper]
-    lut = np.array(states, dtype=object)
     basis = h.HighsBasis()
     for side, (names, default) in enumerate(((cols, 0), (rows, 1))):
         old, state = named[2 * side], named[2 * side + 1]
         at = np.minimum(np.searchsorted(old, names), len(old) - 1)
         found = np.where(old[at] == names, state[at], default)
         if side == 0:
-            basis.col_status = lut[found].tolist()
+            basis.col_status = _statuses(h, found)
         else:
-            basis.row_status = lut[found].tolist()
+            basis.row_status = _statuses(h, found)
     basis.alien = True
     basis.valid = True
     return basis
+
+
+def _statuses(h: Any, codes: np.ndarray) -> list[Any]:
+    """HighsBasisStatus' values ``codes`` as the list of the enum's objects the bindings take: the most frequent one
+    repeated, the others put in at their places (a few thousand of 50 000 columns: a sixth of the time of an object
+    array's gather and ``tolist``)."""
+    counts = np.bincount(codes, minlength=1)
+    fill = int(counts.argmax())
+    made = [h.HighsBasisStatus(fill)] * len(codes)
+    for value in np.flatnonzero(counts).tolist():
+        if value != fill:
+            status = h.HighsBasisStatus(value)
+            for i in np.flatnonzero(codes == value).tolist():
+                made[i] = status
+    return made
 
 
 def _columns(matrix: Any, eq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
