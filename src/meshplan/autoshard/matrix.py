@@ -86,17 +86,7 @@ def constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: li
     sv = np.array([m.shape[1] for _, m, _, _ in edges], dtype=np.int64)
     first = count + np.cumsum(su + sv) - su - sv  # each edge's first marginal row
     equalities = count + int((su + sv).sum())
-    # the memory rows' entries: each node strategy's nonzero bytes, row by row (a row's position: its index)
-    m_col, m_row, m_val = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
-    for m, (coef, _) in enumerate(memory_rows):
-        for k, vec in coef.items():
-            if k in offset:
-                held = np.asarray(vec)[pw.ids[k]]
-                nonzero = np.flatnonzero(held)
-                m_col.append(offset[k] + nonzero)
-                m_row.append(np.full(len(nonzero), m, dtype=np.int64))
-                m_val.append(held[nonzero].astype(float))
-    mem_cols = np.concatenate(m_col)
+    mem_cols, mem_rows, mem_vals = _memory_entries(pw, offset, memory_rows)
     in_column = np.bincount(mem_cols, minlength=n)  # each column's memory entries
     # each node's edges in the edges' order: the incidences (edge j's u side 2j, its v side 2j + 1) sorted by node
     place = {k: i for i, k in enumerate(keys)}
@@ -119,7 +109,7 @@ def constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: li
     order = np.argsort(mem_cols, kind="stable")  # by column, then row
     at = mem_cols[order]
     dest = ptr[at] + np.arange(len(at)) - (np.cumsum(in_column) - in_column)[at]
-    rows[dest], vals[dest] = np.concatenate(m_row)[order], np.concatenate(m_val)[order]
+    rows[dest], vals[dest] = mem_rows[order], mem_vals[order]
     after = ptr[:nodes] + in_column[:nodes]  # a node strategy's own row, then its edges' marginal rows
     rows[after], vals[after] = mem_count + np.repeat(np.arange(count), sizes), 1.0
     node = ends[by_node]
@@ -142,6 +132,22 @@ def constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: li
     hi = np.concatenate((np.ones(count), np.zeros(equalities - count), [limit for _, limit in memory_rows]))
     shape = (equalities + mem_count, n)
     return Csc(ptr=ptr.astype(np.int32), rows=rows, vals=vals, position=position, shape=shape), lo, hi
+
+
+def _memory_entries(pw: Pairwise, offset: dict[int, int], memory_rows: list[tuple[dict[int, np.ndarray], float]]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The memory rows' entries (column, row, bytes): each node strategy's nonzero bytes, row by row (a row's index:
+    its position, the inequalities first)."""
+    cols, rows, vals = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
+    for m, (coef, _) in enumerate(memory_rows):
+        for k, vec in coef.items():
+            if k in offset:
+                held = np.asarray(vec)[pw.ids[k]]
+                nonzero = np.flatnonzero(held)
+                cols.append(offset[k] + nonzero)
+                rows.append(np.full(len(nonzero), m, dtype=np.int64))
+                vals.append(held[nonzero].astype(float))
+    return np.concatenate(cols), np.concatenate(rows), np.concatenate(vals)
 
 
 def edge_rows(matrix: Csc, first: int) -> np.ndarray:
