@@ -227,8 +227,9 @@ def _started(h: Any, highs: Any, basis: Any) -> None:
         highs.setOptionValue("dual_simplex_cost_perturbation_multiplier", 0.0)
 
 
-SOLVED_BY = ("autoshard/highs.py", "autoshard/ilp.py", "autoshard/reduce.py", "autoshard/dominance.py",
-             "autoshard/solve.py", "autoshard/as_written.py")  # whose warm starts decide a program's optimal vertex
+SOLVED_BY = ("autoshard/highs.py", "autoshard/ilp.py", "autoshard/matrix.py", "autoshard/reduce.py",
+             "autoshard/dominance.py", "autoshard/solve.py", "autoshard/as_written.py")  # whose warm starts decide a
+# program's optimal vertex (matrix.py: the order of its columns and rows, and the edge rows its names are read from)
 
 
 def _solved_dir() -> Path | None:
