@@ -1,6 +1,7 @@
 """The constraint matrix of ilp.py's program as HiGHS reads it: column-wise, its rows in linprog's order (the rows with
 lo < hi, then those with lo == hi, each in its order), built in that order from the program's parts, with no sort of
-its entries (``constraints``); or any sparse matrix as its entries (``Coo``), sorted into those arrays.
+its entries but the few memory rows' (``constraints``); or any sparse matrix as its entries (``Coo``), sorted into
+those arrays.
 
 The program's rows: one per node (Σ_a s_k[a] = 1), each edge's marginals (its merged rows', then its merged
 columns'), then the memory rows (the only inequalities, which linprog's order puts first). Its columns: the nodes'
@@ -8,7 +9,8 @@ strategies, then each edge's variables row class by row class. So a node strateg
 its node's row, then one marginal row of each edge of its node, in the edges' order; an edge variable's column its
 two marginal rows: each column's rows ascend as they are made, and the arrays are scipy's canonical CSC (as
 ``Coo.csc`` sorts them) without the sort (Llama-3-8B on 64 H100s, a first request: 14 programs of 44 000-60 000
-columns and 92 000-125 000 entries).
+columns and 92 000-125 000 entries, built with their CSC in a quarter to a third of the CPU of making the entries
+and sorting them; the request 1.5 % fewer instructions).
 """
 
 from __future__ import annotations
