@@ -155,7 +155,8 @@ def test_a_warm_start_reaches_the_cold_optimum(memory):
 
 @pytest.mark.parametrize("memory", [False, True])
 def test_entries_give_scipys_columns(memory):
-    """ilp.py hands its program over as entries (highs.Coo): the column-wise arrays HiGHS reads are scipy's
+    """A program handed over as entries (highs.Coo; ilp.py's own is built column-wise, matrix.constraints, and
+    test_autoshard_reduce checks it against these arrays): the column-wise arrays HiGHS reads are scipy's
     canonical CSC of the same matrix, inequality rows first as linprog orders them, so the model is the same to the
     bit and so is the vertex."""
     rng = np.random.default_rng(5 + memory)

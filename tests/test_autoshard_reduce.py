@@ -9,11 +9,13 @@ import itertools
 import numpy as np
 import pytest
 
+from meshplan.autoshard import highs
 from meshplan.autoshard import reduce as reductions
 from meshplan.autoshard.dominance import Rest, goldstein
 from meshplan.autoshard.ilp import _classes
-from meshplan.autoshard.ilp import _constraints as ilp_constraints
 from meshplan.autoshard.ilp import names as ilp_names
+from meshplan.autoshard.matrix import constraints as ilp_constraints
+from meshplan.autoshard.matrix import edge_rows
 from meshplan.autoshard.reduce import Pairwise, _dominated, expand_choice, reduce, restrict, same
 from meshplan.xp import unique_rows
 
@@ -194,12 +196,13 @@ def test_an_equal_result_of_other_arguments_is_the_first_object():
 
 
 def test_the_programs_edge_rows_and_names_are_an_edge_by_edge_loops():
-    """ilp._constraints' marginal entries and ilp.names' edge columns, made for all edges at once (row class by row
-    class, no division), are what a loop over each edge's classes writes: e[a, b]'s column in its u-row a and its
-    v-row b, each strategy in its class's row with -1; e[a, b] named by its nodes' places and its classes' first
-    strategies."""
+    """matrix.constraints' entries and ilp.names' edge columns, made for all edges at once (row class by row class, no
+    division), are what a loop over each edge's classes writes: e[a, b]'s column in its u-row a and its v-row b, each
+    strategy in its class's row with -1, each memory row's nonzero bytes (by original strategy); e[a, b] named by its
+    nodes' places and its classes' first strategies. Column-wise as HiGHS reads it: the memory rows (the
+    inequalities) moved first, each column's rows ascending, as a sort of the entries (Coo.csc) gives them."""
     rng = np.random.default_rng(11)
-    for _ in range(20):
+    for trial in range(20):
         pw = random_program(rng)
         pw.edges = {k: m[rng.integers(0, len(m), len(m))] for k, m in pw.edges.items()}  # repeated rows: classes
         if not pw.edges:
@@ -211,7 +214,10 @@ def test_the_programs_edge_rows_and_names_are_an_edge_by_edge_loops():
         for _, m, _, _ in edges:
             e_offset.append(n)
             n += m.size
-        coo, _, _ = ilp_constraints(pw, keys, offset, edges, e_offset, n, [])
+        memory = [({k: rng.integers(0, 2, int(pw.ids[k].max()) + 1) * 8.0 for k in keys[::2]}, 100.0)
+                  for _ in range(trial % 3)]  # 0, 1 or 2 rows, about half the bytes zero
+        csc, lo, hi = ilp_constraints(pw, keys, offset, edges, e_offset, n, memory)
+        coo = csc.coo()
         got = sorted(zip(coo.rows.tolist(), coo.cols.tolist(), coo.vals.tolist(), strict=True))
         want, r, named = [(k, offset[k] + a, 1.0) for k in keys for a in range(len(pw.costs[k]))], len(keys), []
         for ((u, v), m, row_of, col_of), at in zip(edges, e_offset, strict=True):
@@ -223,8 +229,17 @@ def test_the_programs_edge_rows_and_names_are_an_edge_by_edge_loops():
             want += [(r + c, offset[u] + i, -1.0) for i, c in enumerate(row_of)]
             want += [(r + su + c, offset[v] + j, -1.0) for j, c in enumerate(col_of)]
             r += su + sv
+        for m, (coef, _) in enumerate(memory):
+            want += [(r + m, offset[k] + a, float(vec[i])) for k, vec in coef.items() for a, i in enumerate(pw.ids[k])
+                     if vec[i]]
         assert got == sorted(want)
-        names = ilp_names(pw, keys, keys, edges, 0)
+        assert lo.tolist() == [1.0] * len(keys) + [0.0] * (r - len(keys)) + [-np.inf] * len(memory)
+        assert hi.tolist() == [1.0] * len(keys) + [0.0] * (r - len(keys)) + [100.0] * len(memory)
+        position = np.concatenate((len(memory) + np.arange(r), np.arange(len(memory))))  # linprog's: A_ub, A_eq
+        sorted_ = highs.Coo(rows=coo.rows, cols=coo.cols, vals=coo.vals, shape=coo.shape).csc(position)
+        for mine, theirs in zip(highs._columns(csc, lo == hi), sorted_, strict=True):
+            assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
+        names = ilp_names(pw, keys, keys, edges, len(memory), edge_rows(csc, e_offset[0]))
         assert names is not None
         edge_names = [(1 << 60) | u << 46 | v << 32 | a << 16 | b for u, v, a, b in named]  # ilp._FIELDS' bits
         assert names.cols[e_offset[0]:].tolist() == edge_names

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.autoshard.matrix import Coo, Csc
 from meshplan.autoshard.trace_cache import cache_dir, code_digest, write_whole
 
 
@@ -61,30 +62,6 @@ class Relaxed:
     x: np.ndarray
     fun: float
     status: int = 0  # linprog's code for optimal
-
-
-@dataclass(frozen=True, kw_only=True)
-class Coo:
-    """A sparse matrix as its entries (row, column, value; no two at one place), made into the arrays HiGHS reads
-    without scipy.sparse (whose import is a tenth of a second or more), or into scipy's CSR where linprog asks."""
-
-    rows: np.ndarray
-    cols: np.ndarray
-    vals: np.ndarray
-    shape: tuple[int, int]
-
-    def csc(self, position: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Column pointers, row indices (ascending in each column, as scipy's canonical CSC) and values; rows moved
-        to ``position`` first where given."""
-        rows = self.rows if position is None else position[self.rows]
-        order = np.argsort(self.cols.astype(np.int64) * max(self.shape[0], 1) + rows, kind="stable")  # by (column, row)
-        ptr = np.concatenate(([0], np.cumsum(np.bincount(self.cols, minlength=self.shape[1]))))
-        return ptr.astype(np.int32), rows[order].astype(np.int32), self.vals[order].astype(float)
-
-    def scipy(self) -> Any:
-        from scipy.sparse import coo_matrix
-
-        return coo_matrix((self.vals, (self.rows, self.cols)), shape=self.shape).tocsr()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,8 +227,9 @@ def _started(h: Any, highs: Any, basis: Any) -> None:
         highs.setOptionValue("dual_simplex_cost_perturbation_multiplier", 0.0)
 
 
-SOLVED_BY = ("autoshard/highs.py", "autoshard/ilp.py", "autoshard/reduce.py", "autoshard/dominance.py",
-             "autoshard/solve.py", "autoshard/as_written.py")  # whose warm starts decide a program's optimal vertex
+SOLVED_BY = ("autoshard/highs.py", "autoshard/ilp.py", "autoshard/matrix.py", "autoshard/reduce.py",
+             "autoshard/dominance.py", "autoshard/solve.py", "autoshard/as_written.py")  # whose warm starts decide a
+# program's optimal vertex (matrix.py: the order of its columns and rows, and the edge rows its names are read from)
 
 
 def _solved_dir() -> Path | None:
@@ -283,10 +261,9 @@ def _read_solved(h: Any, path: Path | None, cols: int, rows: int) -> Any:
         return None
     if states is None or len(states) != cols + rows or states.min(initial=0) < 0 or states.max(initial=0) > 4:
         return None
-    lut = np.array([h.HighsBasisStatus(int(v)) for v in range(5)], dtype=object)
     basis = h.HighsBasis()
-    basis.col_status = lut[states[:cols]].tolist()  # a list of the enum's objects, as the bindings take it
-    basis.row_status = lut[states[cols:]].tolist()
+    basis.col_status = _statuses(h, states[:cols])
+    basis.row_status = _statuses(h, states[cols:])
     basis.valid = True
     return basis
 
@@ -316,25 +293,38 @@ def _carried(h: Any, named: tuple, cols: np.ndarray, rows: np.ndarray) -> Any:
     an edge's class by its first strategy, a row by its node or edge, side and class): a variable or constraint of
     both keeps its state, a new column starts at its lower bound and a new row's slack basic; HiGHS makes it a basis
     (HighsBasis.alien: its count of basic variables, a nonsingular matrix) before the simplex starts."""
-    states = [h.HighsBasisStatus.kLower, h.HighsBasisStatus.kBasic, h.HighsBasisStatus.kUpper]
-    lut = np.array(states, dtype=object)
     basis = h.HighsBasis()
     for side, (names, default) in enumerate(((cols, 0), (rows, 1))):
         old, state = named[2 * side], named[2 * side + 1]
         at = np.minimum(np.searchsorted(old, names), len(old) - 1)
         found = np.where(old[at] == names, state[at], default)
         if side == 0:
-            basis.col_status = lut[found].tolist()
+            basis.col_status = _statuses(h, found)
         else:
-            basis.row_status = lut[found].tolist()
+            basis.row_status = _statuses(h, found)
     basis.alien = True
     basis.valid = True
     return basis
 
 
+def _statuses(h: Any, codes: np.ndarray) -> list[Any]:
+    """HighsBasisStatus' values ``codes`` as the list of the enum's objects the bindings take: the most frequent one
+    repeated, the others put in at their places (a few thousand of 50 000 columns: a sixth of the time of an object
+    array's gather and ``tolist``)."""
+    counts = np.bincount(codes, minlength=1)
+    fill = int(counts.argmax())
+    made = [h.HighsBasisStatus(fill)] * len(codes)
+    for value in np.flatnonzero(counts).tolist():
+        if value != fill:
+            status = h.HighsBasisStatus(value)
+            for i in np.flatnonzero(codes == value).tolist():
+                made[i] = status
+    return made
+
+
 def _columns(matrix: Any, eq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The matrix column-wise (CSC arrays) with linprog's row order: ``A_ub`` (rows with lo < hi) above ``A_eq``."""
-    if isinstance(matrix, Coo):
+    if isinstance(matrix, (Coo, Csc)):
         position = np.empty(len(eq), dtype=np.int64)
         position[~eq] = np.arange(int((~eq).sum()))
         position[eq] = int((~eq).sum()) + np.arange(int(eq.sum()))

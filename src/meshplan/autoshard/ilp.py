@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.autoshard.highs import Coo, Names, catch_up, deferred, keep_round, kept_round, relax
+from meshplan.autoshard.highs import Names, catch_up, deferred, keep_round, kept_round, relax
+from meshplan.autoshard.matrix import Csc, constraints, edge_rows, spans
 from meshplan.autoshard.problem import Edge, Problem
 from meshplan.autoshard.reduce import MEMO, Pairwise, digest, expand_choice, known_digest, reduce, restrict, same
 from meshplan.autoshard.trace_cache import cache_dir
@@ -182,13 +183,14 @@ def _solve(problem: Problem, micro_batches: int, memory_rows: list[tuple[dict[in
         e_offset.append(n)
         c_parts.append(m.ravel())
         n += m.size
-    matrix, lo, hi = _constraints(pw, keys, offset, edges, e_offset, n, memory_rows)
+    matrix, lo, hi = constraints(pw, keys, offset, edges, e_offset, n, memory_rows)
     integrality = np.zeros(n)
     integrality[:e_offset[0] if e_offset else n] = 1
     c = np.concatenate(c_parts) if c_parts else np.zeros(0)
     unit = _unit(c)  # the costs HiGHS sees, scaled by a power of two (its tolerances are absolute)
-    result = _relaxation_first(c * unit, integrality, matrix, lo, hi, time_limit,
-                               names(pw, sorted(problem.nodes), keys, edges, len(memory_rows)))
+    pairs = edge_rows(matrix, e_offset[0] if e_offset else n)  # each edge variable's two marginal rows
+    named = names(pw, sorted(problem.nodes), keys, edges, len(memory_rows), pairs)
+    result = _relaxation_first(c * unit, integrality, matrix, lo, hi, time_limit, named)
     status = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded"}.get(result.status, "failed")
     if result.status == 1 and result.x is None:
         status = "time limit, no plan"
@@ -230,7 +232,7 @@ def _classes(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _CLASSES: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # edge matrix digest -> its classes
 
 
-def _relaxation_first(c: np.ndarray, integrality: np.ndarray, coo: Coo, lo: np.ndarray, hi: np.ndarray,
+def _relaxation_first(c: np.ndarray, integrality: np.ndarray, coo: Csc, lo: np.ndarray, hi: np.ndarray,
                       time_limit: float, named: Names | None = None) -> Any:
     """The LP relaxation first (HiGHS' dual simplex): Alpa's marginal constraints make it integral in most
     unconstrained programs, and then it is the optimum; otherwise branch and bound (``milp``)."""
@@ -260,76 +262,16 @@ def _relaxation_first(c: np.ndarray, integrality: np.ndarray, coo: Coo, lo: np.n
                          options={"time_limit": time_limit, "disp": False, "mip_rel_gap": MIP_GAP})
 
 
-def _constraints(pw: Pairwise, keys: list[int], offset: dict[int, int], edges: list, e_offset: list[int], n: int,
-                 memory_rows: list[tuple[dict[int, np.ndarray], float]]) -> tuple[Coo, np.ndarray, np.ndarray]:
-    """One strategy per node; each edge's marginals (per merged row and column, ``_classes``) equal the sums of its
-    nodes' strategies; the memory rows."""
-    sizes = np.array([len(pw.costs[k]) for k in keys], dtype=np.int64)
-    starts = np.cumsum(sizes) - sizes
-    total = int(sizes.sum())
-    # Σ_a s_k[a] = 1: node k's row, its strategies' columns from offset[k] on (all nodes' entries at once)
-    rows: list[np.ndarray] = [np.repeat(np.arange(len(keys), dtype=np.int64), sizes)]
-    cols: list[np.ndarray] = [np.repeat(np.array([offset[k] for k in keys], dtype=np.int64) - starts, sizes)
-                              + np.arange(total, dtype=np.int64)]
-    vals: list[np.ndarray] = [np.ones(total)]
-    lo: list[np.ndarray] = []
-    hi: list[np.ndarray] = []
-    r = len(keys)
-    lo.append(np.ones(len(keys)))
-    hi.append(np.ones(len(keys)))
-    if edges:
-        r = _edge_entries(edges, e_offset, offset, r, rows, cols, vals)
-        lo.append(np.zeros(r - len(keys)))
-        hi.append(np.zeros(r - len(keys)))
-    for coef, limit in memory_rows:
-        entries = [(offset[k] + a, float(vec[i])) for k, vec in coef.items() if k in offset
-                   for a, i in enumerate(pw.ids[k]) if vec[i]]
-        rows.append(np.full(len(entries), r))
-        cols.append(np.array([c for c, _ in entries], dtype=int))
-        vals.append(np.array([v for _, v in entries]))
-        lo.append(np.array([-np.inf]))
-        hi.append(np.array([limit]))
-        r += 1
-    matrix = Coo(rows=np.concatenate(rows), cols=np.concatenate(cols), vals=np.concatenate(vals), shape=(r, n))
-    return matrix, np.concatenate(lo), np.concatenate(hi)
-
-
-def _edge_entries(edges: list, e_offset: list[int], offset: dict[int, int], r: int, rows: list, cols: list,
-                  vals: list) -> int:
-    """``_constraints``' marginal rows of every edge at once, from row ``r`` on: for edge (u, v) with merged matrix
-    su x sv, Σ_b e[a, b] - Σ_{i in row a} s_u[i] = 0 (its su rows), then Σ_a e[a, b] - Σ_{j in column b} s_v[j] = 0
-    (its sv rows). Appends the entries; returns the next free row."""
-    su = np.array([m.shape[0] for _, m, _, _ in edges])
-    sv = np.array([m.shape[1] for _, m, _, _ in edges])
-    first = r + np.concatenate(([0], np.cumsum(su + sv)[:-1]))  # each edge's first row
-    size = su * sv
-    rowlen, col = _row_runs(su, sv)  # the entries row class by row class, no division by the widths
-    grid = np.repeat(np.asarray(e_offset) - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))
-    rows += [np.repeat(np.repeat(first, su) + _spans(su)[1], rowlen),  # u's marginal row: the entry's row class
-             np.repeat(np.repeat(first + su, su), rowlen) + col]  # v's: its column class
-    cols += [grid, grid]
-    vals += [np.ones(len(grid)), np.ones(len(grid))]
-    for side, at in ((1, first), (2, first + su)):  # the nodes' strategies: u's by row class, v's by column class
-        of = [e[side + 1] for e in edges]
-        lengths = np.array([len(x) for x in of])
-        which = np.repeat(np.arange(len(edges)), lengths)
-        index = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        base = np.array([offset[e[0][side - 1]] for e in edges])
-        rows.append(at[which] + np.concatenate(of))
-        cols.append(base[which] + index)
-        vals.append(-np.ones(len(index)))
-    return int(first[-1] + su[-1] + sv[-1])
-
-
 _FIELDS = (2, 14, 14, 16, 16)  # bits of a name: kind, node u, node v, strategy of u, strategy of v
 
 
-def names(pw: Pairwise, every: list[int], keys: list[int], edges: list, memory: int) -> Names | None:
+def names(pw: Pairwise, every: list[int], keys: list[int], edges: list, memory: int, pairs: np.ndarray) -> Names | None:
     """A name for each column and row of the program that another round's program gives the same variable or
     constraint (highs.py's warm start by name): a node's strategy by its original index, an edge's class of rows
     (columns) by the first original strategy in it, a marginal row by its edge, side and class, a memory row by its
     place; a node by its place among ``every`` node of the problem. None where a node's place or a strategy index
-    does not fit its field. Arrays for all edges at once, in ``_constraints``' order of columns and rows."""
+    does not fit its field. Arrays for all edges at once, in ``matrix.constraints``' order of columns and rows;
+    ``pairs``: each edge variable's two marginal rows (matrix.edge_rows)."""
     ids = [pw.ids[k] for k in keys]
     if len(every) >= 1 << _FIELDS[1] or max(int(x[-1]) for x in ids) >= 1 << _FIELDS[3]:
         return None
@@ -344,32 +286,17 @@ def names(pw: Pairwise, every: list[int], keys: list[int], edges: list, memory: 
         sv = np.array([m.shape[1] for _, m, _, _ in edges])
         a = _firsts([pw.ids[key[0]] for key, *_ in edges], [e[2] for e in edges], su)
         b = _firsts([pw.ids[key[1]] for key, *_ in edges], [e[3] for e in edges], sv)
-        # an edge column's name: its edge's fields (kind, u, v: one value per edge), its row class's, its column
-        # class's, each class's repeated over its entries (rows of a class side by side: ``_edge_entries``' order)
-        rowlen, col = _row_runs(su, sv)
-        head = np.repeat(np.repeat(_name(1, u, v, 0, 0), su) | _name(0, 0, 0, a, 0), rowlen)
-        cols.append(head | b[np.repeat(np.repeat(np.cumsum(sv) - sv, su), rowlen) + col])
         first = np.cumsum(su + sv) - su - sv  # each edge's first marginal row
         marginal = np.empty(int((su + sv).sum()), dtype=np.int64)
         for side, size, arg in ((0, su, a), (1, sv, b)):
-            e, j = _spans(size)
+            e, j = spans(size)
             marginal[first[e] + side * su[e] + j] = _name(1 + side, u[e], v[e], arg * (1 - side), arg * side)
         rows.append(marginal)
+        # an edge column's name: its u-marginal row's (kind 1, u, v, its row class's) with its v-marginal row's
+        # column class (the name's last field)
+        cols.append(marginal[pairs[:, 0] - len(keys)] | marginal[pairs[:, 1] - len(keys)] & (1 << _FIELDS[4]) - 1)
     rows.append(_name(3, np.arange(memory), 0, 0, 0))
     return Names(cols=np.concatenate(cols), rows=np.concatenate(rows))
-
-
-def _row_runs(su: np.ndarray, sv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Edges of su x sv classes, their entries row by row one edge after another: each row's length (its edge's sv)
-    and each entry's place in its row (the column class)."""
-    rowlen = np.repeat(sv, su)
-    return rowlen, np.arange(int(rowlen.sum())) - np.repeat(np.cumsum(rowlen) - rowlen, rowlen)
-
-
-def _spans(size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For runs of ``size`` items one after another: each item's run and its place in the run."""
-    eid = np.repeat(np.arange(len(size)), size)
-    return eid, np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
 
 
 def _firsts(ids: list[np.ndarray], class_of: list[np.ndarray], classes: np.ndarray) -> np.ndarray:
