@@ -13,6 +13,7 @@ from typing import Any
 from meshplan.cost.wrappers import DEEPSPEED_FP16
 from meshplan.specs.allreduce_table import AllReduceTable
 from meshplan.specs.stack import Stack, load_stack
+from meshplan_validation.source_automodel import AUTOMODEL_MOE, AUTOMODEL_MOE_WHY
 from meshplan_validation.source_megatron_jan2021 import JAN2021_RUNTIME, JAN2021_SOURCE, JAN2021_WHY
 from meshplan_validation.source_vtrain import VTRAIN_ALLREDUCE, VTRAIN_STACK, VTRAIN_WHY
 
@@ -251,12 +252,9 @@ SOURCES: tuple[SourceDefaults, ...] = (
                 "to the GPU's"),
     MEGATRON_DEEPSPEED,
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
-    SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", family="megatron",
-                                                                  overlap_dp=False,
-                                                                  vocab_multiple=MEGATRON_VOCAB,
-                                                                  host_dispatch=MEGATRON_HOST,
-                                                                  tensor_host=MEGATRON_CORE_TENSOR,
-                                                                  tensor_sharded=True), None, 1, 4,
+    SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(
+        name="megatron-llama", family="megatron", overlap_dp=False, vocab_multiple=MEGATRON_VOCAB,
+        host_dispatch=MEGATRON_HOST, tensor_host=MEGATRON_CORE_TENSOR, tensor_sharded=True), None, 1, 4,
                    "none",
                    "Megatron-LLaMA (Alibaba, 2023; a Megatron-LM fork): sequence parallelism with tp > 1, no TP "
                    "overlap, fp32 gradients, no recompute, FlashAttention; Megatron-LM's DistributedOptimizer "
@@ -355,6 +353,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
             stack=SDPA_ERA.with_(fsdp="fsdp2", accumulate_unsharded=True, master_weights=False,
                                  cross_entropy="gathered_bf16", attention_kernel="fused", projections="separate",
                                  drained_passes="both", replicated_embedding=True)),
+    replace(pytorch_fsdp("NeMo AutoModel MoE", AUTOMODEL_MOE, "fsdp2", 4, AUTOMODEL_MOE_WHY),
+            stack=SDPA_ERA.with_(fsdp="fsdp2", master_weights=False)),
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),
