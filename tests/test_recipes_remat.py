@@ -5,6 +5,8 @@ memory of a run those sources measured."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from meshplan.estimate import estimate
@@ -75,3 +77,23 @@ def test_stated_sequence_parallelism_without_a_tp_size_runs_over_a_node(gpus, tp
                                     "micro_batch_size": 1, "global_batch_size": gpus}))
     assert (case.plan.tp, case.plan.dp, case.plan.sequence_parallel) == (tp, gpus // tp, True)
     assert any(a.startswith(f"tp {tp} (not stated; sequence parallelism") for a in case.assumptions)
+
+
+def test_megatron_llamas_unstated_layout_is_its_13b_launch_scripts():
+    """examples/LLaMA/LLaMA_13_standalone.sh @46ae7dde: TP_SIZE=2, MICRO_BATCH_SIZE=2, --sequence-parallel,
+    --recompute-granularity selective. At tp 1 its DistributedOptimizer run cannot fit: 13B x (2 bytes of bf16 weights
+    + 4 of the unsharded fp32 gradient buffer) + 13B x 12 / 32 of sharded Adam state = 78 + 4.9 GB of the A100's
+    85.9 GB (80 GiB) before any activation; at tp 2 half of it."""
+    llama13 = {"name": "LLaMA-13B", "arch": "dense", "num_layers": 40, "hidden_size": 5120, "num_heads": 40,
+               "num_kv_heads": 40, "ffn_hidden_size": 13824, "vocab_size": 32000, "seq_length": 2048}
+    case = map_run(record(group="megatron_llama_readme", framework="Megatron-LLaMA (Megatron-LM based) with "
+                          "DistributedOptimizer", precision="bf16", model=llama13,
+                          hardware={"gpu": "A100 80GB", "num_gpus": 32, "gpus_per_node": 8},
+                          parallel={"tp": None, "pp": None, "vp": None, "dp": None, "micro_batch_size": None,
+                                    "global_batch_size": 2048, "distributed_optimizer": True, "zero_or_fsdp": None}))
+    plan = case.plan
+    assert (plan.tp, plan.dp, plan.micro_batch, plan.sequence_parallel, plan.recompute) == (2, 16, 2, True,
+                                                                                           "selective")
+    assert estimate(case.model, case.cluster, plan, case.stack).fits
+    whole = replace(plan, tp=1, etp=1, dp=32, sequence_parallel=False, recompute="none")
+    assert not estimate(case.model, case.cluster, whole, case.stack).fits

@@ -36,6 +36,10 @@ def parallel_sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str]
         notes.append(f"tp {tp} (not stated; sequence parallelism is stated, which runs over the tensor-parallel "
                      f"group: Korthikanti et al. 2022 run it at t = {SEQUENCE_PARALLEL_TP}, one DGX node, on every "
                      "model of their Table 3)")
+    elif positive_int(p.get("tp")) is None and src.launch[0] > 1 and n % src.launch[0] == 0:
+        tp = src.launch[0]
+        p = p | {"tp": tp}
+        notes.append(f"tp {tp} (not stated; {src.name}'s default)")
     notes += unstated_model_parallel(p, n)
     dp = positive_int(p.get("dp"))
     if n % (tp * pp * cp):
@@ -137,6 +141,9 @@ def _unstated_batches(mbs: int | None, gbs: int | None, dp: int, src: SourceDefa
     if mbs is None and src.whole_batch and gbs is not None and gbs >= dp:
         mbs = gbs // dp
         notes.append(f"micro-batch {mbs} = global batch / dp (no gradient accumulation in {src.name})")
+    if mbs is None and src.launch[1] > 1 and (gbs is None or gbs % (dp * src.launch[1]) == 0):
+        mbs = src.launch[1]
+        notes.append(f"micro-batch {mbs} (not stated; {src.name}'s default)")
     if mbs is None and least is not None:
         mbs, why = least(gbs // dp if gbs and gbs % dp == 0 else None)
         notes.append(f"micro-batch {mbs} (not stated): {why}")
