@@ -133,7 +133,9 @@ def test_torchtitan_pipeline_batches_and_fsdp():
     ("PyTorch FSDP (nightlies post-2.2) + SDPA FlashAttention-2, IBM foundation-model-stack (fms-fsdp)",
      "PyTorch FSDP"),
     ("KempnerForge (PyTorch FSDP2 + TP, torch.compile)", "KempnerForge"),
-    ("NeMo AutoModel (PyTorch FSDP2 + EP/PP), kernels: TE + DeepEP", "PyTorch FSDP2"),  # not NeMo's Megatron recipes
+    # not NeMo's Megatron recipes: AutoModel's own bf16 MoE models (source_automodel.py), its dense rows FSDP2's
+    ("NeMo AutoModel (PyTorch FSDP2 + EP/PP), kernels: TE + DeepEP", "NeMo AutoModel MoE"),
+    ("NeMo AutoModel (PyTorch FSDP2), kernels: TE + fsdp2_prefetch", "PyTorch FSDP2"),
     ("Meta internal PyTorch stack, 4D parallelism [TP, CP, PP, DP(=FSDP)]", "generic"),
     ("NeMo AutoModel (FSDP2) in the nemo 25.09 container", "PyTorch FSDP2"),  # "nemo" alone is not NeMo's recipes
     ("NeMo AutoModel (Hugging Face transformers, FSDP2)", "PyTorch FSDP2"),  # nor is "Hugging Face" HF Trainer's

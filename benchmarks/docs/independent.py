@@ -103,7 +103,12 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
            "BLOOM-176B among the 428 from -9.6 % to -3.4 %. BigScience's own timing of the setting against "
            "asynchronous launches reads smaller than meshplan's price of it (`python "
            "benchmarks/measure/launch_blocking.py`, the blocked step over the asynchronous one: "
-           f"{blocking_check()}).", "",
+           f"{blocking_check()}). The check of the runs meshplan said would not fit (below) led to a seventh: "
+           "where a table is silent, the recompute and layout its own benchmark files set (MaxText's and Paxml's "
+           "remat policies in NVIDIA's DGX Cloud recipes, NeMo AutoModel's bf16 MoE models without an fp32 master, "
+           "Megatron-LLaMA's LLaMA-13B launch script; "
+           "`meshplan_validation/recipes_remat.py`, `source_automodel.py`) and the tensor parallelism LLaMA-1's "
+           "stated sequence parallelism implies; the 428 runs did not move.", "",
            f"Overall: {overall['evaluated']} runs evaluated, {overall['skipped']} skipped; median |error| "
            f"{pct(overall['median_abs_error'])}, p90 {pct(overall['p90_abs_error'])}, mean "
            f"{pct(overall['mean_abs_error'])}. On the {summary['complete']['evaluated']} of them whose records state "

@@ -17,14 +17,29 @@ from meshplan_validation.records import positive_int
 from meshplan_validation.skip import Skip
 from meshplan_validation.sources import SourceDefaults
 
-
 # ---- parallel sizes ----------------------------------------------------------------------------------------------
+# The tensor-parallel size of a record that states Megatron's sequence parallelism (Korthikanti et al. 2022,
+# "Reducing Activation Recomputation in Large Transformer Models", arXiv 2205.05198) but no TP size: their Table 3
+# runs every model (22B to 1T) at tensor parallelism 8, within one 8-GPU DGX A100 node
+SEQUENCE_PARALLEL_TP = 8
+
+
 def parallel_sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str], framework: str, src: SourceDefaults
                    ) -> tuple[int, int, int, int, int, int]:
     """dp, tp, pp, cp, ep, etp: as stated; tp, pp, cp 1 where unstated (said); dp from the GPU count where it is
     unstated or its product with tp, pp and cp is not the GPU count (said); ep as the stack implies, etp for
     expert-parallel MoE as the stack's default (``SourceDefaults.expert_tp_is_tp``)."""
     tp, pp, cp = (positive_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))
+    if positive_int(p.get("tp")) is None and p.get("sequence_parallel") is True:
+        tp = math.gcd(SEQUENCE_PARALLEL_TP, n)
+        p = p | {"tp": tp}
+        notes.append(f"tp {tp} (not stated; sequence parallelism is stated, which runs over the tensor-parallel "
+                     f"group: Korthikanti et al. 2022 run it at t = {SEQUENCE_PARALLEL_TP}, one DGX node, on every "
+                     "model of their Table 3)")
+    elif positive_int(p.get("tp")) is None and src.launch[0] > 1 and n % src.launch[0] == 0:
+        tp = src.launch[0]
+        p = p | {"tp": tp}
+        notes.append(f"tp {tp} (not stated; {src.name}'s default)")
     notes += unstated_model_parallel(p, n)
     dp = positive_int(p.get("dp"))
     if n % (tp * pp * cp):
@@ -126,6 +141,9 @@ def _unstated_batches(mbs: int | None, gbs: int | None, dp: int, src: SourceDefa
     if mbs is None and src.whole_batch and gbs is not None and gbs >= dp:
         mbs = gbs // dp
         notes.append(f"micro-batch {mbs} = global batch / dp (no gradient accumulation in {src.name})")
+    if mbs is None and src.launch[1] > 1 and (gbs is None or gbs % (dp * src.launch[1]) == 0):
+        mbs = src.launch[1]
+        notes.append(f"micro-batch {mbs} (not stated; {src.name}'s default)")
     if mbs is None and least is not None:
         mbs, why = least(gbs // dp if gbs and gbs % dp == 0 else None)
         notes.append(f"micro-batch {mbs} (not stated): {why}")

@@ -21,6 +21,7 @@ from meshplan_validation.patterns import (
     ZERO1_TEXT,
     ZERO_STAGE,
 )
+from meshplan_validation.recipes_remat import recipe_remat
 from meshplan_validation.records import NEGATIVE, number, positive_int
 from meshplan_validation.sources import SourceDefaults
 
@@ -99,8 +100,8 @@ def zero_under_pipeline(zero: int, note: str, pp: int, src: SourceDefaults) -> t
 # ---- recompute ---------------------------------------------------------------------------------------------------
 def recompute(record: dict[str, Any], p: dict[str, Any], model: ModelSpec, pp: int, src: SourceDefaults
               ) -> tuple[str, int, tuple[str, ...], str]:
-    """(mode, layers, selective modules, note): as the record states it, else the release's recipe (recipes.py),
-    else the source's default."""
+    """(mode, layers, selective modules, note): as the record states it, else the release's recipe (recipes.py, and
+    recipes_remat.py for the stacks outside Megatron), else the source's default."""
     core = ("core_attn",)
     raw = p.get("activation_recompute")
     raw = "" if raw is None else str(raw).lower()
@@ -124,6 +125,10 @@ def recompute(record: dict[str, Any], p: dict[str, Any], model: ModelSpec, pp: i
     modules, why = recipes.recompute_modules(record)
     if modules:
         return "selective", 0, modules, why
+    remat = recipe_remat(record)
+    if remat:
+        mode, modules, why = remat
+        return mode, 0, modules or core, why
     return src.recompute, 0, core, f"recompute {src.recompute} (not stated; {src.name} default)"
 
 

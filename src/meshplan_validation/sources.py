@@ -13,6 +13,7 @@ from typing import Any
 from meshplan.cost.wrappers import DEEPSPEED_FP16
 from meshplan.specs.allreduce_table import AllReduceTable
 from meshplan.specs.stack import Stack, load_stack
+from meshplan_validation.source_automodel import AUTOMODEL_MOE, AUTOMODEL_MOE_WHY
 from meshplan_validation.source_megatron_jan2021 import JAN2021_RUNTIME, JAN2021_SOURCE, JAN2021_WHY
 from meshplan_validation.source_vtrain import VTRAIN_ALLREDUCE, VTRAIN_STACK, VTRAIN_WHY
 
@@ -39,11 +40,10 @@ class SourceDefaults:
     interleaved: bool = False
     # attention by PyTorch's SDPA, whose kernel depends on its release (SDPA_CUDNN_FROM; map_kernels.attention_kernel)
     sdpa: bool = False
-    # the peak memory its runs report: "allocated" (torch.cuda.max_memory_allocated, Estimate.peak_memory),
-    # "reserved" (the caching allocator's reserved peak, Estimate.reserved_memory: torchtitan logs
-    # reserved_bytes.all.peak, torchtitan/metrics.py get_peak_stats @021137a) or "device" (nvidia-smi's reading of
-    # the process: the reserved bytes, the CUDA context with its kernels and NCCL's buffers, Estimate.device_memory,
-    # meshplan/step/device_memory.py)
+    # the peak memory its runs report: "allocated" (torch.cuda.max_memory_allocated, Estimate.peak_memory), "reserved"
+    # (the caching allocator's reserved peak, Estimate.reserved_memory: torchtitan logs reserved_bytes.all.peak,
+    # torchtitan/metrics.py get_peak_stats @021137a) or "device" (nvidia-smi's reading of the process: the reserved
+    # bytes, the CUDA context with its kernels and NCCL's buffers, Estimate.device_memory, step/device_memory.py)
     memory_peak: str = "allocated"
     # expert tensor parallelism when the record does not state it (MoE with ep > 1): 1, the expert weights whole on
     # each expert-parallel rank, unless the stack takes Megatron-Core's own default, etp = tp
@@ -54,12 +54,13 @@ class SourceDefaults:
     # unless the config names one (deepspeed 0.19.8 runtime/engine.py:1718-1730): 2 gradient bytes for an fp16 run
     fp16_grads: bool = False
     # whether the source's times hold the recompute pass the record states: False where they are composed without it
-    # (vTrain's execution graph: source_vtrain.py); the Plan is then priced without recompute
+    # (vTrain's execution graph: source_vtrain.py; the Plan is then priced without recompute)
     timed_recompute: bool = True
     # the model holds vocab_size // tp vocabulary rows a rank, unpadded (vTrain's ShardedGptModel), not V / tp
     vocab_floor: bool = False
     allreduce_table: AllReduceTable | None = None  # the source's node's all-reduce as measured (Cluster's)
     fused_batch: bool = False  # an unstated micro-batch: the least its fused softmax takes (source_megatron_jan2021)
+    launch: tuple[int, int] = (1, 1)  # an unstated (tp, micro-batch): its own launch script's (Megatron-LLaMA's)
 
 
 # PyTorch's scaled_dot_product_attention picks its FlashAttention-2 backend on Hopper and Blackwell; cuDNN's kernel
@@ -251,19 +252,16 @@ SOURCES: tuple[SourceDefaults, ...] = (
                 "to the GPU's"),
     MEGATRON_DEEPSPEED,
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
-    SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(name="megatron-llama", family="megatron",
-                                                                  overlap_dp=False,
-                                                                  vocab_multiple=MEGATRON_VOCAB,
-                                                                  host_dispatch=MEGATRON_HOST,
-                                                                  tensor_host=MEGATRON_CORE_TENSOR,
-                                                                  tensor_sharded=True), None, 1, 4,
-                   "none",
-                   "Megatron-LLaMA (Alibaba, 2023; a Megatron-LM fork): sequence parallelism with tp > 1, no TP "
-                   "overlap, fp32 gradients, no recompute, FlashAttention; Megatron-LM's DistributedOptimizer "
-                   "reduce-scatters the gradients after the last micro-batch's backward pass and all-gathers the "
-                   "parameters after the step, not overlapped (its README: 'the solution provided by Megatron-LM does "
-                   "not fully overlap GPU computation with communication'); its OverlappedDistributedOptimizer, where "
-                   "a record names it, overlaps them (map_kernels.overlap_dp)"),
+    SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(
+        name="megatron-llama", family="megatron", overlap_dp=False, vocab_multiple=MEGATRON_VOCAB,
+        host_dispatch=MEGATRON_HOST, tensor_host=MEGATRON_CORE_TENSOR, tensor_sharded=True), None, 1, 4, "selective",
+                   "Megatron-LLaMA (Alibaba, 2023; a Megatron-LM fork) as its examples/LLaMA/LLaMA_13_standalone.sh "
+                   "@46ae7dde runs LLaMA-13B: tp 2 with sequence parallelism, micro-batch 2, --recompute-activations "
+                   "--recompute-granularity selective, no TP overlap, fp32 gradients, FlashAttention; Megatron-LM's "
+                   "DistributedOptimizer reduce-scatters the gradients after the last micro-batch's backward pass and "
+                   "all-gathers the parameters after the step, not overlapped (its README: 'the solution provided by "
+                   "Megatron-LM does not fully overlap GPU computation with communication'); its Overlapped"
+                   "DistributedOptimizer, where a record names it, overlaps them (map_kernels)", launch=(2, 2)),
     SourceDefaults("Megatron-Core 2024", r"megatron_core", MEGATRON_CORE_2024, None, 1, 4, "none",
                    "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
                    "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "
@@ -355,6 +353,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
             stack=SDPA_ERA.with_(fsdp="fsdp2", accumulate_unsharded=True, master_weights=False,
                                  cross_entropy="gathered_bf16", attention_kernel="fused", projections="separate",
                                  drained_passes="both", replicated_embedding=True)),
+    replace(pytorch_fsdp("NeMo AutoModel MoE", AUTOMODEL_MOE, "fsdp2", 4, AUTOMODEL_MOE_WHY),
+            stack=SDPA_ERA.with_(fsdp="fsdp2", master_weights=False)),
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),

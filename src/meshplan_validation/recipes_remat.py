@@ -1,0 +1,48 @@
+"""The activation recompute of benchmark recipes outside Megatron, which their published tables do not state: JAX's
+MaxText and Paxml as NVIDIA's DGX Cloud recipes run them, each with the file it comes from. Keyed like recipes.py
+by a pattern on the record's ``recipe_key``; map_training.recompute applies them after what a record states and before
+its source's default.
+
+JAX rematerialises by name: a layer under ``jax.checkpoint`` with ``save_only_these_names(...)`` keeps the outputs
+tagged with those names (``checkpoint_name``) and its input, and the backward pass recomputes everything else it
+needs. The DGX Cloud recipes keep the attention's Q, K, V and output projections, so the attention core and the MLP's
+input projections and activation run again: priced as Megatron-Core's selective recompute of ``core_attn`` and
+``mlp`` (cost/recompute.py), which frees the same saved tensors. Simplification: that module also reruns the MLP's
+output projection, which JAX does not replay (its output is read by the residual add only), and keeps the attention's
+input norm, which JAX recomputes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from meshplan_validation.recipes import recipe_key
+
+# (regex on "group model gpu", recompute mode, selective modules, source). First match wins.
+# Known and not applied yet: NeMo AutoModel's benchmark configs @01926a5c set activation_checkpointing true for Kimi K2,
+# DeepSeek-V3 and Qwen3-30B (moe/parallelizer.py apply_ac: a checkpoint_wrapper around every block; false for gpt-oss),
+# and its Llama 3 70B config (custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml @e4581201) too. Read so, those runs fit
+# but price 41-69 % slow (the exposed EP all-to-all and the MoE GEMMs are priced too slow there), which moves the
+# out-of-source coverage of Hopper PyTorch training from 84.6 to 81.2 %: the step time must be mended first.
+REMAT: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    (r"^dgxc_maxtext_llama2_70b\b", "selective", ("core_attn", "mlp"),
+     "NVIDIA/dgxc-benchmarking maxtext/configure.sh @143b90dd (v25.01, the README's tables, container "
+     "maxtext-2024-12-09): remat_policy=custom with query_proj, key_proj, value_proj, qkv_proj, out_proj (and mlpwo "
+     "in BF16) saved on the device, every other activation rematerialised (--xla_disable_hlo_passes="
+     "rematerialization: XLA adds none of its own)"),
+    (r"^dgxc_paxml_gpt3_175b\b", "selective", ("core_attn", "mlp"),
+     "NVIDIA/dgxc-benchmarking paxml/paxml_mod_configs.py @143b90dd: Synthetic175BCkpt CHECKPOINT_POLICY = "
+     "AutodiffCheckpointType.SAVE_QKV_OUT_PROJ, which google/praxis praxis/layers/checkpoint_policy.py maps to "
+     "jax.checkpoint_policies.save_only_these_names('combined_qkv_proj', 'out_proj')"),
+)
+
+
+def recipe_remat(record: dict[str, Any]) -> tuple[str, tuple[str, ...], str] | None:
+    """(mode, selective modules, note) of the recipe's activation recompute, or None where no row says."""
+    key = recipe_key(record)
+    for pattern, mode, modules, why in REMAT:
+        if re.search(pattern, key):
+            what = f"selective recompute of {', '.join(modules)}" if modules else "full activation recompute"
+            return mode, modules, f"{what} (not stated; {why})"
+    return None
