@@ -26,6 +26,10 @@ MAXTEXT = {"group": "dgxc_maxtext_llama2_70b", "framework": "MaxText (JAX/XLA)",
     (MAXTEXT, "selective", ("core_attn", "mlp")),  # configure.sh's remat_policy=custom: projections saved
     (MAXTEXT | {"group": "dgxc_paxml_gpt3_175b", "framework": "Paxml (JAX/XLA)"}, "selective",
      ("core_attn", "mlp")),  # SAVE_QKV_OUT_PROJ
+    ({"group": "nemo_automodel_perf_summary_h100", "framework": "NeMo AutoModel (PyTorch FSDP2 + EP/PP), kernels: "
+      "TE + DeepEP", "model": QWEN3_30B | {"name": "Qwen3-30B-A3B"}, "hardware": {"gpu": "H100", "num_gpus": 8},
+      "parallel": {"tp": 1, "pp": 1, "dp": 8, "vp": None, "ep": 8, "micro_batch_size": 4, "global_batch_size": 512,
+                   "zero_or_fsdp": "FSDP2 (FSDP=8)"}}, "full", ("core_attn",)),  # activation_checkpointing: true
 ])
 def test_an_unstated_recompute_is_the_recipes(over, mode, modules):
     case = map_run(record(**over))

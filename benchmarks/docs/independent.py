@@ -105,8 +105,8 @@ def document(results: list[RunResult], summary: dict, records: dict[str, dict]) 
            "benchmarks/measure/launch_blocking.py`, the blocked step over the asynchronous one: "
            f"{blocking_check()}). The check of the runs meshplan said would not fit (below) led to a seventh: "
            "where a table is silent, the recompute and layout its own benchmark files set (MaxText's and Paxml's "
-           "remat policies in NVIDIA's DGX Cloud recipes, NeMo AutoModel's bf16 MoE models without an fp32 master, "
-           "Megatron-LLaMA's LLaMA-13B launch script; "
+           "remat policies in NVIDIA's DGX Cloud recipes, NeMo AutoModel's activation_checkpointing and its bf16 MoE "
+           "models without an fp32 master, Megatron-LLaMA's LLaMA-13B launch script; "
            "`meshplan_validation/recipes_remat.py`, `source_automodel.py`) and the tensor parallelism LLaMA-1's "
            "stated sequence parallelism implies; the 428 runs did not move.", "",
            f"Overall: {overall['evaluated']} runs evaluated, {overall['skipped']} skipped; median |error| "

@@ -1,7 +1,7 @@
 """The activation recompute of benchmark recipes outside Megatron, which their published tables do not state: JAX's
-MaxText and Paxml as NVIDIA's DGX Cloud recipes run them, each with the file it comes from. Keyed like recipes.py
-by a pattern on the record's ``recipe_key``; map_training.recompute applies them after what a record states and before
-its source's default.
+MaxText and Paxml as NVIDIA's DGX Cloud recipes run them, and NeMo AutoModel's benchmark configs, each with the file
+it comes from. Keyed like recipes.py by a pattern on the record's ``recipe_key``; map_training.recompute applies them
+after what a record states and before its source's default.
 
 JAX rematerialises by name: a layer under ``jax.checkpoint`` with ``save_only_these_names(...)`` keeps the outputs
 tagged with those names (``checkpoint_name``) and its input, and the backward pass recomputes everything else it
@@ -20,11 +20,6 @@ from typing import Any
 from meshplan_validation.recipes import recipe_key
 
 # (regex on "group model gpu", recompute mode, selective modules, source). First match wins.
-# Known and not applied yet: NeMo AutoModel's benchmark configs @01926a5c set activation_checkpointing true for Kimi K2,
-# DeepSeek-V3 and Qwen3-30B (moe/parallelizer.py apply_ac: a checkpoint_wrapper around every block; false for gpt-oss),
-# and its Llama 3 70B config (custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml @e4581201) too. Read so, those runs fit
-# but price 41-69 % slow (the exposed EP all-to-all and the MoE GEMMs are priced too slow there), which moves the
-# out-of-source coverage of Hopper PyTorch training from 84.6 to 81.2 %: the step time must be mended first.
 REMAT: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (r"^dgxc_maxtext_llama2_70b\b", "selective", ("core_attn", "mlp"),
      "NVIDIA/dgxc-benchmarking maxtext/configure.sh @143b90dd (v25.01, the README's tables, container "
