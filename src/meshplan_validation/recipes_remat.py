@@ -30,6 +30,16 @@ REMAT: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      "NVIDIA/dgxc-benchmarking paxml/paxml_mod_configs.py @143b90dd: Synthetic175BCkpt CHECKPOINT_POLICY = "
      "AutodiffCheckpointType.SAVE_QKV_OUT_PROJ, which google/praxis praxis/layers/checkpoint_policy.py maps to "
      "jax.checkpoint_policies.save_only_these_names('combined_qkv_proj', 'out_proj')"),
+    (r"^nemo_automodel\S* (kimi k2|deepseek-v3|qwen3-30b-a3b)", "full", (),
+     "NVIDIA-NeMo/Automodel examples/benchmark/configs/{kimi_k2,deepseek_v3,deepseek_v3_te_deepep_1024,"
+     "qwen3_moe_30b}_te_deepep.yaml @01926a5c (the performance summary's commit): distributed.activation_checkpointing "
+     "true, which components/moe/parallelizer.py apply_ac turns into a checkpoint_wrapper around every decoder block "
+     "(its gpt-oss configs set false)"),
+    (r"^nemo_automodel\S* llama 3 70b", "full", (),
+     "NVIDIA-NeMo/Automodel examples/llm_benchmark/llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml "
+     "@e4581201 (the page's row: 64 GPUs, cp 2, global batch 128 of 8192 tokens): activation_checkpointing True, "
+     "which components/distributed/parallelizer.py there applies to every whole decoder layer (transformers' "
+     "gradient checkpointing) when the model is not compiled"),
 )
 
 
