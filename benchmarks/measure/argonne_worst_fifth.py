@@ -13,11 +13,13 @@ without Argonne's runs) and data/serving/llm_inference_bench_dev.jsonl, and prin
   measured runs' shortest lengths, not in their steps;
 - the runs whose batch overflows the KV cache: the measured and predicted time per token across the overflow.
 
-Nothing is fitted or priced here. Run: PYTHONPATH=src:. python benchmarks/measure/argonne_worst_fifth.py (seconds).
+Nothing is fitted or priced here. Run (seconds):
+    PYTHONPATH=src:. python benchmarks/measure/argonne_worst_fifth.py --oos docs/out_of_source.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -48,8 +50,8 @@ def records() -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in (json.loads(line) for line in lines if line)}
 
 
-def argonne_rows() -> list[dict[str, Any]]:
-    runs = json.loads((ROOT / "docs/out_of_source.json").read_text())["runs"]
+def argonne_rows(oos: Path) -> list[dict[str, Any]]:
+    runs = json.loads(oos.read_text())["runs"]
     return [r for r in runs if r["kind"] == "serving" and r["source"] == "argonne_bench"]
 
 
@@ -74,7 +76,10 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def main() -> None:
-    recs, rows = records(), argonne_rows()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--oos", type=Path, required=True,
+                        help="an out_of_source.json (benchmarks/docs/out_of_source.py)")
+    recs, rows = records(), argonne_rows(parser.parse_args().oos)
     head = [r for r in rows if r.get("headline")]
     print("per GPU (total tokens/s): out of source median / p90, in sample median / p90")
     for gpu in ("h100", "gh200", "mi300x"):
