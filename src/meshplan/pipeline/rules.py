@@ -6,7 +6,7 @@ arrays alike (``xp``), the warm-up counts integers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from meshplan.xp import Num, minimum
 
@@ -36,9 +36,14 @@ def line_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int:
     return min(pp - rank - 1, m)
 
 
-def interleaved_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int:
-    """Interleaved 1F1B: min(2·(p − r − 1) + (v − 1)·N, v·m) (Megatron-Core's warm-up over virtual micro-batches)."""
-    return min((pp - rank - 1) * 2 + (vpp - 1) * n, vpp * m)
+@overload
+def interleaved_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int: ...
+@overload
+def interleaved_warmup(pp: Num, m: Num, vpp: Num, n: Num, rank: Num) -> Num: ...
+def interleaved_warmup(pp: Num, m: Num, vpp: Num, n: Num, rank: Num) -> Num:
+    """Interleaved 1F1B: min(2·(p − r − 1) + (v − 1)·N, v·m) (Megatron-Core's warm-up over virtual micro-batches);
+    ints for the table, arrays for the search (``interleaved_in_flight``)."""
+    return minimum((pp - rank - 1) * 2 + (vpp - 1) * n, vpp * m)
 
 
 # ---- activations in flight: model chunks whose activations rank ``rank`` holds at its peak ---------------------------
@@ -53,8 +58,8 @@ def all_in_flight(pp: Num, vpp: Num, m: Num, rank: Num) -> Num:
 
 
 def interleaved_in_flight(pp: Num, vpp: Num, m: Num, rank: Num) -> Num:
-    """Megatron-LM's interleaved warm-up 2(p − r − 1) + (v − 1)·p, + 1, at most v·m."""
-    return minimum(vpp * m, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1)
+    """Megatron-LM's interleaved warm-up (``interleaved_warmup``, groups of N = p) + 1, at most v·m."""
+    return minimum(interleaved_warmup(pp, m, vpp, pp, rank) + 1, vpp * m)
 
 
 def async_in_flight(pp: Num, vpp: Num, m: Num, rank: Num) -> Num:
