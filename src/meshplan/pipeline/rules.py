@@ -1,5 +1,5 @@
 """The schedules' rules beside their bubble (registry.py binds one of each to every record): the forwards a rank runs
-before its first backward (schedule.build's tables), the activations a rank holds in flight, the weight versions it
+before its first backward (tables.build's tables), the activations a rank holds in flight, the weight versions it
 keeps, the plan shapes it refuses (with the reason) and, for the search's batches, the rows it runs. Scalars or NumPy
 arrays alike (``xp``), the warm-up counts integers."""
 
@@ -24,7 +24,7 @@ class PlanShape:
 
 
 # ---- warm-up: the forwards rank ``rank`` runs before its first backward, of p ranks, m micro-batches, v chunks a rank
-# and groups of n micro-batches (schedule.build; Megatron-Core 0.16.1 pipeline_parallel/schedules.py
+# and groups of n micro-batches (tables.build; Megatron-Core 0.16.1 pipeline_parallel/schedules.py
 # get_pp_rank_microbatches) ----------------------------------------------------------------------------------------
 def all_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int:
     """GPipe: every forward before any backward (Huang et al. 2019)."""
