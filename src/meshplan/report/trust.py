@@ -136,7 +136,7 @@ def assumptions(est: Estimate, headroom: float) -> list[tuple[str, str]]:
         out.append(("tokens routed evenly over the experts", "cost/mlp_moe.py"))
     if p.pp > 1:
         out.append(("each kind of layer spread evenly over the pipeline stages; ranks simulated with their own "
-                    "times", "cost/params.py, pipeline/simulator.py"))
+                    "times", "cost/params.py, schedule.py"))
     if (assumed := layout_of(p.tensor_layout).assumption) is not None:
         out.append(assumed)
     if p.offload_optimizer or p.offload_activations:

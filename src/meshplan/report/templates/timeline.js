@@ -1,6 +1,6 @@
 // The merged pipeline timelines the report leaves to the page (report/detail.py replay_inputs): a plan's timeline is
 // simulated when the comparison first shows it, in the same floating-point operations, in the same order, as
-// tables.build, schedule_replay.replay_table, simulator.simulate, plots.PipelineRun.idle and
+// schedule.build, schedule_replay.replay_table, schedule.simulate, plots.PipelineRun.idle and
 // detail.compact_timeline(merged=True), so that its rows are the numbers Python would have written
 // (tests/test_report_timeline_js.py checks them against Python's, plan by plan).
 (function () {
@@ -17,8 +17,8 @@
     return out;
   }
 
-  // tables.build: each rank's [backward (0 or 1), micro, chunk] in order, from the table's group size n and each
-  // rank's warm-up, its schedule's record's (replay_inputs: tables.warm_ups)
+  // schedule.build: each rank's [backward (0 or 1), micro, chunk] in order, from the table's group size n and each
+  // rank's warm-up, its schedule's record's (replay_inputs: schedule.warm_ups)
   function build(pp, m, vpp, n, warmup) {
     const seq = order(m, vpp, n), total = seq.length, table = [];
     for (let r = 0; r < pp; r++) {
@@ -81,7 +81,7 @@
     return out;
   }
 
-  function fill(t) {  // simulator.simulate, then detail.compact_timeline(run, merged=True)
+  function fill(t) {  // schedule.simulate, then detail.compact_timeline(run, merged=True)
     const pp = t.pp, vpp = t.vpp, m = t.micro_batches, tf = [], tb = [];
     for (let s = 0; s < pp * vpp; s++) { tf.push(t.replay.t_fwd[s % pp]); tb.push(t.replay.t_bwd[s % pp]); }
     const table = build(pp, m, vpp, t.replay.group, t.replay.warmup), run = replay(table, tf, tb, pp, m, vpp);
