@@ -4,7 +4,7 @@ started only after what it waits for ended (plus the hop across ranks)."""
 
 from __future__ import annotations
 
-from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.simulator import Timeline
 from meshplan.pipeline.zero_bubble import SplitTable
 from meshplan.pipeline.zero_bubble_v import Route, route_dependency
 

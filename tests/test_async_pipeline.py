@@ -13,9 +13,11 @@ from meshplan.cli import main
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.memory import model_state_memory, weight_versions
+from meshplan.pipeline.equal_ranks import in_flight, step_time
 from meshplan.pipeline.names import ASYNC
-from meshplan.pipeline.schedule import build, in_flight, simulate, step_time
+from meshplan.pipeline.simulator import simulate
 from meshplan.pipeline.steady import steady_step, table_weight_versions
+from meshplan.pipeline.tables import build
 from meshplan.search import Space, search
 from meshplan.specs.check import check
 from meshplan.specs.stack import load_stack

@@ -89,7 +89,7 @@ pytest.importorskip("scipy")
 def test_planner_gives_the_heavy_head_a_bigger_sub_mesh():
     """32 H100, 8 micro-batches of 8 x 512 tokens, 8 small layers and a 262k-word head
     (benchmarks/measure/pipeline_models.py): Alpa's DP over the sub-mesh plans puts the head on the biggest sub-mesh,
-    and schedule.simulate prices that pipeline faster than the best pipeline of equal sub-meshes of every size."""
+    and simulator.simulate prices that pipeline faster than the best pipeline of equal sub-meshes of every size."""
     from pipeline_models import heavy_head_plans
 
     best, equal = heavy_head_plans()

@@ -12,7 +12,7 @@ from meshplan.memory import in_flight_chunks
 from meshplan.pipeline.chimera import build_chimera, chimera_route, chimera_slots, simulate_chimera
 from meshplan.pipeline.forms import RankTimes, published_chimera
 from meshplan.pipeline.registry import schedule_of
-from meshplan.pipeline.schedule import format_table
+from meshplan.pipeline.tables import format_table
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
 from split_table_helpers import assert_table_valid, assert_timeline_respects_dependencies

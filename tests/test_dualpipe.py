@@ -11,7 +11,7 @@ from meshplan.memory import in_flight_chunks
 from meshplan.pipeline.dualpipe import build_dualpipe, dualpipe_pairs, dualpipe_route, simulate_dualpipe
 from meshplan.pipeline.forms import RankTimes, published_dualpipe
 from meshplan.pipeline.registry import schedule_of
-from meshplan.pipeline.schedule import format_table
+from meshplan.pipeline.tables import format_table
 from meshplan.specs.plan import Plan
 from meshplan.step.passes import PassTimes
 from split_table_helpers import assert_table_valid, assert_timeline_respects_dependencies

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from meshplan.cli import main
-from meshplan.energy import step_energy
+from meshplan.derived.energy import step_energy
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
 from meshplan.specs.hardware import load_system

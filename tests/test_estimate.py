@@ -9,7 +9,8 @@ import pytest
 from conftest import gpt
 from meshplan.cost.flops import model_flops_per_token
 from meshplan.estimate import estimate
-from meshplan.pipeline.schedule import build, simulate
+from meshplan.pipeline.simulator import simulate
+from meshplan.pipeline.tables import build
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan

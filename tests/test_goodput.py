@@ -10,7 +10,7 @@ import random
 import pytest
 
 from meshplan.cli import main
-from meshplan.goodput import (
+from meshplan.derived.goodput import (
     LLAMA3_MTBF_GPU_HOURS,
     Reliability,
     checkpoint_bytes,

@@ -10,8 +10,8 @@ import random
 import pytest
 
 from meshplan.cli import main
+from meshplan.derived.goodput import Reliability, checkpoint_bytes, goodput, plan_goodput, replica_goodput, writer_share
 from meshplan.estimate import estimate
-from meshplan.goodput import Reliability, checkpoint_bytes, goodput, plan_goodput, replica_goodput, writer_share
 from meshplan.search import Space, search
 from meshplan.search.by_goodput import expected_time, least_factor, search_by_goodput
 from meshplan.specs.hardware import load_system

@@ -5,9 +5,9 @@ package (meshplan_research: the learned predictor, the model zoo, MLP-Mixer), wh
 Layers, in data-flow order (a module's layer is that of the first name under ``meshplan`` it lives in):
 base values → pipeline schedules (their tables, simulators and closed forms over per-rank times: pure arithmetic) →
 specs → the frameworks' config formats (configs) → collectives on the mesh → per-op cost → memory and op time → step
-(its passes and the channels beside them) → estimate → serving (serve) → search and sweeps → reinforcement learning
-(rl: both searches composed) → trace and calibrate → sharding planner → measure (predict, then run a step) → report →
-command line → validation and research.
+(its passes and the channels beside them) → estimate (and what is derived from it: derived/) → serving (serve) → search
+and sweeps → reinforcement learning (rl: both searches composed) → trace and calibrate → sharding planner → measure
+(predict, then run a step) → report → command line → validation and research.
 Imports inside functions and under ``TYPE_CHECKING`` count as imports.
 """
 
@@ -29,7 +29,7 @@ LAYERS = [
     ("cost",),
     ("memory", "roofline"),
     ("step",),
-    ("estimate", "goodput", "mixed", "energy"),
+    ("estimate", "derived"),
     ("serve",),
     ("search",),
     ("rl",),

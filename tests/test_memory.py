@@ -57,7 +57,8 @@ def test_in_flight_micro_batches_per_schedule():
 
 
 def test_in_flight_matches_the_simulator():
-    from meshplan.pipeline.schedule import build, simulate
+    from meshplan.pipeline.simulator import simulate
+    from meshplan.pipeline.tables import build
 
     for schedule, pp, m, vpp in (("1f1b", 4, 8, 1), ("gpipe", 3, 5, 1), ("interleaved", 4, 8, 2)):
         timeline = simulate(build(schedule, pp, m, vpp), 1.0, 2.0)

@@ -1,7 +1,7 @@
 """Mixed clusters (issue 84 item 1): pools of different GPUs (specs/pools.py), a plan's pipeline stages or
-data-parallel replicas laid on them (meshplan/mixed.py) and the search over such plans (search/mixed.py). Pools of one
-kind price exactly as the homogeneous cluster; a faster pool or link never slows a step; uneven layers and batch shares
-balance the pools; the frameworks that run each layout are named; ``meshplan plan --system h100:32,a100:32``."""
+data-parallel replicas laid on them (meshplan/derived/mixed.py) and the search over such plans (search/mixed.py). Pools
+of one kind price exactly as the homogeneous cluster; a faster pool or link never slows a step; uneven layers and batch
+shares balance the pools; the frameworks that run each layout are named; ``meshplan plan --system h100:32,a100:32``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import random
 import pytest
 
 from meshplan.cli import main
+from meshplan.derived.mixed import MixedPlan, linked, mixed_estimate, rank_pools, runners
 from meshplan.errors import SpecError
 from meshplan.estimate import estimate
-from meshplan.mixed import MixedPlan, linked, mixed_estimate, rank_pools, runners
 from meshplan.search import Space
 from meshplan.search.mixed import balanced_shares, mixed_search, pipelines
 from meshplan.specs.hardware import load_system

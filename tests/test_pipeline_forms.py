@@ -26,8 +26,9 @@ from meshplan.pipeline.dualpipe import build_dualpipe, dualpipe_pairs, dualpipe_
 from meshplan.pipeline.forms import RankTimes
 from meshplan.pipeline.names import ALL
 from meshplan.pipeline.registry import schedule_of
-from meshplan.pipeline.schedule import build, simulate
+from meshplan.pipeline.simulator import simulate
 from meshplan.pipeline.steady import steady_step
+from meshplan.pipeline.tables import build
 from meshplan.pipeline.zero_bubble import build_zb_h1, simulate_split
 from meshplan.pipeline.zero_bubble_v import build_zb_v, simulate_routes, v_route
 

@@ -97,7 +97,7 @@ def test_no_module_but_the_registry_compares_a_schedule_s_family():
 
 
 def test_the_page_s_timeline_script_knows_no_schedule_by_name():
-    # the report's page builds schedule.build's tables from each rank's warm-up its data carries (detail.replay_inputs)
+    # the report's page builds tables.build's tables from each rank's warm-up its data carries (detail.replay_inputs)
     script = (CORE / "report" / "templates" / "timeline.js").read_text(encoding="utf-8")
     assert not [name for name in ALL if f'"{name}"' in script or f"'{name}'" in script]
 
@@ -313,7 +313,7 @@ def test_one_record_per_schedule_in_its_family():
 
 def test_the_split_schedules_name_their_report_table_builder():
     # the records name their builders (timelines.BUILDERS), so that the tables load only when a report draws them;
-    # schedule.build draws the others
+    # tables.build draws the others
     from meshplan.pipeline.timelines import BUILDERS
     assert [s.name for s in REGISTRY.values() if s.timeline] == list(SPLIT)
     assert sorted(s.timeline for s in REGISTRY.values() if s.timeline) == sorted(BUILDERS)

@@ -88,7 +88,7 @@ def test_page_data_keeps_every_block_within_the_budget(held, monkeypatch):
     tight = detail.page_data(held, CLUSTER.accelerator.hbm_bytes)
     assert all(p["timeline"]["merged"] for p in tight)
     assert all(r[3] in (2, 3) for p in tight for r in p["timeline"].get("rows", []))  # busy and idle only
-    # past the budget a schedule.build table is the page's to simulate (templates/timeline.js): its shape and the
+    # past the budget a tables.build table is the page's to simulate (templates/timeline.js): its shape and the
     # ranks' times per micro-batch and chunk, as plots.pipeline_run simulates them, and no rows
     by_id = {d.id: d.est for d in held}
     left = [p for p in tight if "replay" in p["timeline"]]

@@ -1,5 +1,5 @@
 """The merged timelines the HTML report leaves to its page (report/detail.py ``replay_inputs``, templates/timeline.js)
-are, in headless Chromium, the numbers Python writes for them (schedule.build, schedule.simulate,
+are, in headless Chromium, the numbers Python writes for them (tables.build, simulator.simulate,
 detail.compact_timeline(merged=True)): every schedule ``build`` has, one rank to eight, unequal first and last ranks,
 seconds and milliseconds, and a value whose 4 significant digits are a tie (Python rounds it to even)."""
 
@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from meshplan.pipeline.schedule import build, simulate
+from meshplan.pipeline.simulator import simulate
+from meshplan.pipeline.tables import build
 
 pytest.importorskip("jinja2")
 pytest.importorskip("playwright")

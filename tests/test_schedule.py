@@ -1,7 +1,7 @@
 """Pipeline schedules: tables are complete and deadlock-free; the simulator reproduces the papers' bubbles;
 the closed forms equal the simulator.
 
-Symbols as in schedule.py: p ranks, v chunks per rank, m micro-batches, t_f / t_b per chunk.
+Symbols as in pipeline/tables.py: p ranks, v chunks per rank, m micro-batches, t_f / t_b per chunk.
 """
 
 from __future__ import annotations
@@ -11,19 +11,11 @@ import itertools
 import pytest
 
 from meshplan.pipeline.bubble import flow_bubble
+from meshplan.pipeline.equal_ranks import bubble_fraction, bubble_time, in_flight, step_time
 from meshplan.pipeline.forms import RankTimes
 from meshplan.pipeline.registry import schedule_of
-from meshplan.pipeline.schedule import (
-    Action,
-    bubble_fraction,
-    bubble_time,
-    build,
-    format_table,
-    in_flight,
-    parse_action,
-    simulate,
-    step_time,
-)
+from meshplan.pipeline.simulator import simulate
+from meshplan.pipeline.tables import Action, build, format_table, parse_action
 
 # (schedule, p, m, v) covering every schedule, p = 1, m < p, m = p and m > p
 CASES = [

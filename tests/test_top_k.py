@@ -15,7 +15,7 @@ from importlib import resources
 
 import pytest
 
-from meshplan.goodput import Reliability
+from meshplan.derived.goodput import Reliability
 from meshplan.search import Space, search
 from meshplan.search.by_goodput import search_by_goodput
 from meshplan.search.run import SearchResult

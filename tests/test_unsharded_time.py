@@ -16,8 +16,8 @@ from draws import draw_kept
 from meshplan.cost.embed_head import head_ops
 from meshplan.cost.fsdp import accumulation_bytes
 from meshplan.cost.params import StageParams, stage_params
+from meshplan.derived.goodput import checkpoint_bytes
 from meshplan.estimate import estimate
-from meshplan.goodput import checkpoint_bytes
 from meshplan.memory import loss_workspace
 from meshplan.specs.efficiency import DEFAULT
 from meshplan.specs.hardware import load_system

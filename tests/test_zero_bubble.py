@@ -14,7 +14,8 @@ from meshplan.estimate import estimate
 from meshplan.pipeline import forms
 from meshplan.pipeline.names import SPLIT
 from meshplan.pipeline.registry import REGISTRY, schedule_of
-from meshplan.pipeline.schedule import build, format_table, simulate
+from meshplan.pipeline.simulator import simulate
+from meshplan.pipeline.tables import build, format_table
 from meshplan.pipeline.zero_bubble import build_zb_h1, simulate_split
 from meshplan.search import Space, search
 from meshplan.specs.check import check
@@ -71,8 +72,8 @@ def test_dualpipe_closed_bubble():
     """DeepSeek-V3 Table 2: (p/2 - 1)·(F&B + B - 3·W), its caption's B the full backward (T_B + T_W) and F&B = T_F + B:
     p = 8, T = 1: 3·(3 + 2 - 3) = 6, against 1F1B's 7·3 = 21 and ZB-H1's 7."""
     assert forms.published_dualpipe(8, 1.0, 1.0, 1.0) == 6.0
-    assert [s.name for s in REGISTRY.values() if s.published] == list(SPLIT)  # 1F1B's is schedule.bubble_time
-    with pytest.raises(ValueError, match="must be one of"):  # schedule.build has no table for them
+    assert [s.name for s in REGISTRY.values() if s.published] == list(SPLIT)  # 1F1B's is equal_ranks.bubble_time
+    with pytest.raises(ValueError, match="must be one of"):  # tables.build has no table for them
         build("zb-h1", 4, 8)
 
 

@@ -84,7 +84,8 @@ def heavy_table() -> str:
     from pipeline_models import heavy_head_plans
 
     best, equal = heavy_head_plans()
-    lines = ["| sub-meshes | GPUs per stage | layers per stage | step time (schedule.simulate) |", "|---|---|---|---:|",
+    lines = ["| sub-meshes | GPUs per stage | layers per stage | step time (simulator.simulate) |",
+             "|---|---|---|---:|",
              f"| chosen by the DP | {' + '.join(map(str, best.devices))} | {' + '.join(map(str, best.layers))} | "
              f"{fmt_time(best.step_time)} |"]
     for n, p in sorted(equal.items(), key=lambda kv: kv[1].step_time):

@@ -140,7 +140,7 @@ subject to each stage's memory with the micro-batches 1F1B keeps in flight on it
   bounds are the distinct stage times, from the smallest with a pipeline (found by bisection) upwards in steps of at
   least 0.5 % (Alpa's ε: within (B - 1)·0.5 % of t_max of the optimum), until B·t_max passes the best latency found
   (Alpa's early stop).
-- **The step** of each stage count's best slicing is priced by meshplan's schedule simulator (`schedule.simulate` on
+- **The step** of each stage count's best slicing is priced by meshplan's schedule simulator (`simulator.simulate` on
   the 1F1B table with per-stage forward and backward times, each send between neighbours a p2p of the boundary
   activation over the link between their sub-meshes), plus the slowest stage's gradient reductions and optimizer.
 

@@ -11,8 +11,9 @@ from dataclasses import replace
 
 from meshplan.estimate import estimate
 from meshplan.memory import model_state_memory
-from meshplan.pipeline.schedule import build, simulate
+from meshplan.pipeline.simulator import simulate
 from meshplan.pipeline.steady import steady_step
+from meshplan.pipeline.tables import build
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan

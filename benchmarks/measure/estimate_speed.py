@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 from meshplan.estimate import estimate
-from meshplan.pipeline.schedule import build, simulate
+from meshplan.pipeline.simulator import simulate
+from meshplan.pipeline.tables import build
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan

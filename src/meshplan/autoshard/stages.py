@@ -6,7 +6,7 @@ For each sub-mesh size aligned to the tiers (stage_dp.sizes) the planner solves 
 the group runs the same plan), what the ops before the layers (the embedding) add to the first stage and what those
 after them (final norm, head, loss) add to the last: a slice of k layers on that sub-mesh costs k x one layer plus its
 boundary ops (``option``). stage_dp.slice_stages runs Alpa's DP over (layer counts x sub-mesh sizes); ``price_slicing``
-then prices the slicing it returns by meshplan's schedule simulator (schedule.simulate on the 1F1B table, per-stage
+then prices the slicing it returns by meshplan's schedule simulator (simulator.simulate on the 1F1B table, per-stage
 forward and backward times, each stage-to-stage send a p2p of the boundary activation over the link between the two
 sub-meshes), plus the slowest stage's gradient reductions and optimizer step, the first and last stage's with the
 all-reduce of the gradient of any parameter both read (a tied embedding and head: ``_tied_bytes``).
@@ -27,7 +27,8 @@ from meshplan.autoshard.solve import Sharding
 from meshplan.autoshard.stage_dp import Option, Slicing
 from meshplan.collectives.price import collective_time
 from meshplan.pipeline.registry import one_chunk
-from meshplan.pipeline.schedule import build, simulate
+from meshplan.pipeline.simulator import simulate
+from meshplan.pipeline.tables import build
 from meshplan.specs.hardware import Cluster
 
 
@@ -198,7 +199,7 @@ def hop(cluster: Cluster, sender: int, receiver: int) -> int:
 def price_slicing(slicing: Slicing, parts_of: dict[int, tuple[StageParts, Sharding]], micro_batches: int,
                   limit: float, cluster: Cluster) -> Pipeline:
     """The step of a slicing (module docstring): each stage's forward and backward per micro-batch, sends between
-    neighbours, schedule.simulate on 1F1B, then the slowest stage's gradient reductions and optimizer."""
+    neighbours, simulator.simulate on 1F1B, then the slowest stage's gradient reductions and optimizer."""
     p = len(slicing.stages)
     fwd, bwd, memory, sync, plans, p2p = [], [], [], [], [], []
     offset = 0

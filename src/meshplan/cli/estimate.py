@@ -12,7 +12,7 @@ import click
 from meshplan.cli.common import apply, common_model, load_inputs
 from meshplan.cli.conditions import as_on, condition_options, conditions_of, conditions_text, under
 from meshplan.cli.options import DEFAULT_FRAMEWORK, plan_of, plan_options, stack_of, stack_options
-from meshplan.energy import step_energy
+from meshplan.derived.energy import step_energy
 from meshplan.errors import SpecError
 from meshplan.fields import usable_hbm
 from meshplan.report.fit_hints import fit_hints, print_hints

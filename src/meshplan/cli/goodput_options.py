@@ -1,5 +1,5 @@
-"""``--mtbf``, ``--checkpoint-bandwidth`` and ``--restart-time``: the failure accounting of goodput.py, for ``plan``
-(days to train, ranking across GPU counts) and ``estimate``."""
+"""``--mtbf``, ``--checkpoint-bandwidth`` and ``--restart-time``: the failure accounting of derived/goodput.py, for
+``plan`` (days to train, ranking across GPU counts) and ``estimate``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from meshplan.derived.goodput import LLAMA3_MTBF_GPU_HOURS, LLAMA3_STORAGE_BYTES_S, RECOVERIES, RESTART_S, Reliability
 from meshplan.errors import SpecError
-from meshplan.goodput import LLAMA3_MTBF_GPU_HOURS, LLAMA3_STORAGE_BYTES_S, RECOVERIES, RESTART_S, Reliability
 
 reliability_options = [
     click.option("--mtbf", "mtbf", default=None,

@@ -1,5 +1,5 @@
 """The pipeline bubble of a synchronous schedule in closed form: the one formula the estimator, the search and
-schedule.py's equal-stage closed forms use. tests/test_schedule.py proves it equal to ``schedule.simulate``'s bubble
+equal_ranks.py's closed forms use. tests/test_schedule.py proves it equal to ``simulator.simulate``'s bubble
 over a grid of schedules, p, m and v, on equal and on unequal ranks, where it claims to hold (below).
 
 A pipeline is a flow shop: the busiest rank b works m·t_b, and the step also waits for every other rank once, while the

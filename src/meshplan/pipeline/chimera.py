@@ -32,7 +32,7 @@ What the table shows (tests/test_chimera.py), times per stage; the estimate pric
 
 from __future__ import annotations
 
-from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.simulator import Timeline
 from meshplan.pipeline.zero_bubble import SplitAction, SplitTable
 from meshplan.pipeline.zero_bubble_v import Route, simulate_routes
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.simulator import Timeline
 from meshplan.pipeline.zero_bubble import SplitAction, SplitTable
 from meshplan.pipeline.zero_bubble_v import Route, simulate_routes
 

@@ -4,11 +4,11 @@ name (tests/test_pipeline_registry.py): it asks the registry."""
 
 from __future__ import annotations
 
-# schedule.build's tables: the synchronous one-backward schedules and the asynchronous ones
+# tables.build's tables: the synchronous one-backward schedules and the asynchronous ones
 SYNC = ("gpipe", "1f1b", "interleaved")
 # asynchronous pipelines: no flush, weights updated while older micro-batches are in flight (stale weights: training
 # semantics differ from synchronous SGD): PipeDream's 1F1B with weight stashing (Narayanan et al., SOSP 2019, §3.2-3.3)
-# and PipeDream-2BW's double-buffered weights (Narayanan et al., ICML 2021, §3.1); schedule.py, steady.py
+# and PipeDream-2BW's double-buffered weights (Narayanan et al., ICML 2021, §3.1); tables.py, steady.py
 ASYNC = ("pipedream", "pipedream-2bw")
 TABLED = (*SYNC, *ASYNC)
 # split-backward schedules: the backward split into the input gradient (B) and the weight gradient (W), W passes

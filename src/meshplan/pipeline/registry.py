@@ -1,9 +1,9 @@
 """One record per pipeline schedule: every caller (the plan's check, the estimate, the search, the ranks priced apart,
-memory, schedule.build's tables, the report's timelines, the config emitters) asks it here, and no module but this one
+memory, tables.build's tables, the report's timelines, the config emitters) asks it here, and no module but this one
 and names.py writes a schedule's name, in ``meshplan.pipeline`` or outside it (tests/test_pipeline_registry.py):
 adding a schedule is adding its record.
 
-A record holds how its action table is drawn (``warmup``: schedule.build's table, each rank's forwards before its
+A record holds how its action table is drawn (``warmup``: tables.build's table, each rank's forwards before its
 first backward; ``timeline``: the name of its own table's builder in timelines.py, which the tables' modules, above
 this one, are loaded only to draw), its bubble over per-rank times and its paper's (forms.py), its in-flight rule
 (activation memory), weight versions and weight copies, where its first and last stages sit, its refusals and the
@@ -46,9 +46,9 @@ class Schedule:
     runs: Runs
     chunks: int = 1
     embedding_in_flight: Callable[[Num, Num], Num] | None = None  # (p, m); None: ``in_flight`` of rank 0
-    warmup: Warmup | None = None  # schedule.build's table: its warm-up (None: a table of its own, ``timeline``)
+    warmup: Warmup | None = None  # tables.build's table: its warm-up (None: a table of its own, ``timeline``)
     published: forms.Published | None = None  # its paper's bubble, equal ranks, T_W apart (split schedules)
-    timeline: str = ""  # the builder of its table for the report (timelines.BUILDERS); "": schedule.build's
+    timeline: str = ""  # the builder of its table for the report (timelines.BUILDERS); "": tables.build's
     weight_versions: Callable[[Num, bool], Num] = rules.one_version
     # copies of a rank's parameters, gradients and optimizer state (DualPipe 2: DeepSeek-V3 Table 2's "2×" parameters)
     weight_copies: int = 1

@@ -1,12 +1,12 @@
-"""The event replay behind ``schedule.simulate``: run a rank's row of a schedule table in order until an action waits
-on another rank's, then the next ready rank's; each action's dependency (schedule.py's module docstring: F(s − 1, j)
+"""The event replay behind ``simulator.simulate``: run a rank's row of a schedule table in order until an action waits
+on another rank's, then the next ready rank's; each action's dependency (simulator.py's module docstring: F(s − 1, j)
 before F(s, j), B(s + 1, j) before B(s, j), the last virtual stage's F before its B) resolved once per table."""
 
 from __future__ import annotations
 
 from typing import Any
 
-# schedule.Table and schedule.Action (this module sits below schedule.py, which imports it)
+# tables.Table of tables.Action, typed loosely (the simulator, simulator.py, passes them)
 _Table = tuple[tuple[Any, ...], ...]
 
 

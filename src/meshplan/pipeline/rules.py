@@ -1,12 +1,12 @@
 """The schedules' rules beside their bubble (registry.py binds one of each to every record): the forwards a rank runs
-before its first backward (schedule.build's tables), the activations a rank holds in flight, the weight versions it
+before its first backward (tables.build's tables), the activations a rank holds in flight, the weight versions it
 keeps, the plan shapes it refuses (with the reason) and, for the search's batches, the rows it runs. Scalars or NumPy
 arrays alike (``xp``), the warm-up counts integers."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from meshplan.xp import Num, minimum
 
@@ -24,7 +24,7 @@ class PlanShape:
 
 
 # ---- warm-up: the forwards rank ``rank`` runs before its first backward, of p ranks, m micro-batches, v chunks a rank
-# and groups of n micro-batches (schedule.build; Megatron-Core 0.16.1 pipeline_parallel/schedules.py
+# and groups of n micro-batches (tables.build; Megatron-Core 0.16.1 pipeline_parallel/schedules.py
 # get_pp_rank_microbatches) ----------------------------------------------------------------------------------------
 def all_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int:
     """GPipe: every forward before any backward (Huang et al. 2019)."""
@@ -36,9 +36,14 @@ def line_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int:
     return min(pp - rank - 1, m)
 
 
-def interleaved_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int:
-    """Interleaved 1F1B: min(2·(p − r − 1) + (v − 1)·N, v·m) (Megatron-Core's warm-up over virtual micro-batches)."""
-    return min((pp - rank - 1) * 2 + (vpp - 1) * n, vpp * m)
+@overload
+def interleaved_warmup(pp: int, m: int, vpp: int, n: int, rank: int) -> int: ...
+@overload
+def interleaved_warmup(pp: Num, m: Num, vpp: Num, n: Num, rank: Num) -> Num: ...
+def interleaved_warmup(pp: Num, m: Num, vpp: Num, n: Num, rank: Num) -> Num:
+    """Interleaved 1F1B: min(2·(p − r − 1) + (v − 1)·N, v·m) (Megatron-Core's warm-up over virtual micro-batches);
+    ints for the table, arrays for the search (``interleaved_in_flight``)."""
+    return minimum((pp - rank - 1) * 2 + (vpp - 1) * n, vpp * m)
 
 
 # ---- activations in flight: model chunks whose activations rank ``rank`` holds at its peak ---------------------------
@@ -53,8 +58,8 @@ def all_in_flight(pp: Num, vpp: Num, m: Num, rank: Num) -> Num:
 
 
 def interleaved_in_flight(pp: Num, vpp: Num, m: Num, rank: Num) -> Num:
-    """Megatron-LM's interleaved warm-up 2(p − r − 1) + (v − 1)·p, + 1, at most v·m."""
-    return minimum(vpp * m, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1)
+    """Megatron-LM's interleaved warm-up (``interleaved_warmup``, groups of N = p) + 1, at most v·m."""
+    return minimum(interleaved_warmup(pp, m, vpp, pp, rank) + 1, vpp * m)
 
 
 def async_in_flight(pp: Num, vpp: Num, m: Num, rank: Num) -> Num:

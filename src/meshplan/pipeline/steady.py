@@ -1,4 +1,5 @@
-"""The asynchronous pipelines in steady state, from their action tables (schedule.py) and its one simulator.
+"""The asynchronous pipelines in steady state, from their action tables (tables.py) and the one simulator
+(simulator.py).
 
 PipeDream (Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training", SOSP 2019) and
 PipeDream-2BW (Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021) never flush the
@@ -9,7 +10,7 @@ a backward must use the weights its forward used, so a rank keeps those versions
 ``steady_step``: the period of one step of m micro-batches once the pipeline is full, measured by ``simulate`` on a
 table of several consecutive steps (``build(..., steps=S)``): the time between the ends of two consecutive steps' last
 backwards on each rank, past the fill and before the drain, the slowest rank's. With equal stages and t_p2p = 0 it is
-m·(t_f + t_b), no bubble, where a 1F1B step with its flush takes (m + p − 1)·(t_f + t_b) (schedule.step_time).
+m·(t_f + t_b), no bubble, where a 1F1B step with its flush takes (m + p − 1)·(t_f + t_b) (equal_ranks.step_time).
 
 ``table_weight_versions``: the most weight versions a rank holds at once, read off its row of the table: version k is
 the weights after k updates; PipeDream updates after every backward (§3.3, weight stashing: each in-flight micro-batch
@@ -28,7 +29,8 @@ from collections.abc import Sequence
 
 from meshplan.pipeline.names import ASYNC as ASYNC_SCHEDULES
 from meshplan.pipeline.registry import REGISTRY
-from meshplan.pipeline.schedule import Action, Table, Times, build, simulate
+from meshplan.pipeline.simulator import Times, simulate
+from meshplan.pipeline.tables import Action, Table, build
 
 
 def steady_step(schedule: str, pp: int, micro_batches: int, t_fwd: Times, t_bwd: Times, t_p2p: Times = 0.0) -> float:
@@ -36,7 +38,7 @@ def steady_step(schedule: str, pp: int, micro_batches: int, t_fwd: Times, t_bwd:
     (module docstring); the times as ``simulate`` takes them."""
     if schedule not in REGISTRY or REGISTRY[schedule].flushes:
         raise ValueError(f"schedule={schedule!r}: steady_step times the asynchronous schedules "
-                         f"({', '.join(ASYNC_SCHEDULES)}); a synchronous step is schedule.simulate's")
+                         f"({', '.join(ASYNC_SCHEDULES)}); a synchronous step is simulator.simulate's")
     m = micro_batches
     fill = math.ceil(2 * pp / m)  # steps the fill and the drain can reach into, at either end
     steps = 2 * fill + 2

@@ -3,7 +3,7 @@ action table (zero_bubble.py, zero_bubble_v.py, dualpipe.py, chimera.py) timed b
 estimate's per-rank pass times, B and W half the backward each where the backward is split (the two-chunk tables at
 the ranks' mean times, as the report has always drawn them).
 
-Each builder below is one record's (registry.py: its ``timeline`` names it, "" for schedule.build's tables); the
+Each builder below is one record's (registry.py: its ``timeline`` names it, "" for tables.build's tables); the
 record names it, not holds it, so that the tables load only when a report draws them (tests/test_startup.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from meshplan.pipeline.registry import schedule_of, zero_bubble_h1
-from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.simulator import Timeline
 from meshplan.pipeline.zero_bubble import SplitTable
 
 Drawn = tuple[str, int, SplitTable, Timeline]  # (the name to show, chunks per rank, the table, its timeline)
@@ -58,6 +58,6 @@ BUILDERS: dict[str, Callable[[str, int, int, Sequence[float], Sequence[float]], 
 
 def split_timeline(schedule: str, pp: int, m: int, t_f: Sequence[float], t_b: Sequence[float]) -> Drawn | None:
     """(the name to show, chunks per rank, the table, its timeline) of ``schedule`` by its record's builder, or None
-    for a schedule of schedule.build's."""
+    for a schedule of tables.build's."""
     record = schedule_of(schedule)
     return BUILDERS[record.timeline](record.name, pp, m, t_f, t_b) if record.timeline else None

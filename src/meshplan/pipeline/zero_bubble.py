@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.simulator import Timeline
 
 SPLIT_KINDS = ("F", "B", "W")
 
@@ -46,7 +46,7 @@ SPLIT_KINDS = ("F", "B", "W")
 class SplitAction:
     """Forward ("F"), input gradient ("B") or weight gradient ("W") of micro-batch ``micro`` on rank ``stage``,
     through its model chunk ``chunk``: 0 for the one-chunk schedules here, 0 or 1 for zero_bubble_v.py's two-chunk
-    ones (schedule.Action's kinds are F and B only)."""
+    ones (tables.Action's kinds are F and B only)."""
 
     stage: int
     kind: str

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from meshplan.pipeline.schedule import Timeline
+from meshplan.pipeline.simulator import Timeline
 from meshplan.pipeline.zero_bubble import SplitAction, SplitTable, run_rows
 
 Place = tuple[int, int]  # (rank, chunk)

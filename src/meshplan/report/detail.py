@@ -5,7 +5,7 @@ each with its breakdown, memory and simulated pipeline timeline as the page's sc
 A timeline of every block can be long (2·m·v·p blocks: 5,120 for 64 micro-batches on 4 ranks with 10 chunks), so the
 plans past ``BLOCKS`` blocks in all keep their ranks' busy and idle intervals only (``compact_timeline``'s ``merged``:
 the idle intervals a chart 1,000 pixels wide shows), which is what a side-by-side comparison of bubbles needs. Those of
-a ``schedule.build`` table the page simulates itself when it first shows them (``replay_inputs``, templates/timeline.js:
+a ``tables.build`` table the page simulates itself when it first shows them (``replay_inputs``, templates/timeline.js:
 the same numbers), so that writing the report does not replay every plan's every action (issue 48).
 """
 
@@ -113,7 +113,7 @@ def page_data(plans: Sequence[Detailed], hbm: float, first: Sequence[int] = ()) 
 
 def _timeline(est: Estimate, budget: int) -> dict[str, Any]:
     """The plan's timeline with every block when the actions alone fit ``budget`` and the gaps do not push it over,
-    else merged; a merged one of a ``schedule.build`` table is left to the page's script (``replay_inputs``)."""
+    else merged; a merged one of a ``tables.build`` table is left to the page's script (``replay_inputs``)."""
     schedule, vpp, t_f, t_b = pipeline_times(est)
     p, m = est.plan.pp, est.plan.grad_accum
     if schedule_of(schedule).warmup and 2 * m * vpp * p > budget:  # build's table: one F and one B per (j, c)
@@ -127,13 +127,13 @@ def _timeline(est: Estimate, budget: int) -> dict[str, Any]:
 
 def replay_inputs(schedule: str, pp: int, m: int, vpp: int, times: tuple[Sequence[float], Sequence[float]]
                   ) -> dict[str, Any]:
-    """A merged timeline the page computes when it shows it (templates/timeline.js: ``schedule.build``,
-    ``schedule.simulate`` and ``compact_timeline(merged=True)`` in the same floating-point operations): its shape
+    """A merged timeline the page computes when it shows it (templates/timeline.js: ``tables.build``,
+    ``simulator.simulate`` and ``compact_timeline(merged=True)`` in the same floating-point operations): its shape
     and per-rank forward and backward times per micro-batch and chunk; the page adds unit, step, bubble and rows.
     Simulating every long timeline here took most of ``meshplan report``'s time (issue 48: 1.5 M actions at 256
     GPUs). ``group`` and ``warmup``: the table's N and each rank's warm-up, its schedule's record's
-    (schedule.warm_ups), so that the page's script knows no schedule by name."""
-    from meshplan.pipeline.schedule import warm_ups
+    (tables.warm_ups), so that the page's script knows no schedule by name."""
+    from meshplan.pipeline.tables import warm_ups
     n, warmup = warm_ups(schedule, pp, m, vpp)
     return {"pp": pp, "merged": True, "schedule": schedule, "micro_batches": m, "vpp": vpp,
             "replay": {"t_fwd": list(times[0]), "t_bwd": list(times[1]), "pixels": MERGED_PIXELS, "group": n,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from meshplan.mixed import MixedEstimate, runners
+from meshplan.derived.mixed import MixedEstimate, runners
 from meshplan.report.ranked_training import run_lengths
 from meshplan.units import fmt_bytes, fmt_count, fmt_time
 
@@ -14,7 +14,8 @@ LEGEND = ("layout: pipeline (the pipeline's stages over the pools, in the order 
           "replicas over the pools); pools: each pool's stages or replicas (x micro-batches each a step); layers: "
           "decoder layers per pipeline rank (N×k: k ranks of N; the stage DP on each rank's own GPUs); step: predicted "
           "step time; MFU: model FLOPs over the summed peak of every GPU; memory: each pool's peak per GPU; run by: "
-          "the framework presets that run the plan, or where none does, who does (meshplan/mixed.py MIXED_LAYOUTS)")
+          "the framework presets that run the plan, or where none does, who does "
+          "(meshplan/derived/mixed.py MIXED_LAYOUTS)")
 
 
 def _pools_cell(est: MixedEstimate) -> str:

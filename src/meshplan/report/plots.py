@@ -4,7 +4,7 @@ pipeline timeline and where each op sits under the roofline.
 Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no global state, no GUI
 backend), so it is safe in worker processes and servers; ``save`` writes it as PNG or SVG by suffix and
 ``svg_text`` returns it as an SVG string for the HTML report. Numbers come from an ``Estimate`` (estimate.py),
-the schedule simulator (schedule.py) or sweep rows (sweep.py); nothing here computes a cost of its own.
+the schedule simulator (pipeline/simulator.py) or sweep rows (sweep.py); nothing here computes a cost of its own.
 
     breakdown_figure(estimates)   step time per plan, stacked by component (compute, tp, bubble, dp …)
     memory_figure(estimates)      memory per GPU per plan, stacked by part, against the HBM capacity
@@ -218,7 +218,7 @@ def pipeline_times(est: Estimate) -> tuple[str, int, tuple[float, ...], tuple[fl
 
 
 def pipeline_run(est: Estimate) -> PipelineRun:
-    """Simulate ``est.plan``'s pipeline schedule (schedule.build / schedule.simulate; the split-backward and
+    """Simulate ``est.plan``'s pipeline schedule (tables.build / simulator.simulate; the split-backward and
     two-direction schedules' own tables: split_runs.py); the last few estimates' runs are kept (by identity:
     xp.recent), as the HTML report's comparison and its pipeline section both draw plan #1's.
 
@@ -235,7 +235,8 @@ _RUNS: list[tuple[tuple[object, ...], PipelineRun]] = []  # pipeline_run's last 
 
 
 def _simulated(est: Estimate) -> PipelineRun:
-    from meshplan.pipeline.schedule import build, simulate
+    from meshplan.pipeline.simulator import simulate
+    from meshplan.pipeline.tables import build
 
     plan, m = est.plan, est.plan.grad_accum
     schedule, vpp, t_f, t_b = pipeline_times(est)

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from meshplan.goodput import Goodput, Reliability, plan_goodput
+from meshplan.derived.goodput import Goodput, Reliability, plan_goodput
 from meshplan.pipeline.registry import schedule_of
 from meshplan.report import terms
 from meshplan.report.fold import Col, Listing
@@ -29,7 +29,7 @@ METRICS = ("step", "tokens/s", "MFU", "memory", "days", "cost")  # the columns a
 def training_cost(est: Estimate, tokens: float | None, price: float | None, rel: Reliability | None = None
                   ) -> dict[str, float]:
     """Days to train on ``tokens`` tokens and the cost at ``price`` per GPU-hour; with ``rel`` (--mtbf), the goodput
-    and the days with failures, checkpoints and restarts (goodput.py)."""
+    and the days with failures, checkpoints and restarts (derived/goodput.py)."""
     found = expected(est, rel)
     if found is not None and found.stalls:  # no progress: no finite time or cost (failures_text says why)
         return {"goodput": 0.0}
@@ -66,12 +66,12 @@ def step_text(est: Estimate) -> str:
 
 
 def expected(est: Estimate, rel: Reliability | None) -> Goodput | None:
-    """The plan's failure accounting under ``rel`` (goodput.py), None without one."""
+    """The plan's failure accounting under ``rel`` (derived/goodput.py), None without one."""
     return None if rel is None else plan_goodput(est, rel)
 
 
 def failures_text(est: Estimate, rel: Reliability) -> str:
-    """One paragraph on the plan's failure accounting (goodput.py), every assumption named."""
+    """One paragraph on the plan's failure accounting (derived/goodput.py), every assumption named."""
     g = plan_goodput(est, rel)
     if g.recovery == "replica":
         return (f"with failures (one interruption per {rel.mtbf_gpu_hours:,.0f} GPU-hours, --mtbf): on "

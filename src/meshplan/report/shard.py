@@ -166,7 +166,7 @@ def _summary_rows(result: Result, best: Any, sharding: Sharding) -> list[tuple[s
 def _pipelines(result: Result, console: Console) -> None:
     from rich.table import Table
 
-    table = Table(title="pipelines considered (1F1B, schedule.simulate)", title_justify="left")
+    table = Table(title="pipelines considered (1F1B, simulator.simulate)", title_justify="left")
     for col in ("stages", "GPUs/stage", "layers per stage", "step time", "bubble", "peak memory", "fits"):
         table.add_column(col)
     for p in result.pipelines:

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from meshplan.pipeline.schedule import Table, Timeline
+from meshplan.pipeline.simulator import Timeline
+from meshplan.pipeline.tables import Table
 from meshplan.pipeline.timelines import split_timeline
 
 
@@ -44,7 +45,7 @@ class PipelineRun:
 
 def split_run(schedule: str, pp: int, m: int, t_f: Sequence[float], t_b: Sequence[float]) -> PipelineRun | None:
     """The simulated table of ``schedule`` (F, B and W actions; B and W half the backward each where split), or None
-    for a schedule of schedule.build (pipeline/timelines.split_timeline)."""
+    for a schedule of tables.build (pipeline/timelines.split_timeline)."""
     t_f, t_b = tuple(t_f), tuple(t_b)
     found = split_timeline(schedule, pp, m, t_f, t_b)
     if found is None:

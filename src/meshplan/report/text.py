@@ -8,10 +8,10 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from meshplan.collectives.groups import axis_tiers
-from meshplan.energy import step_energy
+from meshplan.derived.energy import step_energy
+from meshplan.derived.goodput import Reliability, plan_goodput
 from meshplan.estimate import op_totals
 from meshplan.fields import MEMORY_HEADROOM, usable_hbm
-from meshplan.goodput import Reliability, plan_goodput
 from meshplan.pipeline.registry import schedule_of
 from meshplan.report import terms
 from meshplan.report.console import plain_console

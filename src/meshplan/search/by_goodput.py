@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from meshplan.derived.goodput import Reliability, goodput, plan_goodput, restart_goodput
 from meshplan.estimate import Estimate
-from meshplan.goodput import Reliability, goodput, plan_goodput, restart_goodput
 from meshplan.search.best import RANK_SLACK
 from meshplan.search.run import SearchResult
 from meshplan.search.select import LAZY_RANKING, by_time

@@ -1,4 +1,4 @@
-"""The search on a mixed cluster (issue 84 item 1; meshplan/mixed.py prices a plan on pools).
+"""The search on a mixed cluster (issue 84 item 1; meshplan/derived/mixed.py prices a plan on pools).
 
 In two levels, as Metis prunes its space (Um et al., ATC '24, §5: device groups first, then each group's plan):
 
@@ -25,10 +25,10 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from meshplan.derived.mixed import MixedEstimate, MixedPlan, mixed_estimate, problems, rank_clusters
 from meshplan.errors import SpecError
 from meshplan.estimate import Estimate, estimate
 from meshplan.fields import usable_hbm
-from meshplan.mixed import MixedEstimate, MixedPlan, mixed_estimate, problems, rank_clusters
 from meshplan.search.run import search
 from meshplan.search.space import Space
 from meshplan.search.stage_dp import Allowed, dp_kinds, stage_dp

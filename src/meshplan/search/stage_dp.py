@@ -287,7 +287,7 @@ def proposals(model: ModelSpec, clusters: Sequence[Cluster], plan: Plan, stack: 
 
 
 class Priced(Protocol):
-    """What the DP reads of a priced plan: an Estimate, or a mixed cluster's (meshplan/mixed.py)."""
+    """What the DP reads of a priced plan: an Estimate, or a mixed cluster's (meshplan/derived/mixed.py)."""
 
     @property
     def step_time(self) -> float: ...

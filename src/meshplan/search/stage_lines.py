@@ -11,7 +11,7 @@ with N of its layers fully recomputed (Megatron's block method) or offloaded mix
 recomputed (offloaded) slope, l − N at the plain one.
 
 Each rank is priced on its own cluster (``clusters``: one per rank), so the ranks of a pipeline laid over pools of
-different GPUs (meshplan/mixed.py) each take their pool's speed and memory.
+different GPUs (meshplan/derived/mixed.py) each take their pool's speed and memory.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ class Accelerator:
     num_sms: int = 132
     tdp_watts: float = 0.0
     # the board's draw while no kernel runs (nvidia-smi at 0 % utilisation), measured; 0 → specs/power.py's IDLE_SHARE
-    idle_watts: float = 0.0  # of tdp_watts (energy.py: a GPU waiting on a collective or in the bubble draws about this)
+    idle_watts: float = 0.0  # of tdp_watts (derived/energy.py: a GPU waiting on a collective or the bubble draws this)
     # measured best-shape GEMM efficiency ("maximum achievable matmul FLOPS" / dense peak) and the board power it
     # was measured at (efficiency.py); 0 → from its architecture and peak (architectures.matmul_rule)
     matmul_bf16: float = 0.0

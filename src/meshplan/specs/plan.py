@@ -114,7 +114,8 @@ class Plan:
     # transformer/pipeline_parallel_layer_layout.py; torchtitan's module_fqns_per_model_part), any count per rank,
     # summing to the layers (with vpp > 1 each a multiple of vpp, split evenly over the rank's chunks); () the even
     # split with first_stage_layers / last_stage_layers. Ranks on GPUs of different speed (a mixed cluster,
-    # meshplan/mixed.py) or holding different micro-batches in flight balance with uneven counts (Metis, HexiScale)
+    # meshplan/derived/mixed.py) or holding different micro-batches in flight balance with uneven counts (Metis,
+    # HexiScale)
     stage_layers: tuple[int, ...] = field(default=(), metadata=_opt(
         "per pipeline rank, comma-separated: its decoder layers (Megatron-Core's pipeline_model_parallel_layout)",
         default_help="an even split"))

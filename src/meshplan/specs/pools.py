@@ -4,9 +4,9 @@ ATC '24; HexiScale, Yan et al., arXiv 2409.01143; Sailor, Strati et al., SOSP '2
 
 A tensor-, context- or expert-parallel group never leaves a pool (an NVLink domain holds one kind of GPU); what
 crosses between pools is a pipeline's sends from a stage on one pool to the next on another, or the data-parallel
-collectives of replicas on different pools (meshplan/mixed.py prices both). Each GPU reaches the other pool through
-its own NICs, so a flow between pools runs at the slower end's share of the fabric: ``link_bandwidth`` per GPU, by
-default the smaller of the pools' scale-out bandwidths (both on one fabric), less where the pools are joined by a
+collectives of replicas on different pools (meshplan/derived/mixed.py prices both). Each GPU reaches the other pool
+through its own NICs, so a flow between pools runs at the slower end's share of the fabric: ``link_bandwidth`` per GPU,
+by default the smaller of the pools' scale-out bandwidths (both on one fabric), less where the pools are joined by a
 slower link (another building: give it).
 
 On the command line: ``--system h100:32,a100:32`` (preset:GPUs, comma-separated), or a TOML file with ``[[pools]]``

@@ -56,10 +56,10 @@ class Supports:
                                                                      "the weights (DeepSpeed)"})
     replica_recovery: bool = field(default=True, metadata={"help": "a failed data-parallel replica heals from a "
                                                                    "peer while the others train on (TorchFT: "
-                                                                   "goodput.py)"})
+                                                                   "derived/goodput.py)"})
     uneven_batch: bool = field(default=True, metadata={"help": "data-parallel replicas running different "
                                                                "micro-batch counts a step (a mixed cluster's batch "
-                                                               "shares, meshplan/mixed.py)"})
+                                                               "shares, meshplan/derived/mixed.py)"})
     stage_settings: bool = field(default=True, metadata={"help": "recompute and activation offload set per pipeline "
                                                                  "rank (Plan.stage_recompute, stage_offload)"})
     any_placement: bool = field(default=True, metadata={"help": "the axes in any order on the mesh (false: the "
