@@ -10,8 +10,14 @@ dtype bfloat16 (deepseek_v3/model.py, qwen3_moe/model.py, gpt_oss/model.py @0192
 configs' torch.optim.Adam keeps its moments in bf16 beside them and there is no fp32 master copy
 (``Stack.master_weights`` False, cost/model_states.optimizer_bytes); FSDP2 (components/moe/parallelizer.py apply_fsdp:
 MixedPrecisionPolicy param bf16, reduce fp32) reduces in fp32 and casts each reduced shard back to the bf16
-parameter. The framework text of these rows names the expert-parallel path ("+ EP", DeepEP); its dense rows (Llama 3
-70B through transformers) keep the generic FSDP2 profile.
+parameter. Their experts dispatch through DeepEP's normal kernels (``Stack.moe_dispatcher`` "flex", ``flex_backend``
+"deepep"): every config sets backend.enable_deepep true, which builds components/moe/layers.py GroupedExpertsDeepEP
+and its MoEFlexTokenDispatcher (components/moe/megatron/token_dispatcher.py), whose fused_dispatch / fused_combine
+(components/moe/megatron/fused_a2a.py @01926a5c) call deep_ep Buffer.dispatch / combine, the normal (not
+low-latency) kernels that cross the network once per node a token hits (collectives/dispatch.py), with
+async_finish=False: the exchange waits on the compute stream, exposed (``overlap_ep`` False). The framework text of
+these rows names the expert-parallel path ("+ EP", DeepEP); its dense rows (Llama 3 70B through transformers) keep the
+generic FSDP2 profile.
 """
 
 from __future__ import annotations
@@ -19,4 +25,5 @@ from __future__ import annotations
 AUTOMODEL_MOE = r"automodel.*(?:\+ ?ep\b|deepep)"
 AUTOMODEL_MOE_WHY = ("NeMo AutoModel's own MoE models (DeepSeek-V3, Kimi K2, Qwen3 MoE, gpt-oss): FSDP2 with expert "
                      "parallelism, the model cast to bf16 by initialize_weights (no fp32 master copy; Adam's moments "
-                     "in bf16), gradients reduced in fp32 and kept in bf16 (source_automodel.py)")
+                     "in bf16), gradients reduced in fp32 and kept in bf16, tokens dispatched by DeepEP's "
+                     "forwarding kernels (source_automodel.py)")
