@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from meshplan.collectives.comm import Collective
-from meshplan.collectives.dispatch import dispatch_time, forwarded_time, node_miss
+from meshplan.collectives.dispatch import dispatch_time, forwarded_time, node_hit, node_miss
 from meshplan.collectives.price import collective_time
 from meshplan.serve.engine import load_engine
 from meshplan.serve.metrics import Setting
@@ -39,6 +39,17 @@ def test_a_token_misses_a_node_with_the_hypergeometric_zero_term():
     assert node_miss(E, K, 64) == pytest.approx(0.0964, abs=1e-4)
     assert node_miss(E, K, E) == 0.0
     assert node_miss(E, K, 1) == pytest.approx(1 - 8 / 256)
+
+
+def test_contiguous_routing_hits_the_nodes_its_k_experts_in_a_row_span():
+    """k = 8 experts in a row from a multiple of 8 (AutoModel's FakeBalancedGate): on nodes of 32 experts each they
+    sit on one of the 8 nodes, 32/256 = 1/8 a node, against 1 − 0.33 = 0.66 for a uniform router; on nodes of 4 they
+    span 2 of the 64, 8/256 a node; on one node of all 256, always hit."""
+    assert node_hit(E, K, 32, "contiguous") == pytest.approx(1 / 8)
+    assert node_hit(E, K, 32) == pytest.approx(1 - np.prod([(224 - j) / (256 - j) for j in range(8)]))
+    assert node_hit(E, K, 32) == pytest.approx(0.662, abs=1e-3)
+    assert node_hit(E, K, 4, "contiguous") * (E / 4) == pytest.approx(2.0)  # nodes a token hits
+    assert node_hit(E, K, E, "contiguous") == 1.0
 
 
 def test_forwarding_sends_a_token_once_to_each_node_it_hits():

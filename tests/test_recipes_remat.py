@@ -100,23 +100,34 @@ def test_megatron_llamas_unstated_layout_is_its_13b_launch_scripts():
     assert not estimate(case.model, case.cluster, whole, case.stack).fits
 
 
+
 def test_automodels_moe_runs_dispatch_through_deepeps_forwarding_kernels():
     """enable_deepep (every AutoModel MoE benchmark config @01926a5c): GroupedExpertsDeepEP's flex dispatcher calls
-    DeepEP's normal kernels, which cross the network once per node a token hits. DeepSeek-V3 over 256 H100s, EP 64
-    over 8 nodes of 32 experts each: a micro-batch's 4,096 tokens of 7,168 bf16 values (58.7 MB) reach
-    7 × (1 − Π_{j<8} (224 − j)/(256 − j)) = 7 × 0.662 = 4.63 other nodes at DeepEP's 8-node NIC rate, 0.884 x 50 GB/s:
-    6.15 ms + 7 × 3 + 7 × 5 µs latency = 6.21 ms a dispatch, against the plain all-to-all's 8 copies
-    × 56/64 over the network, 411 MB / 45 GB/s = 9.13 ms + latency."""
+    DeepEP's normal kernels, which cross the network once per node a token hits; fake_balanced_gate: token i's 8
+    experts are 8i .. 8i + 7 mod 256, all on one node of 32. DeepSeek-V3 over 256 H100s, EP 64 over 8 nodes: a
+    micro-batch's 4,096 tokens of 7,168 bf16 values (58.7 MB) reach 7 × 32/256 = 0.875 other nodes at DeepEP's 8-node
+    NIC rate, 0.884 x 50 GB/s: 1.16 ms + 7 × 3 + 7 × 5 µs latency = 1.22 ms a dispatch (NVLink's fan-out of 411 MB at
+    360 GB/s, 1.14 ms, beside it), where a uniform router's 7 × (1 − Π_{j<8} (224 − j)/(256 − j)) = 4.63 other nodes
+    take 6.21 ms, and the plain all-to-all's 8 copies × 56/64, 411 MB / 45 GB/s = 9.13 ms."""
     from meshplan.collectives.dispatch import node_miss  # noqa: PLC0415
     from meshplan_validation.records import read_runs  # noqa: PLC0415
 
     run = next(r for r in read_runs("benchmarks/data/independent_runs.jsonl")
                if r["id"] == "automodel-deepseek-v3-671b-256")
     case = map_run(run)
-    assert (case.stack.moe_dispatcher, case.stack.flex_backend, case.stack.overlap_ep) == ("flex", "deepep", False)
-    est = estimate(case.model, case.cluster, case.plan, case.stack, case.efficiency(DEFAULT))
-    dispatch = next(o for o in est.ops if o.name == "moe/dispatch" and o.phase == "fwd")
+    stack = case.stack
+    assert (stack.moe_dispatcher, stack.flex_backend, stack.moe_routing, stack.overlap_ep) == (
+        "flex", "deepep", "contiguous", False)
+    latency = 7 * 3e-6 + 7 * 5e-6
+    token_set = 4096 * 7168 * 2
+    seconds = {}
+    for routing in ("contiguous", "uniform"):
+        est = estimate(case.model, case.cluster, case.plan, replace(stack, moe_routing=routing),
+                       case.efficiency(DEFAULT))
+        seconds[routing] = next(o for o in est.ops if o.name == "moe/dispatch" and o.phase == "fwd").seconds
+    assert seconds["contiguous"] == pytest.approx(token_set * 7 * 32 / 256 / (0.884 * 50e9) + latency)
+    assert seconds["contiguous"] == pytest.approx(1.218e-3, rel=1e-3)
     crossings = 7 * (1 - node_miss(256, 8, 32))
     assert crossings == pytest.approx(4.633, abs=1e-3)
-    assert dispatch.seconds == pytest.approx(4096 * 7168 * 2 * crossings / (0.884 * 50e9) + 7 * 3e-6 + 7 * 5e-6)
-    assert dispatch.seconds < 4096 * 8 * 7168 * 2 * 56 / 64 / 45e9  # the plain all-to-all's network time
+    assert seconds["uniform"] == pytest.approx(token_set * crossings / (0.884 * 50e9) + latency)
+    assert seconds["uniform"] < token_set * 8 * 56 / 64 / 45e9  # the plain all-to-all's network time

@@ -15,7 +15,12 @@ parameter. Their experts dispatch through DeepEP's normal kernels (``Stack.moe_d
 and its MoEFlexTokenDispatcher (components/moe/megatron/token_dispatcher.py), whose fused_dispatch / fused_combine
 (components/moe/megatron/fused_a2a.py @01926a5c) call deep_ep Buffer.dispatch / combine, the normal (not
 low-latency) kernels that cross the network once per node a token hits (collectives/dispatch.py), with
-async_finish=False: the exchange waits on the compute stream, exposed (``overlap_ep`` False). The framework text of
+async_finish=False: the exchange waits on the compute stream, exposed (``overlap_ep`` False). Every config sets
+backend.fake_balanced_gate true ("Fake balanced gate is enabled to simulate ideal expert routing", the summary's
+notes): components/moe/layers.py FakeBalancedGate routes token i to experts (i·k + j) mod E, j < k, k experts in a
+row, which EP's even split puts on one node where a node holds k or more of them (``Stack.moe_routing``
+"contiguous", collectives/dispatch.node_hit): a token crosses the network to one node, not to the 4.6 of 7 other
+nodes a uniform router's top-8 of 256 hits over 8 nodes. The framework text of
 these rows names the expert-parallel path ("+ EP", DeepEP); its dense rows (Llama 3 70B through transformers) keep the
 generic FSDP2 profile.
 """
@@ -26,4 +31,5 @@ AUTOMODEL_MOE = r"automodel.*(?:\+ ?ep\b|deepep)"
 AUTOMODEL_MOE_WHY = ("NeMo AutoModel's own MoE models (DeepSeek-V3, Kimi K2, Qwen3 MoE, gpt-oss): FSDP2 with expert "
                      "parallelism, the model cast to bf16 by initialize_weights (no fp32 master copy; Adam's moments "
                      "in bf16), gradients reduced in fp32 and kept in bf16, tokens dispatched by DeepEP's "
-                     "forwarding kernels (source_automodel.py)")
+                     "forwarding kernels, each to the one node its fake balanced gate's k experts sit on "
+                     "(source_automodel.py)")

@@ -354,7 +354,8 @@ SOURCES: tuple[SourceDefaults, ...] = (
                                  cross_entropy="gathered_bf16", attention_kernel="fused", projections="separate",
                                  drained_passes="both", replicated_embedding=True)),
     replace(pytorch_fsdp("NeMo AutoModel MoE", AUTOMODEL_MOE, "fsdp2", 4, AUTOMODEL_MOE_WHY),
-            stack=SDPA_ERA.with_(fsdp="fsdp2", master_weights=False, moe_dispatcher="flex", flex_backend="deepep")),
+            stack=SDPA_ERA.with_(fsdp="fsdp2", master_weights=False, moe_dispatcher="flex", flex_backend="deepep",
+                                 moe_routing="contiguous")),
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),

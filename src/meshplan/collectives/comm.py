@@ -69,6 +69,7 @@ class Collective:
     copies: int = 1
     experts: Num = 0.0
     backend: str = "deepep"  # the forwarding kernels, each priced at its own measured rate (Stack.flex_backend)
+    routing: str = "uniform"  # how the router spreads a token's k experts (Stack.moe_routing; dispatch.node_hit)
 
 
 @overload

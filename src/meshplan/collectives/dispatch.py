@@ -86,6 +86,16 @@ def node_miss(experts: Num, copies: int, per_node: Num) -> Num:
     return miss
 
 
+def node_hit(experts: Num, copies: int, per_node: Num, routing: str = "uniform") -> Num:
+    """Probability that a token's ``copies`` experts hit one given node of ``per_node`` experts: uniform routing
+    1 − node_miss; contiguous routing (k consecutive experts from a multiple of k: NeMo AutoModel's FakeBalancedGate,
+    components/moe/layers.py @01926a5c, token i's experts (i·k + j) mod E) hits max(m, k)/m aligned nodes of the
+    E/m, each with probability max(m, k)/E (one node where m ≥ k)."""
+    if routing == "contiguous":
+        return minimum(1.0, maximum(per_node, float(copies)) / experts)
+    return 1.0 - node_miss(experts, copies, per_node)
+
+
 def forwarded_time(c: Collective, layout: Layout, cluster: Cluster, eff: Efficiency = DEFAULT) -> Num:
     """Seconds of a dispatch (or combine) ``c`` whose tokens cross each tier beyond the node once per node they hit
     (module docstring): ``c.nbytes`` the bytes of every copy one GPU sends, as the plain all-to-all's, ``c.copies``
@@ -101,7 +111,7 @@ def forwarded_split(c: Collective, parts: list[Num], cluster: Cluster, eff: Effi
     nbytes, copies, experts, group = c.nbytes, c.copies, c.experts, c.group
     node = parts[0]
     token = nbytes / copies
-    hit = 1.0 - node_miss(experts, copies, experts * node / group)
+    hit = node_hit(experts, copies, experts * node / group, c.routing)
     slowest: Num = nbytes * (node - 1) / node / bandwidths[0]
     latency: Num = (node - 1) * tiers[0].latency
     inner: Num = node

@@ -107,7 +107,7 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
                 op = collective(name, phase, "all_to_all", sent, "ep", plan.ep)
                 if forwards and op.collective is not None:
                     op = replace(op, collective=replace(op.collective, copies=int(k), experts=model.num_experts,
-                                                        backend=d.stack.flex_backend))
+                                                        backend=d.stack.flex_backend, routing=d.stack.moe_routing))
                 ops.append(op)
         ops.append(collective("moe/etp_gather", "fwd", "all_gather", rows * h * a, "etp", plan.etp))
         ops.append(collective("moe/etp_scatter", "fwd", "reduce_scatter", rows * h * a, "etp", plan.etp))

@@ -9,8 +9,7 @@ what the framework does (its arguments' defaults, its recipes, its code at a sta
 the fields and never a framework's name.
 
 ``Stack()`` is meshplan's neutral default ("generic"): Megatron-style fused kernels, the data-parallel collectives
-overlapped with the backward pass, nothing else overlapped.
-"""
+overlapped with the backward pass, nothing else overlapped."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ FP8_SCALING, PROJECTIONS, OPTIMIZER_WRAPPERS = (variants.FP8_SCALING_NAMES, vari
                                                 variants.WRAPPER_NAMES)
 PIPELINE_RUNTIMES, CP_COMM = variants.names_of("pipeline_runtime"), variants.names_of("cp_comm")
 MOE_PERMUTE, MOE_DISPATCHER = variants.names_of("moe_permute"), variants.names_of("moe_dispatcher")
-FLEX_BACKENDS = variants.names_of("flex_backend")
+FLEX_BACKENDS, MOE_ROUTING = variants.names_of("flex_backend"), ("uniform", "contiguous")  # Stack.moe_routing
 DRAINED_PASSES = ("none", "forward", "both", "layers")  # Stack.drained_passes: which passes start drained
 
 def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
@@ -61,8 +60,7 @@ class Stack:
     name: str = field(default="generic", compare=False)
     version: str = field(default="", compare=False)
     source: str = field(default="", compare=False)
-    # the family of frameworks it belongs to (megatron, deepspeed, pytorch ...): a label the error bands group
-    # measured runs by (specs/regime.py); empty: the stack's own name
+    # its frameworks' family (megatron, deepspeed, pytorch ...): the error bands' label (specs/regime.py); "": name
     family: str = field(default="", compare=False)
     # ---- kernels --------------------------------------------------------------------------------------------
     flash_attention: bool = _flag(True, "a fused (flash) attention kernel; false: the unfused softmax attention")
@@ -106,6 +104,8 @@ class Stack:
         "deepep", FLEX_BACKENDS, "the flex dispatcher's kernels (--moe-flex-dispatcher-backend), each priced at its "
         "own measured cross-node rate: deepep (DeepEP's normal kernels) or hybridep (NVIDIA's HybridEP); read only "
         "with moe_dispatcher flex")
+    moe_routing: str = _choice("uniform", MOE_ROUTING, "a token's k experts over the flex dispatch's nodes: uniform or "
+                               "contiguous (k in a row: AutoModel's FakeBalancedGate; collectives/dispatch.node_hit)")
     train_metrics: int = field(default=0, metadata={"help": "metric cross-entropies the trainer evaluates over each "
                                                             "micro-batch's logits (Composer's MPT: 2)"})
     vocab_multiple: int = field(default=1, metadata={
