@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from meshplan.collectives.comm import Collective
-from meshplan.collectives.dispatch import dispatch_time, forwarded_time, node_hit, node_miss
+from meshplan.collectives.dispatch import dispatch_time, forwarded_time, node_hit, node_miss, rank_copies
 from meshplan.collectives.price import collective_time
 from meshplan.serve.engine import load_engine
 from meshplan.serve.metrics import Setting
@@ -50,6 +50,14 @@ def test_contiguous_routing_hits_the_nodes_its_k_experts_in_a_row_span():
     assert node_hit(E, K, 32) == pytest.approx(0.662, abs=1e-3)
     assert node_hit(E, K, 4, "contiguous") * (E / 4) == pytest.approx(2.0)  # nodes a token hits
     assert node_hit(E, K, E, "contiguous") == 1.0
+
+
+def test_nvlink_carries_one_copy_a_rank_under_contiguous_routing():
+    """DeepEP sends a token once to each rank holding its experts: 8 experts in a row on ranks of 16 (Qwen3-30B's 128
+    over EP 8) sit on one rank, on ranks of 4 (DeepSeek-V3's 256 over EP 64) on 2; uniform routing keeps all 8."""
+    assert rank_copies(128, 8, 16, "contiguous") == 1.0
+    assert rank_copies(E, K, 4, "contiguous") == 2.0
+    assert rank_copies(E, K, 4) == 8.0
 
 
 def test_forwarding_sends_a_token_once_to_each_node_it_hits():

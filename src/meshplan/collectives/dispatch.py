@@ -15,7 +15,8 @@ misses it with probability C(E − m, k)/C(E, k) = Π_{j<k} (E − m − j)/(E �
 traffic that leaves through tier i ≥ 1 is one token's bytes per node it hits among the (outer − inner)/g_0 nodes
 inside its tier-i block but outside its tier-(i−1) block, where the plain all-to-all sends n·(outer − inner)/g, n the
 bytes of all k copies; through tier 0 goes every copy that lands on another GPU of its node, the sender's node and
-the forwarding ones alike: n·(g_0 − 1)/g_0. The tiers run concurrently (the slowest sets the time), with the
+the forwarding ones alike: n·(g_0 − 1)/g_0 (under contiguous routing the one copy a token sends each rank that
+holds its experts: rank_copies). The tiers run concurrently (the slowest sets the time), with the
 all-to-all's latency, Σ_i (g_i − 1)·α_i. Routing is taken as uniform, as serve/moe.py takes it: DeepSeek-V3's
 group-limited routing (a token's experts in 4 of 8 groups) hits fewer nodes still.
 
@@ -96,6 +97,15 @@ def node_hit(experts: Num, copies: int, per_node: Num, routing: str = "uniform")
     return 1.0 - node_miss(experts, copies, per_node)
 
 
+def rank_copies(experts: Num, copies: int, per_rank: Num, routing: str = "uniform") -> Num:
+    """The copies of a token NVLink carries: DeepEP sends a token once to each rank that holds one of its experts
+    (deep_ep Buffer.dispatch's is_token_in_rank, one row a token and rank), max(1, k/r) ranks of r experts under
+    contiguous routing; under uniform routing every copy, k (a token's experts seldom share a rank when E/g ≪ E/k)."""
+    if routing == "contiguous":
+        return maximum(1.0, copies / per_rank)
+    return float(copies)
+
+
 def forwarded_time(c: Collective, layout: Layout, cluster: Cluster, eff: Efficiency = DEFAULT) -> Num:
     """Seconds of a dispatch (or combine) ``c`` whose tokens cross each tier beyond the node once per node they hit
     (module docstring): ``c.nbytes`` the bytes of every copy one GPU sends, as the plain all-to-all's, ``c.copies``
@@ -112,7 +122,8 @@ def forwarded_split(c: Collective, parts: list[Num], cluster: Cluster, eff: Effi
     node = parts[0]
     token = nbytes / copies
     hit = node_hit(experts, copies, experts * node / group, c.routing)
-    slowest: Num = nbytes * (node - 1) / node / bandwidths[0]
+    fanned = rank_copies(experts, copies, experts / group, c.routing) / copies  # of the k copies, over NVLink
+    slowest: Num = nbytes * fanned * (node - 1) / node / bandwidths[0]
     latency: Num = (node - 1) * tiers[0].latency
     inner: Num = node
     for g, b, tier in zip(parts[1:], bandwidths[1:], tiers[1:], strict=True):
