@@ -33,3 +33,6 @@ AUTOMODEL_MOE_WHY = ("NeMo AutoModel's own MoE models (DeepSeek-V3, Kimi K2, Qwe
                      "in bf16), gradients reduced in fp32 and kept in bf16, tokens dispatched by DeepEP's "
                      "forwarding kernels, each to the one node its fake balanced gate's k experts sit on "
                      "(source_automodel.py)")
+# the Stack fields the module docstring gives, over the SDPA-era PyTorch profile (sources.py)
+AUTOMODEL_MOE_STACK = {"fsdp": "fsdp2", "master_weights": False, "moe_dispatcher": "flex", "flex_backend": "deepep",
+                       "moe_routing": "contiguous"}

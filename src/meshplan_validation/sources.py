@@ -13,7 +13,7 @@ from typing import Any
 from meshplan.cost.wrappers import DEEPSPEED_FP16
 from meshplan.specs.allreduce_table import AllReduceTable
 from meshplan.specs.stack import Stack, load_stack
-from meshplan_validation.source_automodel import AUTOMODEL_MOE, AUTOMODEL_MOE_WHY
+from meshplan_validation.source_automodel import AUTOMODEL_MOE, AUTOMODEL_MOE_STACK, AUTOMODEL_MOE_WHY
 from meshplan_validation.source_megatron_jan2021 import JAN2021_RUNTIME, JAN2021_SOURCE, JAN2021_WHY
 from meshplan_validation.source_vtrain import VTRAIN_ALLREDUCE, VTRAIN_STACK, VTRAIN_WHY
 
@@ -354,8 +354,7 @@ SOURCES: tuple[SourceDefaults, ...] = (
                                  cross_entropy="gathered_bf16", attention_kernel="fused", projections="separate",
                                  drained_passes="both", replicated_embedding=True)),
     replace(pytorch_fsdp("NeMo AutoModel MoE", AUTOMODEL_MOE, "fsdp2", 4, AUTOMODEL_MOE_WHY),
-            stack=SDPA_ERA.with_(fsdp="fsdp2", master_weights=False, moe_dispatcher="flex", flex_backend="deepep",
-                                 moe_routing="contiguous")),
+            stack=SDPA_ERA.with_(**AUTOMODEL_MOE_STACK)),
     pytorch_fsdp("PyTorch FSDP2", r"^(?!.*megatron).*(?:fsdp2|fully[-_ ]shard|automodel)", "fsdp2", 4,
                  "PyTorch-native FSDP2 trainers (fully_shard; NeMo AutoModel, torchtitan-style stacks): gradients "
                  "reduced in fp32 (MixedPrecisionPolicy reduce_dtype float32, as torchtitan)"),
