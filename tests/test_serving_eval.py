@@ -162,7 +162,7 @@ def test_a_result_carries_the_architecture_and_engine_it_was_priced_with():
 
 def test_a_static_batch_that_overflows_its_kv_cache_reads_its_latency_as_the_whole_batch():
     """LLM-Inference-Bench times vLLM's benchmark_latency.py: one llm.generate of all B prompts
-    (serving_eval.STATIC_LATENCY). Llama 2 70B on one MI300X, B = 256 at 512 tokens in and out: the KV cache holds
+    (serving_eval._predict). Llama 2 70B on one MI300X, B = 256 at 512 tokens in and out: the KV cache holds
     C = 133 sequences to their last token, so the batch runs as a wave of 133 and one of 123 (serve/metrics.py
     _static), and its latency is the two waves', B / (requests/s) = 661 s, where the mean request's TTFT + 511 TPOT
     is 499 s (measured: 845 s). At 256 tokens in and out C = 267 >= B: one wave, and the two are the same 283 s."""

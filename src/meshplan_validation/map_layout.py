@@ -30,16 +30,10 @@ def parallel_sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str]
     unstated or its product with tp, pp and cp is not the GPU count (said); ep as the stack implies, etp for
     expert-parallel MoE as the stack's default (``SourceDefaults.expert_tp_is_tp``)."""
     tp, pp, cp = (positive_int(p.get(k)) or 1 for k in ("tp", "pp", "cp"))
-    if positive_int(p.get("tp")) is None and p.get("sequence_parallel") is True:
-        tp = math.gcd(SEQUENCE_PARALLEL_TP, n)
+    if positive_int(p.get("tp")) is None and (unstated := _unstated_tp(p, n, src)):
+        tp, why = unstated
         p = p | {"tp": tp}
-        notes.append(f"tp {tp} (not stated; sequence parallelism is stated, which runs over the tensor-parallel "
-                     f"group: Korthikanti et al. 2022 run it at t = {SEQUENCE_PARALLEL_TP}, one DGX node, on every "
-                     "model of their Table 3)")
-    elif positive_int(p.get("tp")) is None and src.launch[0] > 1 and n % src.launch[0] == 0:
-        tp = src.launch[0]
-        p = p | {"tp": tp}
-        notes.append(f"tp {tp} (not stated; {src.name}'s default)")
+        notes.append(f"tp {tp} (not stated; {why})")
     notes += unstated_model_parallel(p, n)
     dp = positive_int(p.get("dp"))
     if n % (tp * pp * cp):
@@ -57,6 +51,19 @@ def parallel_sizes(p: dict[str, Any], model: ModelSpec, n: int, notes: list[str]
     if etp is None:
         etp = _unstated_etp(model, ep, tp, src, notes)
     return dp, tp, pp, cp, ep, etp
+
+
+def _unstated_tp(p: dict[str, Any], n: int, src: SourceDefaults) -> tuple[int, str] | None:
+    """The TP size of a record that states none, with why, where its stated sequence parallelism or its source's
+    launch script gives one (``SourceDefaults.launch``); None: 1, as unstated."""
+    if p.get("sequence_parallel") is True:
+        return math.gcd(SEQUENCE_PARALLEL_TP, n), ("sequence parallelism is stated, which runs over the "
+                                                  "tensor-parallel group: Korthikanti et al. 2022 run it at t = "
+                                                  f"{SEQUENCE_PARALLEL_TP}, one DGX node, on every model of their "
+                                                  "Table 3")
+    if src.launch[0] > 1 and n % src.launch[0] == 0:
+        return src.launch[0], f"{src.name}'s default"
+    return None
 
 
 def _unstated_ep(model: ModelSpec, dp: int, framework: str, notes: list[str]) -> int:

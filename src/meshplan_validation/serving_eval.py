@@ -167,21 +167,19 @@ def _predict(case: ServingCase, eff: ServeEfficiency) -> tuple[dict[str, float],
         ttft = max(ttft, burst_ttft) + (waves - 1) / 2 * float(m.e2e)
         tpot = (first * burst_itl + (n - first) * tpot) / n
     e2e = float(m.e2e)
-    if case.mode == "static":  # a static batch's latency is its wall time, the batch over its request rate
-        e2e = batch / float(m.requests_per_s)  # (see STATIC_LATENCY)
+    # A static batch's latency (scenario "latency") is the wall time of the whole batch: vLLM's own
+    # benchmark_latency.py (vllm-project/vllm), which LLM-Inference-Bench runs, times run_to_completion as
+    # time.perf_counter() around one llm.generate of all batch_size prompts. While the KV cache holds the batch every
+    # request ends with it (the mean request's TTFT + (O - 1) TPOT); a batch that overflows it runs in waves
+    # (serve/metrics.py _static) and the later waves end after the mean request does: B requests over their rate.
+    if case.mode == "static":
+        e2e = batch / float(m.requests_per_s)
     out = {"output_tokens_per_s": tokens, "output_tokens_per_s_per_gpu": tokens / gpus,
            "total_tokens_per_s": float(m.requests_per_s) * (case.workload.input_len + case.workload.output_len),
            "requests_per_s": float(m.requests_per_s), "ttft_ms": 1e3 * ttft, "itl_ms": 1e3 * tpot,
            "tpot_ms": 1e3 * tpot, "e2e_latency_ms": 1e3 * e2e}
     return out, batch
 
-
-# A static batch's latency (scenario "latency") is the wall time of the whole batch: vLLM's own benchmark_latency.py
-# (vllm-project/vllm), which LLM-Inference-Bench runs, times run_to_completion as time.perf_counter() around one
-# llm.generate of all batch_size prompts. While the KV cache holds the batch every request ends with it and
-# that is the mean request's TTFT + (O - 1) TPOT; a batch that overflows it runs in waves (serve/metrics.py _static)
-# and the later waves end after the mean request does: the batch's B requests over the request rate priced for them.
-STATIC_LATENCY = "the whole batch's wall time (vllm-project/vllm benchmark_latency.py run_to_completion)"
 
 # benchmarks/measure/serve_load_published.py's seeds: one 500-request sample's mean gap strays 4.5 % from 1/rate
 TRANSIENT_SEEDS = (0, 1, 2, 3, 4)
