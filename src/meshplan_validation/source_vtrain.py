@@ -19,8 +19,11 @@ benchmarks/measure/small_work_graph.py; data/measured/2026-11-29-vtrain-release-
   forward, recompute and backward (2.66 ms): three passes' work, not four.
 - Each transformer layer's two forward and two backward TP all-reduces are CommNodes on the rank's stream after the
   layer's traced kernels (_add_tp_communication): they add to the layer's time, whatever the host did
-  (blocking_collectives), and no collective call is in the trace (collective_host 0). None for the embedding, the
-  logits or the loss.
+  (blocking_collectives), and no collective call is in the trace. collective_host 0 states no cost of its own, and
+  HostCost.per_call then charges each call a kernel's host time (host_dispatch, as for any stack that states none):
+  4 x 38.4 us a layer the trace does not hold. Left at that default, not chosen: pricing no host time for them reads
+  worse (median 3.3 -> 3.9 %, tp 8 -12.7 -> -16.3 % signed; variant B of
+  data/measured/2026-12-01-vtrain-tp-errors.md). None for the embedding, the logits or the loss.
 - Every traced pass priced from an empty queue (drained_passes "layers"), a choice made with the released runs in
   view and registered as such (fitted.py "vTrain passes from an empty queue": out of source it takes "none"). What the
   code shows: the profiled step (src/trainer.py modify_functions) calls the profiler's ``timestamp`` at every
@@ -54,7 +57,7 @@ from meshplan.specs.stack import load_stack
 
 VTRAIN_TENSOR = 0.0  # WU nodes: apex FusedAdam's kernels, no per-tensor host loop
 VTRAIN_MICROBATCH = 0.0  # the causal mask is GPU work outside the traced modules
-VTRAIN_COLLECTIVE_HOST = 0.0  # the traces hold no collective call: the TP all-reduces are the graph's CommNodes
+VTRAIN_COLLECTIVE_HOST = 0.0  # unstated: each TP all-reduce at host_dispatch (HostCost.per_call; docstring above)
 VTRAIN_VOCAB = 1  # no vocabulary padding: vocab_size // tp rows a rank (SourceDefaults.vocab_floor)
 
 VTRAIN_LUT = Path(__file__).resolve().parents[2] / "data" / "measured" / "2026-11-29-vtrain-a100-allreduce.csv"
