@@ -214,17 +214,19 @@ def _issued(ops: list[OpCost], host: HostCost, count_of: Callable[[OpCost], Num]
     count: dict[str, Num] = {"f": 0.0, "b": 0.0}
     cost: dict[str, Num] = {"f": 0.0, "b": 0.0}  # the launches' host seconds (``per_launch``)
     hooks: dict[str, Num] = {"f": 0.0, "b": 0.0}  # what the records' Python costs beyond their launches (op.host)
+    per = (host.per_call(False), host.per_call(True))  # ``per_launch``'s two numbers: a kernel's, a collective call's
+    alike = count_of is launches
     for op in ops:
         ph = "f" if op.phase == "fwd" else "b"
-        m = _alike(op, count[ph], cost[ph]) if count_of is launches else None
+        m = _alike(op, count[ph], cost[ph]) if alike else None
         if m is None:
             n = count_of(op)
-            count[ph], cost[ph] = count[ph] + n, cost[ph] + n * per_launch(op, host)
+            count[ph], cost[ph] = count[ph] + n, cost[ph] + n * per[op.collective is not None]
         else:  # into the sums in place: arrays this loop made (its first op's sum is a new array)
             c, k = cast(np.ndarray, count[ph]), cast(np.ndarray, cost[ph])  # arrays (_alike's test)
             np.add(c, m, out=c)
-            np.add(k, m * per_launch(op, host), out=k)
-        if hosted(op):
+            np.add(k, m * per[op.collective is not None], out=k)
+        if not (type(op.host) is float and op.host == 0.0):  # ``hosted(op)``
             hooks[ph] = hooks[ph] + op.host
     for sums in (count, cost, hooks):  # kept: no caller may change them in place
         for v in sums.values():

@@ -43,18 +43,32 @@ def saved_bytes(ops: list[OpCost], recompute: str = "none", modules: tuple[str, 
     return sum((op.saved for op, keep in zip(ops, kept, strict=True) if op.phase == "fwd" and keep), 0.0)
 
 
-def _layer(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: str, eff: Efficiency = DEFAULT
-           ) -> PassTimes:
-    """The average layer: each kind's pass times weighted by its share of the layers."""
+def _layer(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: str, eff: Efficiency = DEFAULT,
+           met: dict[tuple[str, str, bool], PassTimes] | None = None) -> PassTimes:
+    """The average layer: each kind's pass times weighted by its share of the layers (``met``: ``_kind``'s)."""
     kinds = list(kind_fractions(model).items())
+    met = {} if met is None else met
     if len(kinds) == 1:
-        return pass_times(parts.ops[kinds[0][0]], parts.times[kinds[0][0]], plan, stack, recompute, eff, True)
+        return _kind(plan, stack, parts, kinds[0][0], recompute, eff, True, met)
     layer: PassTimes | None = None
     for kind, f in kinds:
-        times = pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff, True).scaled(f)
+        times = _kind(plan, stack, parts, kind, recompute, eff, True, met).scaled(f)
         layer = times if layer is None else layer.plus(times)
     assert layer is not None  # kinds holds at least one kind
     return layer
+
+
+def _kind(plan: Plan, stack: Stack, parts: Parts, kind: str, recompute: str, eff: Efficiency, region: bool,
+          met: dict[tuple[str, str, bool], PassTimes]) -> PassTimes:
+    """``pass_times`` of one layer of ``kind`` (``region``: as a torch.compile region), kept in ``met`` by kind,
+    recompute mode and ``region`` where ``pass_times`` reads it (only a compiled stack's host pays per region:
+    host.host_idle's ``region and host.compiled``, HostCost.compiled being Stack.compiled): a multi-token-prediction
+    depth's layer (``_head_and_mtp``) is priced as the layers of its kind are, the same records and times, so it takes
+    their pass times, the same numbers (DeepSeek-V3's search: 55 of its 339 calls)."""
+    key = (kind, recompute, region and bool(stack.compiled))
+    if key not in met:
+        met[key] = pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff, region)
+    return met[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +191,8 @@ def _kept_units(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomp
 def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomputes: tuple[str, ...],
                eff: Efficiency) -> dict[str, Units]:
     """``units_for_recomputes`` of one set of parts, the stack on its host."""
-    plain = _layer(model, plan, stack, parts, "none", eff)
+    met: dict[tuple[str, str, bool], PassTimes] = {}  # each layer kind's pass times (``_kind``), the MTP depths' too
+    plain = _layer(model, plan, stack, parts, "none", eff, met)
     embed = pass_times(parts.ops["embed"], parts.times["embed"], plan, stack, "none", eff)
     p2p = pass_times(parts.ops["p2p"], parts.times["p2p"], plan, stack, "none", eff)
     embed_saved = saved_bytes(parts.ops["embed"])
@@ -185,8 +200,8 @@ def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompu
     ends: dict[str | bool, tuple[PassTimes, Num]] = {}  # the head, an MTP depth's own ops (full recompute or not)
     units = {}
     for recompute in recomputes:
-        redo = plain if recompute == "none" else _layer(model, plan, stack, parts, recompute, eff)
-        head, head_saved = _head_and_mtp(model, plan, stack, parts, recompute, eff, ends)
+        redo = plain if recompute == "none" else _layer(model, plan, stack, parts, recompute, eff, met)
+        head, head_saved = _head_and_mtp(model, plan, stack, parts, recompute, eff, ends, met)
         saved, eager = (sum(saved_bytes(parts.ops[k], recompute, plan.recompute_modules, layer_input_bytes(model, plan),
                                         c, model.moe_score_before_experts) * f for k, f in fractions.items())
                         for c in (compiled(stack), False))
@@ -200,7 +215,8 @@ def _units_for(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompu
 
 
 def _head_and_mtp(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recompute: str, eff: Efficiency,
-                  ends: dict[str | bool, tuple[PassTimes, Num]] | None = None) -> tuple[PassTimes, Num]:
+                  ends: dict[str | bool, tuple[PassTimes, Num]] | None = None,
+                  met: dict[tuple[str, str, bool], PassTimes] | None = None) -> tuple[PassTimes, Num]:
     """The last stage's head per micro-batch, and what it saves: the final norm, LM head and loss, and per
     multi-token-prediction depth its own ops (``embed_head.mtp_ops``), one layer of each of ``mtp_kinds`` and the head
     again (Megatron-Core's MTP layers share the output layer). Recompute as Megatron-Core's
@@ -221,7 +237,7 @@ def _head_and_mtp(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, reco
     depth = ends[full][0]
     depth_saved = saved + (2 * layer_input_bytes(model, plan) if full else saved_bytes(parts.ops["mtp"]))
     for kind in model.mtp_kinds:
-        depth = depth.plus(pass_times(parts.ops[kind], parts.times[kind], plan, stack, recompute, eff))
+        depth = depth.plus(_kind(plan, stack, parts, kind, recompute, eff, False, {} if met is None else met))
         if not full:
             depth_saved = depth_saved + saved_bytes(parts.ops[kind], recompute, plan.recompute_modules)
     return head.plus(depth.scaled(model.mtp_layers)), saved + model.mtp_layers * depth_saved
