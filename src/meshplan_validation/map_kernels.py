@@ -20,11 +20,13 @@ from meshplan_validation.patterns import (
     FUSED_ATTENTION_TEXT,
     FUSED_KERNELS_TEXT,
     MEGATRON_ARGUMENT,
+    MEGATRON_FLASH_SWITCH,
     NEGATED_KERNEL_TEXT,
     NO_COMPILE_TEXT,
     NO_FLASH_TEXT,
     OVERLAP_TEXT,
     SDPA_TEXT,
+    TE_CORE_TEXT,
     TORCH_VERSION,
 )
 from meshplan_validation.records import flag
@@ -148,6 +150,12 @@ def _attention_text(record: dict[str, Any]) -> str:
 
 
 def _flash_attention(text: str, src: SourceDefaults, notes: list[str]) -> bool:
+    switch_only = MEGATRON_FLASH_SWITCH.search(text) and not NO_FLASH_TEXT.search(MEGATRON_FLASH_SWITCH.sub(" ", text))
+    if switch_only and TE_CORE_TEXT.search(text):
+        notes.append("flash attention: Megatron's --use-flash-attn switch is off, but Megatron-Core's Transformer "
+                     "Engine layer spec runs TEDotProductAttention, which picks its fused backend itself "
+                     "(patterns.MEGATRON_FLASH_SWITCH)")
+        return True
     if NO_FLASH_TEXT.search(text):
         if src.stack.flash_attention:
             notes.append("unfused attention (the framework text turns flash attention off)")
