@@ -75,3 +75,17 @@ def test_fms_fsdp_selective_is_every_second_block():
     bare = independent("ibmfsdp-13b-h100-96")
     bare["measured"] = bare["measured"] | {"hfu_pct": None}
     assert every_nth_block(bare) == 0 and map_run(bare).plan.recompute == "selective"
+
+
+def test_rocm_megatrons_use_flash_attn_0_leaves_tes_attention_fused():
+    """train_llama2.sh: USE_FLASH_ATTN=0 only leaves out --use-flash-attn, which Megatron's legacy model alone reads;
+    TE_FP8=1 and MCORE=1 run Megatron-Core's TE spec, whose TEDotProductAttention is fused. The unfused score
+    matrices were what overflowed the MI300X: b x heads x s^2 x 2 bytes = 4 x 32 x 4096^2 x 2 = 4 GiB a layer."""
+    rec = independent("rocm-megatron-llama2-7b-fp8-8gpu")
+    case = map_run(rec)
+    assert case.stack.flash_attention
+    assert any("TEDotProductAttention" in a for a in case.assumptions)
+    assert 4 * 32 * 4096 ** 2 * 2 == 4 * 2 ** 30
+    # the switch alone, without Megatron-Core on Transformer Engine, still turns flash attention off
+    legacy = rec | {"framework": "Megatron-LM (legacy GPT model); USE_FLASH_ATTN=0"}
+    assert not map_run(legacy).stack.flash_attention
