@@ -89,3 +89,18 @@ def test_rocm_megatrons_use_flash_attn_0_leaves_tes_attention_fused():
     # the switch alone, without Megatron-Core on Transformer Engine, still turns flash attention off
     legacy = rec | {"framework": "Megatron-LM (legacy GPT model); USE_FLASH_ATTN=0"}
     assert not map_run(legacy).stack.flash_attention
+
+
+def test_llama3_runs_one_layer_chunks_and_lighter_end_stages():
+    """The paper (§3.3.2): one Transformer layer taken from the first and the last stage leaves their first and last
+    model chunk the embedding and the loss alone, so a chunk is one layer: (126 + 2) / 16 = 8 chunks a rank, the ends
+    7 layers each, the 14 others (126 - 14) / 14 = 8."""
+    assert (126 + 2) // 16 == 8 and (126 - 2 * 7) // 14 == 8
+    case = map_run(independent("l3-405b-8k-8192gpu"))
+    assert (case.plan.first_stage_layers, case.plan.last_stage_layers) == (7, 7)
+    assert any("V = 8 one-layer model chunks" in a for a in case.assumptions)
+    assert case.plan.vpp == 7  # 16 x 8 chunks exceed 126 layers: Plan holds decoder chunks only (map_layout)
+    # a stated V is kept
+    stated = independent("l3-405b-8k-8192gpu")
+    stated["parallel"] = stated["parallel"] | {"vp": 2}
+    assert map_run(stated).plan.vpp == 2
