@@ -12,6 +12,7 @@ from meshplan.cost.records import LOW_PRECISION_BYTES
 from meshplan.specs.model import ModelSpec
 from meshplan_validation import recipes
 from meshplan_validation.patterns import (
+    BLOCK_LEVEL,
     FP8_CURRENT_TEXT,
     FSDP_TEXT,
     NO_RECOMPUTE,
@@ -147,7 +148,6 @@ def recompute(record: dict[str, Any], p: dict[str, Any], model: ModelSpec, pp: i
 # 2024-03-13: "checkpoint every n blocks"). n is in no table; the run's own HFU over MFU gives it, HFU counting the
 # recomputed forward passes (the blog: "the PyTorch FLOP counter") and MFU not: a block's forward is a third of its
 # forward and backward, so HFU / MFU = 1 + f / 3 with f the share of blocks recomputed, and n = round(1 / f)
-BLOCK_LEVEL = re.compile(r"block[- ]level|every\s+n-?th")
 BLOCK_LEVEL_WHY = "n from the record's HFU / MFU = 1 + f / 3, f = 1 / n the share recomputed; fms-fsdp ac_handler.py"
 
 

@@ -134,6 +134,8 @@ NO_SHARDING = re.compile(r"\s*(?:none|no|false|off)\b")
 ZERO_STAGE = re.compile(r"zero[\s_-]*(?:stage)?[\s_:=-]*([0-3])\b")
 FSDP_TEXT = re.compile(r"fsdp|hsdp|hybrid.shard|full.shard")
 ZERO1_TEXT = re.compile(r"zero stage 1|zero-1|bf16_optimizer")
+# fms-fsdp's block-level "selective" checkpoint (map_training.every_nth_block): whole blocks, every n-th of them
+BLOCK_LEVEL = re.compile(r"block[- ]level|every\s+n-?th")
 NO_RECOMPUTE = re.compile(r"\b(no|not|without)\s+(activation\s+)?(recompute|recomputation|checkpoint)")
 # what a recompute field says beside its setting: the unstated words, "not selective" / "not full"
 RECOMPUTE_REMARKS = re.compile(UNSTATED_WORDS + r"|\bnot\s+(selective|full)")
