@@ -176,6 +176,10 @@ def attention_kernel(record: dict[str, Any], src: SourceDefaults, flash: bool, p
         notes.append(note)
         return "fp8"
     text = _attention_text(record)
+    te_flash = recipes_off.te_fused_attention_off(record)
+    if te_flash and flash:
+        notes.append(f"attention kernel: fa2 class (Transformer Engine's FlashAttention backend: {te_flash})")
+        return "fa2"
     named = ("fa2" if FLEX_ATTENTION_TEXT.search(text) else "fused" if FUSED_ATTENTION_TEXT.search(text)
              else "fa2" if FA2_ATTENTION_TEXT.search(text) else None)
     if named is None and (src.sdpa or SDPA_TEXT.search(text)):
