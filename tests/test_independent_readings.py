@@ -104,3 +104,13 @@ def test_llama3_runs_one_layer_chunks_and_lighter_end_stages():
     stated = independent("l3-405b-8k-8192gpu")
     stated["parallel"] = stated["parallel"] | {"vp": 2}
     assert map_run(stated).plan.vpp == 2
+
+
+def test_grok1_recipe_turns_tes_cudnn_attention_off():
+    """dgxc-benchmarking grok1/configure.sh @143b90dd exports NVTE_FUSED_ATTN=0: Transformer Engine runs its
+    FlashAttention backend, the FlashAttention-2 class, where NeMo's stack would run cuDNN's (fused)."""
+    case = map_run(independent("dgxc-grok1-314b-fp8-2048"))
+    assert case.stack.attention_kernel == "fa2"
+    assert any("NVTE_FUSED_ATTN=0" in a for a in case.assumptions)
+    other = map_run(independent("dgxc-maxtext-llama2-70b-fp8-64"))  # its configure.sh exports NVTE_FUSED_ATTN=1
+    assert not any("NVTE_FUSED_ATTN=0" in a for a in other.assumptions)
