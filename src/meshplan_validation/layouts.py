@@ -39,11 +39,35 @@ EMBEDDING_LOSS_SPLIT: tuple[tuple[str, str], ...] = (
     (r"megatron_bridge\S*.*qwen3[- ]?235b",
      "src/megatron/bridge/recipes/qwen/qwen3_moe.py qwen3_235b_a22b_pretrain_config: account_for_embedding_in_"
      "pipeline_split = account_for_loss_in_pipeline_split = True"),
+    (r"^llama3_paper",
+     "Dubey et al. 2024 (The Llama 3 Herd of Models) §3.3.2: 'we reduce one Transformer layer each from the first and "
+     "the last stages, respectively. This means that the first model chunk on the first stage has only the embedding, "
+     "and the last model chunk on the last stage has only output projection and loss calculation'"),
     (r"^bloom bloom-176b",
      "bigscience train/tr11-176B-ml/README.md: --pp-partition-method 'type:transformer|embedding' (DeepSpeed's "
      "PipelineModule weighs both tied embeddings as blocks): 'pp rank 0: [embed | 5 transformer blocks]', ranks 1-10 "
      "6 blocks, 'pp rank 11: [5 transformer blocks | embed]'"),
 )
+# Sources whose pipeline runs one decoder layer a model chunk, V = (L + 2) / pp chunks a rank, where the record leaves
+# V out: Llama 3's paper (as EMBEDDING_LOSS_SPLIT's row: the layer taken from the first and the last stage leaves their
+# first and last chunk the embedding and the loss alone, so a chunk holds one layer; 126 + 2 = 16 x 8 at pp 16).
+# (regex on "group model gpu", source)
+ONE_LAYER_CHUNKS: tuple[tuple[str, str], ...] = (
+    (r"^llama3_paper", "Dubey et al. 2024 §3.3.2: the first stage's first model chunk holds the embedding alone once "
+                       "one layer is taken from the stage: one layer a chunk"),
+)
+
+
+def one_layer_chunks(record: dict[str, Any], model: ModelSpec, pp: int) -> tuple[int, str]:
+    """(V, source) where the record's source runs one decoder layer a model chunk and the record leaves V out: the
+    (L + 2) / pp slots a rank of EMBEDDING_LOSS_SPLIT; else (0, "")."""
+    key = recipe_key(record)
+    why = next((why for pattern, why in ONE_LAYER_CHUNKS if re.search(pattern, key)), "")
+    if not why or pp == 1 or (record.get("parallel") or {}).get("vp") is not None or (model.num_layers + 2) % pp:
+        return 0, ""
+    return (model.num_layers + 2) // pp, why
+
+
 # DeepSpeed's PipelineModule partition method that weighs the embedding layers as transformer blocks (Megatron-DeepSpeed
 # --pp-partition-method): where a record's text names it, its L + 2 items split as the recipes' above
 DEEPSPEED_EMBEDDING_PARTITION = "type:transformer|embedding"

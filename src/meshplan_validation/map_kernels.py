@@ -20,11 +20,13 @@ from meshplan_validation.patterns import (
     FUSED_ATTENTION_TEXT,
     FUSED_KERNELS_TEXT,
     MEGATRON_ARGUMENT,
+    MEGATRON_FLASH_SWITCH,
     NEGATED_KERNEL_TEXT,
     NO_COMPILE_TEXT,
     NO_FLASH_TEXT,
     OVERLAP_TEXT,
     SDPA_TEXT,
+    TE_CORE_TEXT,
     TORCH_VERSION,
 )
 from meshplan_validation.records import flag
@@ -148,6 +150,12 @@ def _attention_text(record: dict[str, Any]) -> str:
 
 
 def _flash_attention(text: str, src: SourceDefaults, notes: list[str]) -> bool:
+    switch_only = MEGATRON_FLASH_SWITCH.search(text) and not NO_FLASH_TEXT.search(MEGATRON_FLASH_SWITCH.sub(" ", text))
+    if switch_only and TE_CORE_TEXT.search(text):
+        notes.append("flash attention: Megatron's --use-flash-attn switch is off, but Megatron-Core's Transformer "
+                     "Engine layer spec runs TEDotProductAttention, which picks its fused backend itself "
+                     "(patterns.MEGATRON_FLASH_SWITCH)")
+        return True
     if NO_FLASH_TEXT.search(text):
         if src.stack.flash_attention:
             notes.append("unfused attention (the framework text turns flash attention off)")
@@ -168,6 +176,10 @@ def attention_kernel(record: dict[str, Any], src: SourceDefaults, flash: bool, p
         notes.append(note)
         return "fp8"
     text = _attention_text(record)
+    te_flash = recipes_off.te_fused_attention_off(record)
+    if te_flash and flash:
+        notes.append(f"attention kernel: fa2 class (Transformer Engine's FlashAttention backend: {te_flash})")
+        return "fa2"
     named = ("fa2" if FLEX_ATTENTION_TEXT.search(text) else "fused" if FUSED_ATTENTION_TEXT.search(text)
              else "fa2" if FA2_ATTENTION_TEXT.search(text) else None)
     if named is None and (src.sdpa or SDPA_TEXT.search(text)):

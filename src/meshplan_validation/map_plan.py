@@ -14,7 +14,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
 from meshplan_validation import recipes, recipes_off
-from meshplan_validation.layouts import end_stage_layers
+from meshplan_validation.layouts import end_stage_layers, one_layer_chunks
 from meshplan_validation.map_kernels import (
     attention_kernel,
     graphs,
@@ -68,6 +68,10 @@ def _layout(record: dict[str, Any], model: ModelSpec, n: int, src: SourceDefault
     dp, tp, pp, cp, ep, etp = parallel_sizes(p, model, n, notes, str(record.get("framework") or ""), src)
     least = partial(least_fused_batch, model, tp) if src.fused_batch else None
     mbs, gbs = batches(record, src, dp, pp, notes, model.seq_length, least)
+    chunks, why = one_layer_chunks(record, model, pp)
+    if chunks:
+        notes.append(f"interleaved schedule with V = {chunks} one-layer model chunks a rank (not stated; {why})")
+        p = p | {"vp": chunks}
     vpp = interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes, src)
     return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "micro_batch": mbs, "global_batch": gbs,
             "vpp": vpp}

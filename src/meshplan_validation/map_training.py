@@ -12,6 +12,7 @@ from meshplan.cost.records import LOW_PRECISION_BYTES
 from meshplan.specs.model import ModelSpec
 from meshplan_validation import recipes
 from meshplan_validation.patterns import (
+    BLOCK_LEVEL,
     FP8_CURRENT_TEXT,
     FSDP_TEXT,
     NO_RECOMPUTE,
@@ -116,8 +117,17 @@ def recompute(record: dict[str, Any], p: dict[str, Any], model: ModelSpec, pp: i
     if "(op)" in text or (src.name == "torchtitan" and text == "selective"):
         return "selective", 0, ("op_sac",), ("torchtitan selective AC (op): per-op SAC, every second matmul and the "
                                              "element-wise ops recomputed, the attention kernel's output kept")
-    if text in NEGATIVE or NO_RECOMPUTE.search(text):
+    # the setting, then its remark in parentheses: "none (checkpoint=False)" is none (InternEvo's TGS table: its
+    # doc/en/train_performance.md @3a665e88 "the training configuration had ... checkpoint=False"), not a checkpoint
+    head = text.split("(", 1)[0].strip()
+    if text in NEGATIVE or head in NEGATIVE or NO_RECOMPUTE.search(text):
         return "none", 0, core, "no activation recompute (stated)"
+    if "selective" in text and BLOCK_LEVEL.search(text):
+        every = every_nth_block(record)
+        if every:
+            n = max(1, layers // every)
+            return "full", n, core, (f"fms-fsdp's selective AC as full recompute of every {_ordinal(every)} block "
+                                     f"({n} of {layers}; {BLOCK_LEVEL_WHY})")
     if "selective" in text:
         return "selective", 0, core, "selective recompute of the attention core (stated)"
     if "full" in text or text in ("true", "yes", "on", "enabled", "1") or "checkpoint" in text:
@@ -130,6 +140,29 @@ def recompute(record: dict[str, Any], p: dict[str, Any], model: ModelSpec, pp: i
         mode, modules, why = remat
         return mode, 0, modules or core, why
     return src.recompute, 0, core, f"recompute {src.recompute} (not stated; {src.name} default)"
+
+
+# fms-fsdp's "selective" activation checkpointing is not Megatron's: whole blocks, every n-th of them
+# (foundation-model-stack/fms-fsdp fms_fsdp/policies/ac_handler.py apply_fsdp_checkpointing: "we apply ac on p of
+# the total blocks ... evenly spaced"; the PyTorch blog 'Maximizing training throughput using PyTorch FSDP',
+# 2024-03-13: "checkpoint every n blocks"). n is in no table; the run's own HFU over MFU gives it, HFU counting the
+# recomputed forward passes (the blog: "the PyTorch FLOP counter") and MFU not: a block's forward is a third of its
+# forward and backward, so HFU / MFU = 1 + f / 3 with f the share of blocks recomputed, and n = round(1 / f)
+BLOCK_LEVEL_WHY = "n from the record's HFU / MFU = 1 + f / 3, f = 1 / n the share recomputed; fms-fsdp ac_handler.py"
+
+
+def every_nth_block(record: dict[str, Any]) -> int:
+    """n of a block-level selective checkpoint (every n-th block recomputed) from the record's HFU and MFU, else 0."""
+    measured = record.get("measured") or {}
+    hfu, mfu = number(measured.get("hfu_pct")), number(measured.get("mfu_pct"))
+    if not hfu or not mfu or hfu <= mfu:
+        return 0
+    share = min(1.0, 3 * (hfu / mfu - 1))
+    return max(1, round(1 / share))
+
+
+def _ordinal(n: int) -> str:
+    return {1: "", 2: "second", 3: "third"}.get(n, f"{n}th")
 
 
 # ---- fine-tuning -------------------------------------------------------------------------------------------------

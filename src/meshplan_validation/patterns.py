@@ -134,6 +134,8 @@ NO_SHARDING = re.compile(r"\s*(?:none|no|false|off)\b")
 ZERO_STAGE = re.compile(r"zero[\s_-]*(?:stage)?[\s_:=-]*([0-3])\b")
 FSDP_TEXT = re.compile(r"fsdp|hsdp|hybrid.shard|full.shard")
 ZERO1_TEXT = re.compile(r"zero stage 1|zero-1|bf16_optimizer")
+# fms-fsdp's block-level "selective" checkpoint (map_training.every_nth_block): whole blocks, every n-th of them
+BLOCK_LEVEL = re.compile(r"block[- ]level|every\s+n-?th")
 NO_RECOMPUTE = re.compile(r"\b(no|not|without)\s+(activation\s+)?(recompute|recomputation|checkpoint)")
 # what a recompute field says beside its setting: the unstated words, "not selective" / "not full"
 RECOMPUTE_REMARKS = re.compile(UNSTATED_WORDS + r"|\bnot\s+(selective|full)")
@@ -171,6 +173,15 @@ NO_FLASH_TEXT = re.compile(
     r"|\b(?:no|without)\s+flash[-_ ]?att(?:entio)?n|flash[-_ ]?att(?:entio)?n\s+(?:off|disabled)"
     r"|attn_implementation\s*[=:]\s*[\"']?eager"
     r"|nvte_flash_attn\s*=\s*0.*nvte_fused_attn\s*=\s*0|nvte_fused_attn\s*=\s*0.*nvte_flash_attn\s*=\s*0", re.I)
+# Megatron's own switch (--use-flash-attn, a launch script's USE_FLASH_ATTN) where the text names Megatron-Core's
+# models on Transformer Engine: the switch reaches the legacy model only, and the TE layer spec's TEDotProductAttention
+# picks its fused backend itself (ROCm/Megatron-LM examples/llama/train_llama2.sh: USE_FLASH_ATTN=0 only leaves out
+# --use-flash-attn, while TE_FP8=1 passes --transformer-impl=transformer_engine and MCORE=1 --use-mcore-models;
+# ROCm/Megatron-LM @2b855baf: args.use_flash_attn is read by megatron/legacy/model/transformer.py only, and
+# megatron/core/models/gpt/gpt_layer_specs.py's TE spec sets core_attention=TEDotProductAttention)
+MEGATRON_FLASH_SWITCH = re.compile(r"(?<!\w)use_flash_attn\s*[=:]\s*(?:0|false)\b|--no[-_]flash[-_]?attn", re.I)
+TE_CORE_TEXT = re.compile(r"megatron[-_ ]core.*transformer[-_ ]?engine|transformer[-_ ]?engine.*megatron[-_ ]core",
+                          re.I)
 # flash attention turned on where the source's default predates it ("--use-flash-attn-v2", "FlashAttention-2")
 FLASH_TEXT = re.compile(r"(?<!nvte_)flash[-_ ]?att(?:entio)?n|\bfa[-_ ]?v?[23]\b", re.I)
 

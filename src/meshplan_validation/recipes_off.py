@@ -1,6 +1,7 @@
 """Megatron-Bridge recipes that turn off what the harness otherwise runs, or ran a regressed kernel, each with the
 file or issue it comes from: the TP communication left exposed, the weight all-gather left synchronous, the grouped
-MLP's backward GLU kernel of one release. Keyed like recipes.py by a pattern on the record's ``recipe_key``;
+MLP's backward GLU kernel of one release; and NVIDIA's DGX Cloud recipes that turn off Transformer Engine's cuDNN
+attention. Keyed like recipes.py by a pattern on the record's ``recipe_key``;
 map_kernels.py and map_plan.py apply them.
 """
 
@@ -70,3 +71,18 @@ def dglu_slowdown(record: dict[str, Any]) -> tuple[float, str]:
         if re.search(pattern, key):
             return times, f"the grouped MLP's backward GLU kernel at {times:g}x its time ({why})"
     return 1.0, ""
+
+
+# Recipes that export NVTE_FUSED_ATTN=0: Transformer Engine's DotProductAttention then runs its FlashAttention backend
+# (the flash-attn package, FlashAttention-2 class), not cuDNN's fused kernel (map_kernels.attention_kernel). (regex on
+# "group model gpu", source)
+TE_FUSED_ATTENTION_OFF: tuple[tuple[str, str], ...] = (
+    (r"^dgxc_grok1",
+     "NVIDIA/dgxc-benchmarking grok1/configure.sh @143b90dd: export NVTE_FUSED_ATTN=0 (model.transformer_engine=true)"),
+)
+
+
+def te_fused_attention_off(record: dict[str, Any]) -> str:
+    """The source of the recipe that turns Transformer Engine's cuDNN attention off, or ""."""
+    key = recipe_key(record)
+    return next((why for pattern, why in TE_FUSED_ATTENTION_OFF if re.search(pattern, key)), "")

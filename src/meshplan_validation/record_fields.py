@@ -51,6 +51,17 @@ GPT_ARCH = (("qkv_bias", True), ("linear_bias", True), ("position_embedding", "l
             ("dropout", True))
 
 
+# BLOOM and the BigScience tr11 runs that searched its topology (Megatron-DeepSpeed, bigscience fork): ALiBi, no
+# position parameters (--position-embedding-type alibi), a LayerNorm after the word embedding (--embed-layernorm),
+# both in train/tr11-200B-ml/tr11-200B-ml.slurm @217dc6c (2022-02-17, the prequel's script) and tr11-176B-ml.slurm;
+# Megatron's parallel linears with biases; the embedding tied to the head across the pipeline (GPTModelPipe's
+# TiedLayerSpec; chronicles-prequel.md's "tied-embedding desynchronization bug"); dropout 0.1, since no script sets
+# it ("The default Megatron-LM dropout settings are inherited", train/tr11-176B-ml/README.md @053adafe;
+# bigscience-workshop/Megatron-DeepSpeed megatron/arguments.py: --hidden-dropout / --attention-dropout default 0.1)
+BLOOM_ARCH = (("qkv_bias", True), ("linear_bias", True), ("position_embedding", "none"), ("tied_embeddings", True),
+              ("dropout", True), ("embedding_norm", True))
+
+
 # Most specific first: the first family whose pattern matches the name is the record's ("BLOOM-style GPT": BLOOM).
 CONVENTIONS: tuple[Convention, ...] = (
     Convention("GPT-NeoX", r"gpt[-_ ]?neox", "4h", True,
@@ -62,7 +73,8 @@ CONVENTIONS: tuple[Convention, ...] = (
                "attention, sequences of 2048 tokens", seq=2048),
     Convention("BLOOM", r"\bbloom", "4h", True,
                "BigScience 2022 (BLOOM), §3.2-3.3: a 4·hidden MLP, multi-head attention, a 250,680-token "
-               "vocabulary, sequences of 2048 tokens", vocab=250680, seq=2048),
+               "vocabulary, sequences of 2048 tokens; ALiBi, an embedding LayerNorm, biases, tied embeddings, "
+               "Megatron's dropout 0.1 (BLOOM_ARCH)", vocab=250680, seq=2048, arch=BLOOM_ARCH),
     Convention("MPT", r"\bmpt\b", "4h", True,
                "MosaicML llm-foundry MPTConfig: expansion_ratio = 4, multi-head attention"),
     Convention("Megatron-Turing NLG", r"turing[-_ ]?nlg|\bmt[-_ ]?nlg", "4h", True,
