@@ -335,8 +335,10 @@ def _static(s: Setting) -> Instance:
     PreemptionMode.RECOMPUTE, SGLang's retract_decode). A recompute engine also admits, per full wave, as many
     prompts as their prompt pages allow, ⌊pool / I⌋, and the prefill of those beyond C is lost: charged once more.
     TTFT is the mean request's (a later wave's wait for the earlier ones included), TPOT the running wave's step.
-    Below one sequence per lane, or short of the batch where the engine refuses, nothing runs: infinite time
-    (serve_estimate gives the reason)."""
+    Neither the waves nor vLLM V0's own scheduler are monotone in KV memory while the batch overflows; a pool that
+    holds the batch is never slower than a smaller one (tests/test_static_overflow_properties.py; data/measured/
+    2026-12-01-vllm-v0-static-overflow-not-monotone.md). Below one sequence per lane, or short of the batch where the
+    engine refuses, nothing runs: infinite time (serve_estimate gives the reason)."""
     inp, out, b = s.workload.input_len, s.workload.output_len, s.micro_batch
     cap, fits = static_capacity(s), static_runs(s)
     cap = np.maximum(np.floor(cap), 1.0)
