@@ -171,3 +171,32 @@ def test_validation_compares_nano_and_keeps_super_apart_unless_asked():
         map_run(super_rec)
     apart = map_run(super_rec, hybrid=True)
     assert (apart.model.mtp_layers, apart.model.mtp_pattern) == (2, "*E")
+
+
+def test_supers_recipes_dispatch_with_hybridep_once_per_server_and_rank():
+    """Nemotron 3 Super's Megatron-Bridge recipes (26.04 to 26.08: recipes_dispatch.FLEX_DISPATCH) run HybridEP. Its
+    top-22 of 512 experts over ep 64 on 8 DGX B200 servers (64 experts a server) hit a given other server with
+    probability 1 − C(448, 22)/C(512, 22) = 0.950: a token crosses the network 7 × 0.950 = 6.65 times, not
+    22 × 56/64 = 19.25; inside a server or a GB200 rack NVLink carries one copy to each of the
+    64 × (1 − C(504, 22)/C(512, 22)) = 19.07 ranks a token hits, not 22."""
+    from math import comb
+
+    from meshplan.collectives.dispatch import node_hit, rank_copies
+    from meshplan_validation.case import map_run
+
+    rec = {"id": "s", "group": "megatron_bridge_26.04", "framework": "Megatron-Bridge / Megatron-Core",
+           "task": "pretrain", "precision": "mxfp8",
+           "model": {"name": "Nemotron-3-Super", "arch": None, "num_layers": None, "hidden_size": None,
+                     "num_heads": None, "seq_length": 8192},
+           "hardware": {"gpu": "B200", "num_gpus": 64, "gpus_per_node": 8},
+           "parallel": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 64, "micro_batch_size": 1,
+                        "global_batch_size": 512},
+           "measured": {"tokens_per_s_per_gpu": 6302}}
+    case = map_run(rec, hybrid=True)
+    assert (case.stack.moe_dispatcher, case.stack.flex_backend, case.plan.ep) == ("flex", "hybridep", 64)
+    E, k = SUPER.num_experts, SUPER.moe_topk
+    assert (E, k) == (512, 22)
+    assert node_hit(E, k, 64) == pytest.approx(1 - comb(448, 22) / comb(512, 22))
+    assert 7 * node_hit(E, k, 64) == pytest.approx(6.65, abs=5e-3)
+    assert rank_copies(E, k, 8) == pytest.approx(64 * (1 - comb(504, 22) / comb(512, 22)))
+    assert rank_copies(E, k, 8) == pytest.approx(19.07, abs=5e-3)

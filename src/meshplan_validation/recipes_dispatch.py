@@ -69,6 +69,15 @@ FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
     (r"megatron_bridge_26\.02(\.01)?\s.*qwen3-30b-a3b h100\b.*\bep8\b", "deepep",
      "the same file @ v0.3.0: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 pp 2, vp 12, ep 8, "
      "moe_flex_dispatcher_backend='deepep' (the 26.02 and 26.02.01 tables' layout)"),
+    # Nemotron 3 Super (hybrid Mamba-2 / latent MoE): HybridEP on every GPU, its ep 64 over 8 DGX B200 servers or
+    # inside a GB200 NVL72 rack
+    (r"megatron_bridge_26\.0[468]\S*\s.*nemotron-3-super\b", "hybridep",
+     "Megatron-Bridge scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py @ v0.4.0 to v0.5.1 "
+     "(26.04 to 26.06.01): BASE_NEMOTRON_3_SUPER_CONFIG moe_flex_dispatcher_backend='hybridep' (every GPU's config "
+     "derives from it), which utils/overrides.py set_workload_base_configs passes to training/"
+     "flex_dispatcher_backend.py apply_flex_dispatcher_backend (moe_token_dispatcher_type 'flex'); v0.6.0 (26.08): "
+     "src/megatron/bridge/perf_recipes/nemotronh/{b200,gb200}/nemotronh.py moe_flex_dispatcher_backend = "
+     "'hybridep', moe_token_dispatcher_type = 'flex'"),
 )
 
 
