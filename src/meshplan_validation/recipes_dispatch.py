@@ -78,6 +78,12 @@ FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
      "flex_dispatcher_backend.py apply_flex_dispatcher_backend (moe_token_dispatcher_type 'flex'); v0.6.0 (26.08): "
      "src/megatron/bridge/perf_recipes/nemotronh/{b200,gb200}/nemotronh.py moe_flex_dispatcher_backend = "
      "'hybridep', moe_token_dispatcher_type = 'flex'"),
+    # Nemotron 3 Nano: HybridEP on every GPU, its ep 8 inside one node (H100: 16 GPUs, two ep groups)
+    (r"megatron_bridge_(26\.02\.01|26\.0[468])\S*\s.*nemotron-3-nano\b", "hybridep",
+     "Megatron-Bridge scripts/performance/configs/nemotronh/nemotron_3_nano_workload_base_configs.py @ v0.3.1 "
+     "(26.02.01) and nemotron_3_workload_base_configs.py @ v0.4.0 to v0.5.1: BASE_NEMOTRON_3_NANO_CONFIG "
+     "moe_flex_dispatcher_backend='hybridep' (the H100, B200 and GB200 configs derive from it; set_workload_base_"
+     "configs: apply_flex_dispatcher_backend); v0.6.0 perf_recipes/nemotronh/*/nemotronh.py the same"),
 )
 
 
