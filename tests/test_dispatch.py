@@ -187,6 +187,41 @@ def test_inside_one_node_forwarding_sends_one_copy_a_rank():
         assert (forwarded - latency) / (plain - latency) == pytest.approx(0.662, abs=1e-3)
 
 
+def test_a_backends_intra_node_kernel_rate_is_interpolated_in_log2_ranks():
+    """HybridEP's GB200 points (16 SMs, BF16 dispatch / combine averaged): 8 ranks (550.10 + 538.44) / 2 = 544.27
+    GB/s, 16 ranks (472.84 + 474.48) / 2 = 473.66; 12 ranks between them at log2(1.5) of the way; below 8 and above
+    36 the nearest (64 ranks of an NVL72 rack: 444.115). DeepEP's one point, B200 8 ranks at 24 SMs:
+    (494 + 420) / 2 = 457 GB/s, at every size."""
+    from meshplan.collectives.dispatch import nvlink_rate
+
+    assert nvlink_rate(8, "hybridep") == pytest.approx((550.10 + 538.44) / 2 * 1e9)
+    assert nvlink_rate(16, "hybridep") == pytest.approx((472.84 + 474.48) / 2 * 1e9)
+    assert nvlink_rate(12, "hybridep") == pytest.approx((544.27 + (473.66 - 544.27) * np.log2(1.5)) * 1e9)
+    assert nvlink_rate(64, "hybridep") == nvlink_rate(36, "hybridep") == pytest.approx(444.115e9)
+    assert nvlink_rate(4, "hybridep") == nvlink_rate(8, "hybridep")
+    assert nvlink_rate(8, "deepep") == nvlink_rate(64, "deepep") == pytest.approx((494 + 420) / 2 * 1e9)
+    assert list(nvlink_rate(np.array([8.0, 64.0]), "hybridep")) == pytest.approx([544.27e9, 444.115e9])
+
+
+def test_inside_a_b200_node_the_backends_kernel_not_nvlink_sets_the_rate():
+    """EP8 on one B200 node (NVLink 900 GB/s x 0.8 = 720): 5.29 rows a token over the 8 ranks, 7/8 of them on the
+    link, would take 470 MB x 5.29/8 x 7/8 / 720 GB/s = 0.378 ms; HybridEP's kernels move the rows at 544.27 GB/s,
+    470 MB x 5.29/8 / 544.27 GB/s = 0.572 ms, DeepEP's at 457: 0.681 ms; the H100 node's link (360 GB/s, 0.756 ms)
+    is slower than either kernel, which leaves it unchanged."""
+    from meshplan.collectives.dispatch import nvlink_rate
+
+    cluster = load_system("b200").cluster(8)
+    latency = 7 * cluster.tiers[0].latency
+    rows = SENT * rank_copies(E, K, 32) / 8
+    assert rows * 7 / 8 / 720e9 == pytest.approx(0.378e-3, abs=1e-6)
+    for backend, ms in (("hybridep", 0.572), ("deepep", 0.681)):
+        forwarded = forwarded_time(a2a(8, E, backend), 1, cluster)
+        assert forwarded == pytest.approx(rows / nvlink_rate(8, backend) + latency)
+        assert forwarded - latency == pytest.approx(ms * 1e-3, abs=1e-6)
+    h100 = forwarded_time(a2a(8, E, "hybridep"), 1, H100.cluster(8))
+    assert h100 == pytest.approx(rows * 7 / 8 / 360e9 + 7 * 3e-6)
+
+
 @pytest.mark.parametrize("backend", ["deepep", "hybridep"])
 def test_more_ranks_a_node_or_fewer_copies_never_slow_the_forwarded_exchange(backend):
     """Property: DeepSeek-V3's routing over 64 H100s. Packing the same 64 ranks into larger scale-up domains (4, 8,
@@ -265,7 +300,9 @@ def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
     moe_dispatcher "flex") prices a training MoE layer's dispatch and combine as the forwarded kernels: DeepSeek-V3 at
     ep 32 over 4 B200 nodes sends a token over the network 3 x (1 - 0.0964) = 2.71 times, at DeepEP's 0.863 of the NIC
     against NCCL's 0.90, where the plain all-to-all sends 8 x 24/32 = 6 copies (each beside 7 x 3 + 3 x 5 us of
-    latency); on one node (ep 8) NVLink carries one copy to each of the 5.29 ranks a token hits, not 8."""
+    latency); on one node (ep 8) DeepEP sends one row to each of the 5.29 ranks a token hits, not 8 copies, but at
+    its kernels' 457 GB/s of rows (24 SMs), where NCCL's all-to-all is priced at 720 GB/s on the link, 7/8 of its
+    rows: 5.29/8 x 8/7 x 720/457 = 1.19 x the all-to-all's time."""
     from meshplan.collectives.price import collective_seconds
     from meshplan.cost.layers import moe_layer
     from meshplan.specs.plan import Plan
@@ -274,7 +311,7 @@ def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
     model = load_model("deepseek-v3")
     deepep = 0.9 / 0.863  # NCCL's share of the NIC over DeepEP's over 4 nodes (its "flex_backend" entry)
     across = (32, 3 * (1 - node_miss(E, K, 64)) / 6 * deepep, 7 * 3e-6 + 3 * 5e-6)
-    for ep, ratio, latency in (across, (8, rank_copies(E, K, 32) / 8, 7 * 3e-6)):
+    for ep, ratio, latency in (across, (8, rank_copies(E, K, 32) / 8 * 8 / 7 * 720e9 / 457e9, 7 * 3e-6)):
         cluster = load_system("b200").cluster(ep)
         times = {}
         for name in ("alltoall", "flex"):

@@ -47,6 +47,14 @@ log2(nodes) between the points, the nearest one outside them. On 400 Gb/s (H100,
 nodes keeps its 21.5 GB/s on the NIC, 0.215. Faster NICs never slow it (the kernel part is fixed, the NIC part
 grows).
 
+Inside one NVLink domain a group's exchange runs at most at the backend's intra-node kernel rate (``nvlink_rate``,
+its registry entry's ``nvlink`` points): logical bytes/s over the rows a rank receives, one a token and rank, its own
+included (DeepEP branch hybrid-ep @ 94a9f8f tests/test_hybrid_ep.py nvl_recv_bytes, dispatched_hidden's bytes;
+docs/README_Hybrid-EP.md's B200 and GB200 tables). HybridEP at Megatron-Core's 16 SMs reads 544 GB/s over 8 GB200
+ranks, 444 over 36 (B200's 8: 533); DeepEP at 24 SMs 457 over 8 B200 ranks. On NVLink 5 (900 GB/s a GPU, 720 priced:
+823 GB/s of rows over 8 ranks, 7/8 of them on the link) the kernel binds; on an H100's (360 priced, 411 over 8) the
+link does. Across nodes the backends' network tables already time the whole exchange.
+
 Example: DeepSeek-V3 (E = 256, k = 8) over 32 H100s in 4 nodes: a token misses a given other node with probability
 Π_{j<8} (192 − j)/(256 − j) = 0.0964, so it crosses the network 3 × 0.904 = 2.71 times, not 8 × 24/32 = 6; it
 misses a rank of 8 experts with probability Π_{j<8} (248 − j)/(256 − j) = 0.773, so NVLink carries
@@ -89,6 +97,19 @@ def _points(backend: str, nic: float) -> tuple[list[float], list[float]]:
         share[n] = min(rate * (n - 1) / n / nic, cap) if nic > 0 else cap
     nodes = sorted(share)
     return [math.log2(n) for n in nodes], [share[n] for n in nodes]
+
+
+def nvlink_rate(ranks: Num, backend: str = "deepep") -> Num:
+    """The flex ``backend``'s intra-node kernels' logical bytes/s over ``ranks`` GPUs of one NVLink domain (its
+    registry entry's ``nvlink`` points, linear in log2(ranks) between them, the nearest outside; inf where it has
+    none): the rate a dispatch inside one domain runs at where its NVLink would carry more (module docstring)."""
+    points = choice_of("flex_backend", backend).nvlink
+    if not points:
+        return math.inf
+    log_ranks, rates = [math.log2(n) for n, _ in points], [r for _, r in points]
+    if isinstance(ranks, np.ndarray):
+        return np.interp(np.log2(np.maximum(ranks, 1.0)), log_ranks, rates)
+    return float(np.interp(math.log2(max(float(ranks), 1.0)), log_ranks, rates))
 
 
 def node_miss(experts: Num, copies: int, per_node: Num) -> Num:
@@ -137,6 +158,9 @@ def forwarded_split(c: Collective, parts: list[Num], cluster: Cluster, eff: Effi
     hit = node_hit(experts, copies, experts * node / group, c.routing)
     fanned = rank_copies(experts, copies, experts / group, c.routing) / copies  # of the k copies, over NVLink
     slowest: Num = nbytes * fanned * (node - 1) / node / bandwidths[0]
+    # a group inside one NVLink domain: at most the backend's intra-node kernel rate, over every rank's rows
+    inside = (node >= group) & (node > 1)
+    slowest = where(inside, maximum(slowest, nbytes * fanned / nvlink_rate(node, c.backend)), slowest)
     latency: Num = (node - 1) * tiers[0].latency
     inner: Num = node
     for g, b, tier in zip(parts[1:], bandwidths[1:], tiers[1:], strict=True):
