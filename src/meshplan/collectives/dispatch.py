@@ -160,6 +160,7 @@ def forwarded_split(c: Collective, parts: list[Num], cluster: Cluster, eff: Effi
     slowest: Num = nbytes * fanned * (node - 1) / node / bandwidths[0]
     # a group inside one NVLink domain: at most the backend's intra-node kernel rate, over every rank's rows
     inside = (node >= group) & (node > 1)
+    inside = bool(inside) if isinstance(inside, np.bool_) else inside  # a scalar plan stays a float
     slowest = where(inside, maximum(slowest, nbytes * fanned / nvlink_rate(node, c.backend)), slowest)
     latency: Num = (node - 1) * tiers[0].latency
     inner: Num = node
