@@ -9,7 +9,7 @@ what follows, and meshplan prices each difference that a source sizes:
   apply_moe_token_drop; priced, recipes.TOKEN_DROP); 25.11 runs dropless on the all-to-all dispatcher
   (configs/deepseek/workload_base_configs.py DEEPSEEK_V3_B200_BASE_CONFIG names no flex backend); 26.02 on
   runs HybridEP (deepseek_workload_base_configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 moe_flex_dispatcher_backend=
-  'hybridep', v0.3.0 / v0.3.1 / v0.4.0; mapped here by recipes.FLEX_DISPATCH) at GBS 4096 (the _V2 variant).
+  'hybridep', v0.3.0 / v0.3.1 / v0.4.0; mapped here by recipes_dispatch.FLEX_DISPATCH) at GBS 4096 (the _V2 variant).
   The same in all three: the (16, 1) pipeline layout, [embedding + 4 decoder] + 14 x [4 decoder] + [1 decoder + mtp
   + loss] (recipes/deepseek/deepseek_v3.py's layout map, identical at 684a686, v0.2.0 and v0.3.0); recompute of
   mla_up_proj; no CUDA graphs (684a686's perf_matrix b200: cuda_graphs false; no cuda_graph_impl at v0.2.0 or
@@ -105,7 +105,9 @@ def test_deepseek_v3_b200_releases_differ_by_dispatcher_and_are_priced_in_the_me
       25.11 are within 1 %;
     - priced: token drop removes the per-layer tokens-per-expert sync, so 25.09 is priced 16 % faster than 25.11
       (3,230.7 against 2,785.5 a GPU); HybridEP permutes once and pads inside its dispatch (no local sort, no
-      fp8-padding copy), so 26.02 is priced 1.125 x 25.11 a GPU where it measures 2,689 / 2,139 = 1.257.
+      fp8-padding copy) and sends a token once to each rank its 8 experts hit (5.29 of the 8 ranks, 32 experts
+      each: collectives/dispatch.rank_copies), at its kernels' 544 GB/s of rows where the link would carry 823
+      (dispatch.nvlink_rate), so 26.02 is priced 1.125 x 25.11 a GPU where it measures 2,689 / 2,139 = 1.257.
     The recipe differences move the priced steps the measured way between 25.11 and 26.02, and about half as far;
     between 25.09 and 25.11 they are priced apart where the runs measure the same. Neither gap is a recipe setting
     meshplan leaves unpriced (module docstring)."""

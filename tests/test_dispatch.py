@@ -54,10 +54,38 @@ def test_contiguous_routing_hits_the_nodes_its_k_experts_in_a_row_span():
 
 def test_nvlink_carries_one_copy_a_rank_under_contiguous_routing():
     """DeepEP sends a token once to each rank holding its experts: 8 experts in a row on ranks of 16 (Qwen3-30B's 128
-    over EP 8) sit on one rank, on ranks of 4 (DeepSeek-V3's 256 over EP 64) on 2; uniform routing keeps all 8."""
+    over EP 8) sit on one rank, on ranks of 4 (DeepSeek-V3's 256 over EP 64) on 2."""
     assert rank_copies(128, 8, 16, "contiguous") == 1.0
     assert rank_copies(E, K, 4, "contiguous") == 2.0
-    assert rank_copies(E, K, 4) == 8.0
+
+
+def test_nvlink_carries_one_copy_to_each_distinct_rank_under_uniform_routing():
+    """Uniform routing: a rank of r experts is missed by all k with probability C(E − r, k)/C(E, k), so a token hits
+    R·(1 − C(E − r, k)/C(E, k)) of the R = E/r ranks. DeepSeek-V3 over EP 8 (32 experts a rank): 8 × (1 − 0.338) =
+    5.29 ranks, not 8 copies; over EP 32 (8 a rank): 32 × (1 − 0.773) = 7.27; over EP 256 (one a rank): every copy
+    on its own rank, 8; Qwen3-30B-A3B (top-8 of 128) over EP 8: 8 × (1 − 0.333) = 5.34."""
+    from math import comb
+
+    assert rank_copies(E, K, 32) == pytest.approx(8 * (1 - comb(224, 8) / comb(256, 8)))
+    assert rank_copies(E, K, 32) == pytest.approx(5.29, abs=5e-3)
+    assert rank_copies(E, K, 8) == pytest.approx(32 * (1 - comb(248, 8) / comb(256, 8)))
+    assert rank_copies(E, K, 8) == pytest.approx(7.27, abs=5e-3)
+    assert rank_copies(E, K, 1) == pytest.approx(8.0)
+    assert rank_copies(128, K, 16) == pytest.approx(8 * (1 - comb(112, 8) / comb(128, 8)))
+    assert rank_copies(128, K, 16) == pytest.approx(5.34, abs=5e-3)
+    assert rank_copies(E, K, E) == 1.0  # every expert on one rank: one copy
+
+
+@pytest.mark.parametrize("routing", ["uniform", "contiguous"])
+def test_fewer_copies_or_more_experts_a_rank_never_send_more_copies(routing):
+    """Property: of E = 256, the distinct ranks a token hits never grow as its k falls (1 to 8) or as a rank holds
+    more experts (1 to 256): at most k, at least 1."""
+    for per_rank in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        copies = [rank_copies(E, k, per_rank, routing) for k in range(1, 9)]
+        assert copies == sorted(copies) and all(1 - 1e-12 <= c <= k + 1e-12 for k, c in enumerate(copies, 1))
+    for k in (1, 2, 4, 8):
+        copies = [rank_copies(E, k, r, routing) for r in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+        assert copies == sorted(copies, reverse=True)
 
 
 def test_forwarding_sends_a_token_once_to_each_node_it_hits():
@@ -65,14 +93,14 @@ def test_forwarding_sends_a_token_once_to_each_node_it_hits():
     sends 24/32 of its 470 MB of copies over the network: 352 MB / 45 GB/s = 7.83 ms. Forwarded, each of the 8,192
     tokens (7,168 bytes) goes to 3 × (1 − 0.0964) = 2.71 other nodes at DeepEP's measured NIC rate over 4 nodes,
     0.863 x 50 GB/s (its NIC-bound point: specs/stack_variants.py "flex_backend"): 159 MB / 43.15 GB/s = 3.69 ms,
-    while NVLink fans out 7/8 of the copies, 411 MB / 360 GB/s = 1.14 ms, beside it. Both pay 7 × 3 + 3 × 5 = 36 µs
-    of latency."""
+    while NVLink fans out one copy to each of the 7.27 ranks a token hits, 7/8 of them other GPUs of their node,
+    470 MB x 7.27/8 x 7/8 / 360 GB/s = 1.04 ms, beside it. Both pay 7 × 3 + 3 × 5 = 36 µs of latency."""
     cluster = H100.cluster(32)
     latency = 7 * 3e-6 + 3 * 5e-6
     plain = collective_time("all_to_all", SENT, 32, 1, cluster)
     assert plain == pytest.approx(SENT * 24 / 32 / 45e9 + latency)
     network = TOKENS * HIDDEN * 3 * (1 - node_miss(E, K, 64)) / (0.863 * 50e9)
-    assert network > SENT * 7 / 8 / 360e9  # the network, not NVLink, sets the time
+    assert network > SENT * rank_copies(E, K, 8) / 8 * 7 / 8 / 360e9  # the network, not NVLink, sets the time
     assert forwarded_time(a2a(32, E), 1, cluster) == pytest.approx(network + latency)
     assert network + latency == pytest.approx(3.725e-3, rel=1e-3)
 
@@ -145,11 +173,71 @@ def test_a_backends_share_never_falls_as_nodes_are_added(backend, nic):
     assert shares == sorted(shares)
 
 
-def test_inside_one_node_forwarding_is_the_plain_all_to_all():
-    """EP8 on one node: no network, every copy over NVLink either way: 7/8 of 470 MB at 360 GB/s."""
+def test_inside_one_node_forwarding_sends_one_copy_a_rank():
+    """EP8 on one node: no network. The plain all-to-all sends 7/8 of its 470 MB of copies over NVLink at 360 GB/s;
+    DeepEP and HybridEP send a token once to each of the 5.29 ranks its 8 experts hit (32 experts a rank), 7/8 of them
+    other GPUs: 470 MB x 5.29/8 x 7/8 / 360 GB/s, 0.662 of the plain time beside the same 7 x 3 us of latency."""
     cluster = H100.cluster(8)
+    latency = 7 * 3e-6
     plain = collective_time("all_to_all", SENT, 8, 1, cluster)
-    assert forwarded_time(a2a(8, E), 1, cluster) == pytest.approx(plain)
+    assert plain == pytest.approx(SENT * 7 / 8 / 360e9 + latency)
+    for backend in ("deepep", "hybridep"):
+        forwarded = forwarded_time(a2a(8, E, backend), 1, cluster)
+        assert forwarded == pytest.approx(SENT * rank_copies(E, K, 32) / 8 * 7 / 8 / 360e9 + latency)
+        assert (forwarded - latency) / (plain - latency) == pytest.approx(0.662, abs=1e-3)
+
+
+def test_a_backends_intra_node_kernel_rate_is_interpolated_in_log2_ranks():
+    """HybridEP's GB200 points (16 SMs, BF16 dispatch / combine averaged): 8 ranks (550.10 + 538.44) / 2 = 544.27
+    GB/s, 16 ranks (472.84 + 474.48) / 2 = 473.66; 12 ranks between them at log2(1.5) of the way; below 8 and above
+    36 the nearest (64 ranks of an NVL72 rack: 444.115). DeepEP's one point, B200 8 ranks at 24 SMs:
+    (494 + 420) / 2 = 457 GB/s, at every size."""
+    from meshplan.collectives.dispatch import nvlink_rate
+
+    assert nvlink_rate(8, "hybridep") == pytest.approx((550.10 + 538.44) / 2 * 1e9)
+    assert nvlink_rate(16, "hybridep") == pytest.approx((472.84 + 474.48) / 2 * 1e9)
+    assert nvlink_rate(12, "hybridep") == pytest.approx((544.27 + (473.66 - 544.27) * np.log2(1.5)) * 1e9)
+    assert nvlink_rate(64, "hybridep") == nvlink_rate(36, "hybridep") == pytest.approx(444.115e9)
+    assert nvlink_rate(4, "hybridep") == nvlink_rate(8, "hybridep")
+    assert nvlink_rate(8, "deepep") == nvlink_rate(64, "deepep") == pytest.approx((494 + 420) / 2 * 1e9)
+    assert list(nvlink_rate(np.array([8.0, 64.0]), "hybridep")) == pytest.approx([544.27e9, 444.115e9])
+
+
+def test_inside_a_b200_node_the_backends_kernel_not_nvlink_sets_the_rate():
+    """EP8 on one B200 node (NVLink 900 GB/s x 0.8 = 720): 5.29 rows a token over the 8 ranks, 7/8 of them on the
+    link, would take 470 MB x 5.29/8 x 7/8 / 720 GB/s = 0.378 ms; HybridEP's kernels move the rows at 544.27 GB/s,
+    470 MB x 5.29/8 / 544.27 GB/s = 0.572 ms, DeepEP's at 457: 0.681 ms; the H100 node's link (360 GB/s, 0.756 ms)
+    is slower than either kernel, which leaves it unchanged."""
+    from meshplan.collectives.dispatch import nvlink_rate
+
+    cluster = load_system("b200").cluster(8)
+    latency = 7 * cluster.tiers[0].latency
+    rows = SENT * rank_copies(E, K, 32) / 8
+    assert rows * 7 / 8 / 720e9 == pytest.approx(0.378e-3, abs=1e-6)
+    for backend, ms in (("hybridep", 0.572), ("deepep", 0.681)):
+        forwarded = forwarded_time(a2a(8, E, backend), 1, cluster)
+        assert forwarded == pytest.approx(rows / nvlink_rate(8, backend) + latency)
+        assert forwarded - latency == pytest.approx(ms * 1e-3, abs=1e-6)
+    h100 = forwarded_time(a2a(8, E, "hybridep"), 1, H100.cluster(8))
+    assert h100 == pytest.approx(rows * 7 / 8 / 360e9 + 7 * 3e-6)
+
+
+@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
+def test_more_ranks_a_node_or_fewer_copies_never_slow_the_forwarded_exchange(backend):
+    """Property: DeepSeek-V3's routing over 64 H100s. Packing the same 64 ranks into larger scale-up domains (4, 8,
+    16, 32, 64 GPUs a node: fewer nodes to cross, the tokens deduplicated per rank over NVLink) never slows the
+    dispatch; nor does a smaller k at the same tokens (1 to 8 copies a token, the bytes of each the same)."""
+    from dataclasses import replace
+
+    base = H100.cluster(64)
+    times = []
+    for per_node in (4, 8, 16, 32, 64):
+        tiers = (replace(base.tiers[0], size=per_node), replace(base.tiers[1], size=64 // per_node))
+        times.append(forwarded_time(a2a(64, E, backend), 1, replace(base, tiers=tiers)))
+    assert times == sorted(times, reverse=True)
+    by_k = [forwarded_time(Collective("all_to_all", TOKENS * k * HIDDEN, "ep", 64, copies=k, experts=E,
+                                      backend=backend), 1, base) for k in range(1, 9)]
+    assert by_k == sorted(by_k)
 
 
 @pytest.mark.parametrize("backend", ["deepep", "hybridep"])
@@ -185,12 +273,14 @@ def _sglang_setting(moe_comm: str, gpus: int = 32) -> Setting:
 def test_deepep_forwards_the_prompt_iterations_and_leaves_the_decode_steps_alone():
     """SGLang with DeepEP (moe_comm "deepep") over 32 H100s: an iteration of 8,192 prompt tokens a GPU runs the normal
     kernels and is faster than with every copy sent over the network; a pure decode step runs the low-latency kernels,
-    priced as before; on one node (EP8) the two are the same."""
+    priced as before; on one node (EP8) the prompt iteration is faster too (one copy a rank over NVLink), the decode
+    step the same."""
     deepep, plain = _sglang_setting("deepep"), _sglang_setting("all_to_all")
     assert float(deepep.time(0.0, 8192.0, 4.0, 0.0)) < float(plain.time(0.0, 8192.0, 4.0, 0.0))
     assert float(deepep.time(64.0)) == pytest.approx(float(plain.time(64.0)))
     one = _sglang_setting("deepep", 8), _sglang_setting("all_to_all", 8)
-    assert float(one[0].time(0.0, 8192.0, 4.0, 0.0)) == pytest.approx(float(one[1].time(0.0, 8192.0, 4.0, 0.0)))
+    assert float(one[0].time(0.0, 8192.0, 4.0, 0.0)) < float(one[1].time(0.0, 8192.0, 4.0, 0.0))
+    assert float(one[0].time(64.0)) == pytest.approx(float(one[1].time(64.0)))
 
 
 def test_the_large_ep_blog_runs_deepep():
@@ -210,7 +300,9 @@ def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
     moe_dispatcher "flex") prices a training MoE layer's dispatch and combine as the forwarded kernels: DeepSeek-V3 at
     ep 32 over 4 B200 nodes sends a token over the network 3 x (1 - 0.0964) = 2.71 times, at DeepEP's 0.863 of the NIC
     against NCCL's 0.90, where the plain all-to-all sends 8 x 24/32 = 6 copies (each beside 7 x 3 + 3 x 5 us of
-    latency); on one node (ep 8) the two are the same."""
+    latency); on one node (ep 8) DeepEP sends one row to each of the 5.29 ranks a token hits, not 8 copies, but at
+    its kernels' 457 GB/s of rows (24 SMs), where NCCL's all-to-all is priced at 720 GB/s on the link, 7/8 of its
+    rows: 5.29/8 x 8/7 x 720/457 = 1.19 x the all-to-all's time."""
     from meshplan.collectives.price import collective_seconds
     from meshplan.cost.layers import moe_layer
     from meshplan.specs.plan import Plan
@@ -219,7 +311,7 @@ def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
     model = load_model("deepseek-v3")
     deepep = 0.9 / 0.863  # NCCL's share of the NIC over DeepEP's over 4 nodes (its "flex_backend" entry)
     across = (32, 3 * (1 - node_miss(E, K, 64)) / 6 * deepep, 7 * 3e-6 + 3 * 5e-6)
-    for ep, ratio, latency in (across, (8, 1.0, 7 * 3e-6)):
+    for ep, ratio, latency in (across, (8, rank_copies(E, K, 32) / 8 * 8 / 7 * 720e9 / 457e9, 7 * 3e-6)):
         cluster = load_system("b200").cluster(ep)
         times = {}
         for name in ("alltoall", "flex"):

@@ -12,7 +12,7 @@ from meshplan.configs.megatron_rules import DP_OVERLAP_FLAGS, dp_overlaps
 from meshplan.specs.host_cost import tp_hidden
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import FP8_ATTENTION_PRECISIONS
-from meshplan_validation import recipes, recipes_off
+from meshplan_validation import recipes, recipes_dispatch, recipes_off
 from meshplan_validation.patterns import (
     FA2_ATTENTION_TEXT,
     FLASH_TEXT,
@@ -105,11 +105,11 @@ def graphs(record: dict[str, Any], src: SourceDefaults, notes: list[str]) -> boo
 def recipe_settings(record: dict[str, Any], model: ModelSpec, ep: int, notes: list[str]
                     ) -> tuple[bool, str, int, str]:
     """EP all-to-all overlap, expert-GEMM launch, activation offload and flex dispatcher backend ("" where the
-    source's dispatcher) of the release's recipe (recipes.py)."""
+    source's dispatcher) of the release's recipe (recipes.py, recipes_dispatch.py)."""
     overlap_ep, ep_note = recipes.overlap_ep(record, model, ep)
     if ep_note and ep > 1:
         notes.append(ep_note)
-    flex, flex_note = recipes.dispatcher(record, model, ep)
+    flex, flex_note = recipes_dispatch.dispatcher(record, model, ep)
     if flex_note:
         notes.append(flex_note)
     expert_gemm, expert_note = recipes.expert_gemm(record, model)

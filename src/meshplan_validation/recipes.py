@@ -62,7 +62,7 @@ MOE_A2A_OVERLAP: tuple[tuple[str, str], ...] = (
      "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 (21b02e0, the "
      "26.02 recipes): QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 / _BF16_V1 pp 2, vp 12, ep 8, mbs 1, GBS 1024, "
      "moe_flex_dispatcher_backend='deepep', moe_a2a_overlap=True (the 26.02 and 26.02.01 tables' layout, as "
-     "FLEX_DISPATCH; v0.3.1's ep 16 HybridEP recipe sets it False)"),
+     "recipes_dispatch.FLEX_DISPATCH; v0.3.1's ep 16 HybridEP recipe sets it False)"),
     (r"megatron_bridge_26\.02(?!\.\d)\S*.*qwen3-235b.*\bb300\b",
      "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py @ 21b02e0 (v0.3.0, the 26.02 "
      "recipes): QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_BF16_V1 / _FP8_CS_V1 pp 8, vp 4, ep 8, moe_a2a_overlap=True "
@@ -134,80 +134,6 @@ def cpu_offload(record: dict[str, Any]) -> tuple[int, str]:
         if re.search(pattern, key):
             return layers, f"activations of {layers} layers offloaded to host memory ({why})"
     return 0, ""
-
-
-# Megatron-Bridge performance recipes that dispatch the MoE tokens with a forwarding backend
-# (moe_token_dispatcher_type "flex", moe_flex_dispatcher_backend "deepep" or "hybridep": a token crosses the network
-# once per other node it hits, Stack.moe_dispatcher "flex", priced by its backend's own measured table:
-# Stack.flex_backend): (regex on "group model gpu precision ep<EP>", backend, source).
-# Every DeepSeek-V3 recipe of the files sets one (hybridep on every GPU from the unified launchers, @ c3e43e6aa,
-# 2025-12-03, on); inside one node too it prices differently: no local sort, no fp8-padding copy (cost/moe_permute).
-FLEX_DISPATCH: tuple[tuple[str, str, str], ...] = (
-    (r"megatron_bridge_25\.(09|11)\S*.*deepseek-v3.*h100", "deepep",
-     "Megatron-Bridge scripts/performance/run_script.py @ v0.1.0rc3 (bf71eba07, the 25.09 scripts): enable_deepep "
-     "on h100 unless token drop, recipes/deepseek/deepseek_v3.py: moe_token_dispatcher_type 'flex', "
-     "moe_enable_deepep; v0.2.0 (25.11) configs/deepseek/workload_base_configs.py DEEPSEEK_V3_H100_BASE_CONFIG "
-     "moe_flex_dispatcher_backend='deepep'"),
-    # the release tags that hold it: v0.4.2 (26.04.01, the newest table of its docs/performance-summary.md), v0.5.0,
-    # v0.5.1 (26.06, 26.06.01) and v0.6.0 (26.08); v0.4.0 and v0.4.1 (26.04) alias _B200_FP8_MX_V2 to _FP8_CS_V2
-    (r"megatron_bridge_(26\.04\.01|26\.0[68])\S*\s.*deepseek-v3 b200\b.*\bep32\b", "deepep",
-     "Megatron-Bridge deepseek_workload_base_configs.py @ 5acef93 ('b200 DSv3 better cfg', #3368; in v0.4.2, v0.5.0 "
-     "and v0.5.1): DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 moe_flex_dispatcher_backend='deepep', pp 8, vp 2, "
-     "ep 32 (v0.6.0, 26.08: src/megatron/bridge/perf_recipes/deepseek/b200/deepseek_v3.py "
-     "deepseek_v3_pretrain_256gpu_b200_fp8mx_config the same)"),
-    # Grace Blackwell's layouts inside the NVL72 domain: HybridEP from 25.11 (25.09 drops tokens: alltoall)
-    (r"megatron_bridge_(25\.11|26\.0[2468])\S*\s.*deepseek-v3 gb[23]00\b", "hybridep",
-     "Megatron-Bridge scripts/performance/configs/deepseek/workload_base_configs.py @ v0.2.0 (25.11): "
-     "DEEPSEEK_V3_GB200_ / _GB300_BASE_CONFIG moe_flex_dispatcher_backend='hybridep'; deepseek_workload_base_configs"
-     ".py @ v0.3.0 to v0.5.0: DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1 / _GB300_V1 the same (v0.6.0, 26.08: src/megatron/"
-     "bridge/perf_recipes/deepseek/common.py, the MXFP8 full-iteration helper the GB200 recipes call, "
-     "moe_flex_dispatcher_backend = 'hybridep')"),
-    # the pp 16 / ep 8 layout inside one DGX node: HybridEP from 26.02 (25.11's DEEPSEEK_V3_B200_BASE_CONFIG, v0.2.0,
-    # names no backend: the all-to-all dispatcher)
-    (r"megatron_bridge_26\.0[246]\S*\s.*deepseek-v3 b[23]00\b.*\bep8\b", "hybridep",
-     "Megatron-Bridge scripts/performance/configs/deepseek/deepseek_workload_base_configs.py @ v0.3.0 (26.02), "
-     "v0.3.1, v0.4.0 and v0.5.0 (26.06): DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _B300_V1 pp 16, ep 8, "
-     "moe_flex_dispatcher_backend='hybridep' (the _V2 variants, GBS 4096, are V1's), which training/"
-     "flex_dispatcher_backend.py apply_flex_dispatcher_backend turns into moe_token_dispatcher_type 'flex'"),
-    (r"megatron_bridge_26\.0[468]\S*\s.*qwen3-30b-a3b h100\b.*\bep16\b", "hybridep",
-     "Megatron-Bridge PR #2477 (4a64507, 'Update Qwen3 30B H100 Base Configs with HybridEP', in v0.4.0 / 26.04 and "
-     "v0.5.0 / 26.06): QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, moe_a2a_overlap=False, "
-     "moe_flex_dispatcher_backend='hybridep', and qwen3_30b_a3b_pretrain_config_h100 moe_token_dispatcher_type "
-     "'flex' (v0.6.0, 26.08: src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py the same)"),
-    # inside one NVLink domain the flex dispatcher forwards nothing; mapped still, since it permutes once after its
-    # exchange where the all-to-all dispatcher also sorts the rows it receives (cost/moe_permute.local_sort)
-    (r"megatron_bridge_(25\.11|26\.0[2468])\S*\s.*qwen3-(235b-a22b|30b-a3b) gb[23]00\b", "hybridep",
-     "Megatron-Bridge scripts/performance/configs/qwen3/workload_base_configs.py @ v0.2.0 (25.11): QWEN3_235B_A22B_ "
-     "and QWEN3_30B_A3B_GB200_ / _GB300_*_BASE_CONFIG, passed to the library recipe by qwen3_llm_pretrain.py; "
-     "configs/qwen/qwen3_workload_base_configs.py @ v0.3.0 (26.02), v0.4.0, "
-     "v0.5.0: QWEN3_235B_A22B_ and QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_ / _GB300_* moe_flex_dispatcher_backend="
-     "'hybridep', which training/flex_dispatcher_backend.py apply_flex_dispatcher_backend turns into "
-     "moe_token_dispatcher_type 'flex' (v0.3.1 on: qwen3_llm_pretrain.py sets 'flex' itself; v0.6.0, 26.08: "
-     "src/megatron/bridge/perf_recipes/qwen/gb200/qwen3_moe.py moe_flex_dispatcher_backend = 'hybridep')"),
-    (r"megatron_bridge_26\.0[246]\S*\s.*qwen3-30b-a3b b300\b", "hybridep",
-     "the same files: QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_* moe_flex_dispatcher_backend='hybridep' @ v0.3.0, "
-     "v0.4.0 and v0.5.0"),
-    (r"megatron_bridge_(26\.02\.\d+|26\.0[46])\S*\s.*qwen3-30b-a3b b200\b", "hybridep",
-     "the same files: QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1 micro_batch_size=4, "
-     "moe_flex_dispatcher_backend='hybridep' @ v0.3.1, v0.4.0 and v0.5.0 (the 26.02.01 table's mbs 4; v0.3.0's, "
-     "mbs 1, sets none)"),
-    (r"megatron_bridge_26\.02(\.01)?\s.*qwen3-30b-a3b h100\b.*\bep8\b", "deepep",
-     "the same file @ v0.3.0: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 pp 2, vp 12, ep 8, "
-     "moe_flex_dispatcher_backend='deepep' (the 26.02 and 26.02.01 tables' layout)"),
-)
-
-
-def dispatcher(record: dict[str, Any], model: ModelSpec, ep: int = 1) -> tuple[str, str]:
-    """The release recipe's flex dispatcher backend (``FLEX_DISPATCH``): ("deepep" or "hybridep", why), else
-    ("", ""). The flex dispatcher forwards a token once per other node it hits, and permutes once after its
-    exchange."""
-    if not model.is_moe:
-        return "", ""
-    key = recipe_key(record, record.get("precision") or "", f"ep{ep}")
-    for pattern, backend, why in FLEX_DISPATCH:
-        if re.search(pattern, key):
-            return backend, f"MoE tokens forwarded through each node (flex dispatcher, {backend}: {why})"
-    return "", ""
 
 
 def overlap_ep(record: dict[str, Any], model: ModelSpec, ep: int = 1) -> tuple[bool, str]:

@@ -14,10 +14,21 @@ Under uniform routing of k of E experts spread evenly over the g GPUs, a node ho
 misses it with probability C(E − m, k)/C(E, k) = Π_{j<k} (E − m − j)/(E − j) (the hypergeometric zero term). The
 traffic that leaves through tier i ≥ 1 is one token's bytes per node it hits among the (outer − inner)/g_0 nodes
 inside its tier-i block but outside its tier-(i−1) block, where the plain all-to-all sends n·(outer − inner)/g, n the
-bytes of all k copies; through tier 0 goes every copy that lands on another GPU of its node, the sender's node and
-the forwarding ones alike: n·(g_0 − 1)/g_0 (under contiguous routing the one copy a token sends each rank that
-holds its experts: rank_copies). The tiers run concurrently (the slowest sets the time), with the
-all-to-all's latency, Σ_i (g_i − 1)·α_i. Routing is taken as uniform, as serve/moe.py takes it: DeepSeek-V3's
+bytes of all k copies; through tier 0 goes one copy of a token to each other GPU of a node that holds one of its
+experts, the sender's node and the forwarding ones alike: n·(D/k)·(g_0 − 1)/g_0, D = g·(1 − C(E − E/g, k)/C(E, k)) the
+distinct ranks a token's k experts hit (rank_copies: each of the g ranks is missed with the same zero term over its
+E/g experts; D = k only where no two of them share a rank). Both backends send one copy a rank, not one a (token,
+expert) pair: DeepEP's get_dispatch_layout sets is_token_in_rank[token, rank] (and counts a token once per RDMA rank,
+num_tokens_per_rdma_rank) from the top-k (csrc/kernels/internode.cu @ 3b1045d lines 78-100), which its intranode and
+internode dispatch send by (deep_ep/buffer.py @ 3b1045d dispatch, internode_dispatch: over RDMA once per node, then
+NVLink to each rank its SourceMeta's is_token_in_nvl_rank bits name); HybridEP sends a token once per node over RDMA
+(DeepEP branch hybrid-ep @ 94a9f8f tests/utils.py count_rdma_send_from_routing_map, a max over each node's experts)
+and "multicast to all ranks within this node which need this token", one unicast a rank its sparse_to_dense_map names
+(csrc/hybrid_ep/backend/hybrid_ep_backend.cuh @ 94a9f8f line 1619, the intra-node S2G loop). Megatron-Core's alltoall
+dispatcher (MoEAlltoAllTokenDispatcher, megatron/core/transformer/moe/token_dispatcher.py @ core_v0.16.1 preprocess:
+num_out_tokens = tokens x topk, input_splits the per-expert counts summed a rank) sends a row per (token, expert)
+pair: every copy, the plain all-to-all (comm.split_time). The tiers run concurrently (the slowest sets the time), with
+the all-to-all's latency, Σ_i (g_i − 1)·α_i. Routing is taken as uniform, as serve/moe.py takes it: DeepSeek-V3's
 group-limited routing (a token's experts in 4 of 8 groups) hits fewer nodes still.
 
 Over the network the forwarded traffic runs at the backend's measured rate (``Stack.flex_backend``, its registry
@@ -36,8 +47,18 @@ log2(nodes) between the points, the nearest one outside them. On 400 Gb/s (H100,
 nodes keeps its 21.5 GB/s on the NIC, 0.215. Faster NICs never slow it (the kernel part is fixed, the NIC part
 grows).
 
+Inside one NVLink domain a group's exchange runs at most at the backend's intra-node kernel rate (``nvlink_rate``,
+its registry entry's ``nvlink`` points): logical bytes/s over the rows a rank receives, one a token and rank, its own
+included (DeepEP branch hybrid-ep @ 94a9f8f tests/test_hybrid_ep.py nvl_recv_bytes, dispatched_hidden's bytes;
+docs/README_Hybrid-EP.md's B200 and GB200 tables). HybridEP at Megatron-Core's 16 SMs reads 544 GB/s over 8 GB200
+ranks, 444 over 36 (B200's 8: 533); DeepEP at 24 SMs 457 over 8 B200 ranks. On NVLink 5 (900 GB/s a GPU, 720 priced:
+823 GB/s of rows over 8 ranks, 7/8 of them on the link) the kernel binds; on an H100's (360 priced, 411 over 8) the
+link does. Across nodes the backends' network tables already time the whole exchange.
+
 Example: DeepSeek-V3 (E = 256, k = 8) over 32 H100s in 4 nodes: a token misses a given other node with probability
-Π_{j<8} (192 − j)/(256 − j) = 0.0964, so it crosses the network 3 × 0.904 = 2.71 times, not 8 × 24/32 = 6.
+Π_{j<8} (192 − j)/(256 − j) = 0.0964, so it crosses the network 3 × 0.904 = 2.71 times, not 8 × 24/32 = 6; it
+misses a rank of 8 experts with probability Π_{j<8} (248 − j)/(256 − j) = 0.773, so NVLink carries
+32 × 0.227 = 7.27 copies of it, not 8.
 """
 
 from __future__ import annotations
@@ -78,6 +99,19 @@ def _points(backend: str, nic: float) -> tuple[list[float], list[float]]:
     return [math.log2(n) for n in nodes], [share[n] for n in nodes]
 
 
+def nvlink_rate(ranks: Num, backend: str = "deepep") -> Num:
+    """The flex ``backend``'s intra-node kernels' logical bytes/s over ``ranks`` GPUs of one NVLink domain (its
+    registry entry's ``nvlink`` points, linear in log2(ranks) between them, the nearest outside; inf where it has
+    none): the rate a dispatch inside one domain runs at where its NVLink would carry more (module docstring)."""
+    points = choice_of("flex_backend", backend).nvlink
+    if not points:
+        return math.inf
+    log_ranks, rates = [math.log2(n) for n, _ in points], [r for _, r in points]
+    if isinstance(ranks, np.ndarray):
+        return np.interp(np.log2(np.maximum(ranks, 1.0)), log_ranks, rates)
+    return float(np.interp(math.log2(max(float(ranks), 1.0)), log_ranks, rates))
+
+
 def node_miss(experts: Num, copies: int, per_node: Num) -> Num:
     """Probability that a token's ``copies`` experts, drawn without replacement from ``experts``, all miss the
     ``per_node`` experts of one node: Π_{j<k} (E − m − j)/(E − j), 0 where the node holds more than E − k of them."""
@@ -98,12 +132,12 @@ def node_hit(experts: Num, copies: int, per_node: Num, routing: str = "uniform")
 
 
 def rank_copies(experts: Num, copies: int, per_rank: Num, routing: str = "uniform") -> Num:
-    """The copies of a token NVLink carries: DeepEP sends a token once to each rank that holds one of its experts
-    (deep_ep Buffer.dispatch's is_token_in_rank, one row a token and rank), max(1, k/r) ranks of r experts under
-    contiguous routing; under uniform routing every copy, k (a token's experts seldom share a rank when E/g ≪ E/k)."""
-    if routing == "contiguous":
-        return maximum(1.0, copies / per_rank)
-    return float(copies)
+    """The copies of a token NVLink carries: one to each distinct rank that holds one of its experts, the expected
+    count of the R = E/r ranks of r experts each that its k experts hit, R · node_hit (linearity of expectation over
+    the ranks, each missed with the hypergeometric zero term): uniform routing R·(1 − C(E − r, k)/C(E, k)) (≤ k,
+    fewer where a token's experts share a rank), contiguous routing max(1, k/r) (module docstring: DeepEP's and
+    HybridEP's one copy a rank)."""
+    return experts / per_rank * node_hit(experts, copies, per_rank, routing)
 
 
 def forwarded_time(c: Collective, layout: Layout, cluster: Cluster, eff: Efficiency = DEFAULT) -> Num:
@@ -124,6 +158,10 @@ def forwarded_split(c: Collective, parts: list[Num], cluster: Cluster, eff: Effi
     hit = node_hit(experts, copies, experts * node / group, c.routing)
     fanned = rank_copies(experts, copies, experts / group, c.routing) / copies  # of the k copies, over NVLink
     slowest: Num = nbytes * fanned * (node - 1) / node / bandwidths[0]
+    # a group inside one NVLink domain: at most the backend's intra-node kernel rate, over every rank's rows
+    inside = (node >= group) & (node > 1)
+    inside = bool(inside) if isinstance(inside, np.bool_) else inside  # a scalar plan stays a float
+    slowest = where(inside, maximum(slowest, nbytes * fanned / nvlink_rate(node, c.backend)), slowest)
     latency: Num = (node - 1) * tiers[0].latency
     inner: Num = node
     for g, b, tier in zip(parts[1:], bandwidths[1:], tiers[1:], strict=True):

@@ -273,12 +273,15 @@ class FlexBackend:
     measured cross-node rates, which collectives/dispatch.py prices the forwarded traffic at. ``kernel``: (nodes,
     logical bytes/s) where the kernel, not its NIC, set the rate (a rate in absolute bytes/s, every node a token hits
     counted, its own included, on the ``source``'s GPUs and SM count); ``nic``: (nodes, share of the NIC peak) where
-    the NIC bound (the cap a kernel point meets on a slower NIC)."""
+    the NIC bound (the cap a kernel point meets on a slower NIC); ``nvlink``: (ranks, logical bytes/s) of its
+    intra-node kernels inside one NVLink domain, every rank a token hits counted once, its own included (a kernel
+    limit in absolute bytes/s, as ``kernel``)."""
 
     name: str
     kernel: tuple[tuple[float, float], ...]
     nic: tuple[tuple[float, float], ...]
     source: str
+    nvlink: tuple[tuple[float, float], ...] = ()
     # pads each local expert's rows to the fp8 / fp4 GEMMs' alignment inside its dispatch (hybrid_ep_dispatch's
     # pad_multiple, Megatron-LM core_v0.16.1 token_dispatcher.py _HybridEPManager:1042-1047), so TEGroupedMLP's
     # Fp8Padding finds every count aligned and copies nothing (cost/moe_permute.py fp8_padding)
@@ -319,7 +322,9 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # node groups), dispatch / combine averaged: EP 16 (2 nodes) 43 / 43 GB/s logical, half of it on the NIC
         # (21.5 GB/s, 0.43), where a NIC-bound kernel would read ~87: the kernel's limit; EP 32 and 64 58 / 57 and
         # 51 / 50 GB/s, of which the NIC carries 3/4 and 3.5/4: 0.863 and 0.884 of it, NCCL's 0.90 nearly: the NIC's
-        FlexBackend(name="deepep", kernel=((2.0, 43e9),), nic=((4.0, 0.863), (8.0, 0.884)),
+        # inside one node: B200, 8 ranks, 24 SMs (the internode table's), Torch API BF16 dispatch / combine 494 / 420
+        # GB/s logical (DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md, B200 table)
+        FlexBackend(name="deepep", kernel=((2.0, 43e9),), nic=((4.0, 0.863), (8.0, 0.884)), nvlink=((8.0, 457e9),),
                     source="deepseek-ai/DeepEP docs/legacy.md @ dd758ca (README.md @ 3b1045d), normal kernels, "
                            "DeepEP/tests/test_internode.py @ 3b1045d (num_sms = 24; lines 39-43, 158-173)"),
         # H100 + 400 Gb/s, Megatron-Core's 16 SMs (moe_hybridep_num_sms), 4096 tokens, hidden 7168, top-8 of 8
@@ -328,8 +333,14 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # 0.77 of the NIC: below the 0.864 and 0.873 its kernels alone reach over 4 and 8 nodes (Kernel Only BF16
         # 57.69 / 57.46 and 49.97 / 49.77 GB/s: 3/4 and 7/8 of it on the NIC), the NIC's; 16-bit rows, as
         # meshplan prices the dispatch (cost/mlp_moe.py)
+        # inside one NVLink domain: GB200, 16 SMs, Torch API BF16 dispatch / combine 550.10 / 538.44, 472.84 /
+        # 474.48, 441.89 / 444.40, 485.50 / 423.19 and 469.96 / 418.27 GB/s logical over 8, 16, 24, 32 and 36 ranks
+        # (received rows, one a token and rank, the rank's own included: tests/test_hybrid_ep.py nvl_recv_bytes);
+        # B200's 8 ranks read 535.94 / 530.86, the same; 7/8 of 544 on NVLink is 0.53 of its 900 GB/s
         FlexBackend(name="hybridep", kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
                     nic=((4.0, 0.8636), (8.0, 0.8727)), pads_for_quantization=True,
+                    nvlink=((8.0, 544.27e9), (16.0, 473.66e9), (24.0, 443.145e9), (32.0, 454.345e9),
+                            (36.0, 444.115e9)),
                     source="deepseek-ai/DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md (H100 table), "
                            "DeepEP/tests/test_hybrid_ep.py, DeepEP/tests/utils.py count_rdma_send_from_routing_map "
                            "(the sender's own node counted)")),
