@@ -92,3 +92,38 @@ def test_more_runs_never_shorten_the_step(plan):
         assert all(np.diff(steps) >= -1e-12 * steps[0]), (overlap, steps)
         assert steps[-1] > steps[0]
 
+
+
+def test_ranks_priced_apart_pay_the_runs_alike():
+    """A plan whose ranks are priced one by one (per-rank layer counts: step/ranks.assemble_ranks) pays each run's
+    bubble and data-parallel traffic as the end ranks' path does: the same step as the even split it equals."""
+    from meshplan.estimate import estimate  # noqa: PLC0415
+
+    stack = Stack(overlap_dp=False, schedule_batch=4)
+    apart = estimate(MODEL, CLUSTER, replace(PLAN, stage_layers=(8, 8, 8, 8)), stack)
+    ends = estimate(MODEL, CLUSTER, PLAN, stack)
+    one = estimate(MODEL, CLUSTER, replace(PLAN, stage_layers=(8, 8, 8, 8)), Stack(overlap_dp=False))
+    assert apart.breakdown["bubble"] == pytest.approx(2 * one.breakdown["bubble"], rel=1e-9)
+    assert apart.breakdown["dp"] == pytest.approx(2 * one.breakdown["dp"], rel=1e-9)
+    assert apart.step_time == pytest.approx(ends.step_time, rel=1e-9)
+
+
+def test_automodels_pipelined_runs_are_read_as_their_configs_run_them():
+    """The AutoModel MoE records that pipeline: schedule_batch 8 (the configs' local_batch_size) gives the table's
+    GA column as runs (DeepSeek-V3 over 256 GPUs: 512 / 64 = 8 sequences a rank, one run; over 1024: 8192 / 256 =
+    32, four; Kimi K2: 512 / 32 = 16, two), and the configs' layers_per_stage the model chunks: 61 layers at 2 a
+    stage, ⌈61/2⌉ = 31 stages rounded down to 28 over pp 4, v 7; at 4, 16 stages, v 4; Kimi K2 at 2 over pp 8, 24
+    stages, v 3 (not the table's VP 8, 8, 4). Qwen3-30B runs no pipeline: one run."""
+    from meshplan_validation.case import map_run  # noqa: PLC0415
+    from meshplan_validation.records import read_runs  # noqa: PLC0415
+
+    runs = {r["id"]: r for r in read_runs("benchmarks/data/independent_runs.jsonl")
+            if str(r["id"]).startswith("automodel-")}
+    expected = {"automodel-deepseek-v3-671b-256": (7, 1), "automodel-deepseek-v3-671b-1024": (4, 4),
+                "automodel-kimi-k2-256": (3, 2), "automodel-qwen3-moe-30b-8": (1, 1)}
+    for rid, (chunks, passes) in expected.items():
+        case = map_run(runs[rid])
+        assert case.stack.schedule_batch == 8, rid
+        assert case.plan.vpp == chunks, rid
+        assert schedule_runs(case.plan, case.stack) == passes == (runs[rid]["parallel"]["grad_accum"]
+                                                                  if case.plan.pp > 1 else 1), rid
