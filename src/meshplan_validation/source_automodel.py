@@ -20,7 +20,10 @@ backend.fake_balanced_gate true ("Fake balanced gate is enabled to simulate idea
 notes): components/moe/layers.py FakeBalancedGate routes token i to experts (i·k + j) mod E, j < k, k experts in a
 row, which EP's even split puts on one node where a node holds k or more of them (``Stack.moe_routing``
 "contiguous", collectives/dispatch.node_hit): a token crosses the network to one node, not to the 4.6 of 7 other
-nodes a uniform router's top-8 of 256 hits over 8 nodes. The framework text of
+nodes a uniform router's top-8 of 256 hits over 8 nodes. Every config sets backend.rms_norm te, which builds each norm
+as Transformer Engine's RMSNorm module (components/moe/utils.py initialize_rms_norm_module), one fused kernel each
+way, in an otherwise eager model (its RoPE, activations and residuals eager ops): ``Stack.fusion`` "eager-te"
+(specs/fusion.py). The framework text of
 these rows names the expert-parallel path ("+ EP", DeepEP); its dense rows (Llama 3 70B through transformers) keep the
 generic FSDP2 profile.
 """
@@ -42,7 +45,7 @@ AUTOMODEL_MOE_WHY = ("NeMo AutoModel's own MoE models (DeepSeek-V3, Kimi K2, Qwe
 # configs' step_scheduler.local_batch_size, 8 in every one that pipelines (deepseek_v3_te_deepep{,_1024}.yaml,
 # kimi_k2_te_deepep.yaml @01926a5c), the sequences of one run of the pipeline schedule (step/stages.schedule_runs)
 AUTOMODEL_MOE_STACK = {"fsdp": "fsdp2", "master_weights": False, "moe_dispatcher": "flex", "flex_backend": "deepep",
-                       "moe_routing": "contiguous", "schedule_batch": 8}
+                       "moe_routing": "contiguous", "schedule_batch": 8, "fusion": "eager-te"}
 # (regex on "group model gpu num_gpus" (recipes.recipe_key), autopipeline.layers_per_stage, the config): the
 # benchmark configs @01926a5c that pipeline, each named by its model and its benchmark.num_nodes x 8 GPUs
 LAYERS_PER_STAGE = ((r"^nemo_automodel\S* deepseek-v3 .* 256$", 2, "deepseek_v3_te_deepep.yaml"),
