@@ -12,9 +12,9 @@ PACKAGE = Path(__file__).parents[1] / "src" / "meshplan_validation"
 # the FLOP bases and the measured quantity, the case, its evaluation; the published serving runs (trtllm-bench's own
 # engine settings, their mapping onto meshplan's serving model, their evaluation, their results as runs); the
 # summaries, the output, the command
-LAYERS = ("skip", "patterns", "records", "record_fields", "source_vtrain", "source_megatron_jan2021",
+LAYERS = ("skip", "patterns", "records", "record_fields", "recipes", "source_vtrain", "source_megatron_jan2021",
           "source_automodel", "sources", "robust_loss",  # the fits' loss, which refit imports
-          "provenance", "fitted", "refit", "recipes", "recipes_dispatch", "recipes_off", "recipes_remat", "layouts",
+          "provenance", "fitted", "refit", "recipes_dispatch", "recipes_off", "recipes_remat", "layouts",
           "map_model", "map_system", "map_layout",
           "map_training", "map_kernels", "map_plan", "flops", "measurement", "case", "selection", "result",
           "evaluate", "loso_training", "trtllm_bench", "serving_map", "serving_eval", "loso_serving", "serving_runs",

@@ -56,7 +56,7 @@ from meshplan.step.channels import (
 )
 from meshplan.step.host import iteration_host, loop_host, optimizer_loops, paid_per_step
 from meshplan.step.ranks import assemble_ranks, priced_apart, stage_modes, stage_recompute_flops
-from meshplan.step.stages import cadence
+from meshplan.step.stages import cadence, run_cadence
 from meshplan.step.units import Parts, Units, timed_parts, unit_costs, units_for_recomputes
 from meshplan.units import fmt_bytes, fmt_over
 
@@ -344,9 +344,10 @@ def _step_rows(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff
     grad_bytes, weight_bytes = trainable(params, plan).total * plan.grad_bytes, params.total * WEIGHT_BYTES
     named = {"all_reduce": ("dp/grad_all_reduce", grad_bytes), "scatter": ("dp/grad_reduce_scatter", grad_bytes),
              "gather": ("dp/param_all_gather", weight_bytes)}
-    m, updates = cadence(plan)  # micro-batches per weight update, updates per step (PipeDream: 1, m)
+    updates = cadence(plan)[1]  # updates per step (PipeDream: m)
+    m, synced, _ = run_cadence(plan, stack)  # micro-batches per run of the DP traffic, its runs (schedule_runs)
     zero = partitioned_zero(plan, stack)  # BF16_Optimizer's partitions without ZeRO (cost/wrappers.py)
-    rows = [OpRow(named[kind][0], "step", "collective", float(count * updates), 0.0, float(named[kind][1]),
+    rows = [OpRow(named[kind][0], "step", "collective", float(count * synced), 0.0, float(named[kind][1]),
                   float(seconds[kind]), "network") for kind, count in zero_counts(zero, m, collectives.once).items()]
     tied = embedding_sync(model, cluster, plan, eff)[0]  # the same on both ends
     if tied:

@@ -229,6 +229,8 @@ RANGES: dict[str, Range] = {
                                 "tensor_host", "all after it"),
     "microbatch_host": Range(0, 0.1, "s", "host seconds per micro-batch and pipeline rank outside the model: ~2 ms "
                              "with Megatron-LM's CI timers (specs/stack.py); 100 ms is 50x that", "none counted"),
+    "schedule_batch": Range(1, MAX_SIZE, "", "sequences per rank in one run of the pipeline schedule: at most the "
+                            "global batch (the int32 index bound)", "the step's batch in one run"),
     "iteration_host": Range(0, 1.0, "s", "host seconds per training step outside the optimizer: a few ms of logging "
                             "(specs/stack.py); 1 s is 100x that", "none counted"),
     "summa_panels": Range(1, _WIDTH, "", "at most the hidden size", "max(tp, tp2)"),

@@ -34,6 +34,7 @@ from meshplan_validation.map_training import (
     zero_under_pipeline,
 )
 from meshplan_validation.skip import Skip
+from meshplan_validation.source_automodel import config_chunks
 from meshplan_validation.source_megatron_jan2021 import least_fused_batch
 from meshplan_validation.sources import SourceDefaults, source_defaults
 
@@ -72,7 +73,8 @@ def _layout(record: dict[str, Any], model: ModelSpec, n: int, src: SourceDefault
     if chunks:
         notes.append(f"interleaved schedule with V = {chunks} one-layer model chunks a rank (not stated; {why})")
         p = p | {"vp": chunks}
-    vpp = interleaving(p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes, src)
+    vpp = config_chunks(record, model.num_layers, pp, notes) or interleaving(
+        p, model, pp, (gbs // (dp * mbs)) % pp == 0, notes, src)
     return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "micro_batch": mbs, "global_batch": gbs,
             "vpp": vpp}
 

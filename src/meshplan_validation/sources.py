@@ -253,15 +253,15 @@ SOURCES: tuple[SourceDefaults, ...] = (
     MEGATRON_DEEPSPEED,
     # the framework text's hyphenated name: the group of its README's cost table also holds a DeepSpeed row
     SourceDefaults("Megatron-LLaMA", r"megatron-llama", Stack(
-        name="megatron-llama", family="megatron", overlap_dp=False, vocab_multiple=MEGATRON_VOCAB,
+        name="megatron-llama", family="megatron", overlap_dp=False, vocab_multiple=1,
         host_dispatch=MEGATRON_HOST, tensor_host=MEGATRON_CORE_TENSOR, tensor_sharded=True), None, 1, 4, "selective",
                    "Megatron-LLaMA (Alibaba, 2023; a Megatron-LM fork) as its examples/LLaMA/LLaMA_13_standalone.sh "
                    "@46ae7dde runs LLaMA-13B: tp 2 with sequence parallelism, micro-batch 2, --recompute-activations "
-                   "--recompute-granularity selective, no TP overlap, fp32 gradients, FlashAttention; Megatron-LM's "
-                   "DistributedOptimizer reduce-scatters the gradients after the last micro-batch's backward pass and "
-                   "all-gathers the parameters after the step, not overlapped (its README: 'the solution provided by "
-                   "Megatron-LM does not fully overlap GPU computation with communication'); its Overlapped"
-                   "DistributedOptimizer, where a record names it, overlaps them (map_kernels)", launch=(2, 2)),
+                   "--recompute-granularity selective, --make-vocab-size-divisible-by 1, no TP overlap, fp32 grads, "
+                   "FlashAttention; Megatron-LM's DistributedOptimizer reduce-scatters the gradients after the last "
+                   "micro-batch's backward and all-gathers the parameters after the step, not overlapped (its README: "
+                   "'the solution provided by Megatron-LM does not fully overlap GPU computation with communication'); "
+                   "its OverlappedDistributedOptimizer, named by a record, overlaps them (map_kernels)", launch=(2, 2)),
     SourceDefaults("Megatron-Core 2024", r"megatron_core", MEGATRON_CORE_2024, None, 1, 4, "none",
                    "Megatron-Core r0.8 README scaling runs: --overlap-grad-reduce --overlap-param-gather "
                    "--tp-comm-overlap (stated), distributed optimizer, fp32 gradient reduction (bf16 default), "

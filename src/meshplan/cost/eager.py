@@ -92,6 +92,13 @@ def eager_op(name: str, kind: str, elems: Num, tensors: int = 1) -> list[OpCost]
             for phase in ("fwd", "bwd_x", "bwd_w") if (per_elem := eager_bytes(kind, phase))]
 
 
+def eager_norm(name: str, model: ModelSpec, elems: Num, stack: Stack) -> list[OpCost]:
+    """An eager stack's norm over ``elems`` elements as its aten ops (``EAGER[model.norm]``), or nothing beyond the
+    fused norm already counted where the stack's norms are a library's kernel (``Fusion.library_norm``: Transformer
+    Engine's RMSNorm module, one kernel each way)."""
+    return [] if stack.fusion_mode.library_norm else eager_op(name, model.norm, elems)
+
+
 def unfused_rope(model: ModelSpec, d: Dims) -> list[OpCost]:
     """YaRN-scaled RoPE (``model.yarn_rope``) in Megatron-Core's modules (``stack.fusion = "fused"``), applied to q
     and k as separate eager kernels (``EAGER["rope_megatron"]``): Megatron-Core's apply_rotary_pos_emb uses Transformer
@@ -115,7 +122,8 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
         return []
     h, t, T = model.hidden_size, d.tp, d.tokens
     heads, kv_heads = model.num_heads / t, model.num_kv_heads / t
-    ops = eager_op("attn/norm", model.norm, d.tokens_sp * h) + eager_op("mlp/norm", model.norm, d.tokens_sp * h)
+    ops = eager_norm("attn/norm", model, d.tokens_sp * h, d.stack) + eager_norm("mlp/norm", model, d.tokens_sp * h,
+                                                                               d.stack)
     if model.position_embedding == "rope" and not model.is_mla:
         ops += eager_op("attn/rope", "rope", T * (heads + kv_heads) * model.head_dim)
     if model.num_kv_heads < model.num_heads and not model.is_mla:
@@ -303,6 +311,8 @@ def eager_rows(model: ModelSpec, stack: Stack, fused: bool = True) -> dict[str, 
         core = EAGER_KERNELS["llama" if alone else "sdpa"]["attn/core"]
         rows = {**rows, "attn/qkv": EAGER_KERNELS["sdpa"]["attn/qkv"], "attn/core": core}
     drop = {"attn/core"} if llama and not stack.flash_attention else set()
+    if stack.fusion_mode.library_norm:  # the norms a library's kernel each way: cost/'s own count, as a fused stack's
+        drop |= {"attn/norm", "mlp/norm"}
     if model.mlp != ("swiglu" if llama else "gelu"):
         drop.add("mlp/act")
     if stack.projection_mode.separate != llama or model.qkv_bias == llama:

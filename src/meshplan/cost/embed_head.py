@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from meshplan.cost.blocks import collective, gemm, norm, tp_enter, tp_exit
-from meshplan.cost.eager import EAGER, eager_op
+from meshplan.cost.eager import EAGER, eager_norm, eager_op
 from meshplan.cost.extras import head_extra_ops
 from meshplan.cost.fsdp import fsdp_grad_prep
 from meshplan.cost.lora import lora
@@ -80,7 +80,7 @@ def head_ops(model: ModelSpec, plan: Plan, stack: Stack) -> list[OpCost]:
     if stack.loss.eager:
         ops += eager_op("head/loss", "cross_entropy", logits)
     if d.eager and model.final_norm:
-        ops += eager_op("head/norm", model.norm, d.tokens_sp * model.hidden_size)
+        ops += eager_norm("head/norm", model, d.tokens_sp * model.hidden_size, stack)
     ops += fsdp_grad_prep("head", model.head_params() / plan.tp, plan, stack)
     return lora(ops, plan, d)
 

@@ -7,6 +7,9 @@ never compare the fusion's name (tests/test_pipeline_registry.py checks the core
 - ``eager``: eager PyTorch, one kernel per aten op (cost/eager.py's EAGER_KERNELS rows).
 - ``jit``: Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed runs: eager PyTorch with its own fused
   softmax and LayerNorm kernels and TorchScript-fused bias-GeLU and bias-dropout-add (cost/eager.py jit_rows).
+- ``eager-te``: eager PyTorch whose norms are Transformer Engine's RMSNorm module, one fused kernel each way, as NeMo
+  AutoModel's own models build them with backend.rms_norm "te" (components/moe/utils.py initialize_rms_norm_module
+  @01926a5c: transformer_engine.pytorch RMSNorm); every other element-wise op as ``eager``.
 """
 
 from __future__ import annotations
@@ -31,12 +34,16 @@ class Fusion:
     jit: bool
     # the hybrid models' layers (Mamba, Gated DeltaNet: layer_pattern) are costed under it (no eager rows of theirs)
     hybrid: bool
+    # the layer norms one library kernel each way, as a fused stack counts them, under an otherwise eager stack: no
+    # decomposed norm rows (cost/eager.py eager_layer, eager_rows)
+    library_norm: bool = False
 
 
 FUSIONS: dict[str, Fusion] = {f.name: f for f in (
     Fusion(name="fused", fused=True, counted=False, per_op=False, jit=False, hybrid=True),
     Fusion(name="eager", fused=False, counted=True, per_op=True, jit=False, hybrid=False),
     Fusion(name="jit", fused=False, counted=True, per_op=False, jit=True, hybrid=False),
+    Fusion(name="eager-te", fused=False, counted=True, per_op=True, jit=False, hybrid=False, library_norm=True),
 )}
 FUSION_NAMES = tuple(FUSIONS)
 

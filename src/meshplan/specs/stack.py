@@ -74,10 +74,10 @@ class Stack:
         "vocab_parallel_eager (Megatron's vocabulary-parallel loss as its eager fp32 ops over upcast logits) or "
         "gathered_bf16 (F.cross_entropy on 16-bit logits all-gathered to every TP rank: KempnerForge)")
     fusion: str = _choice("fused", FUSION, "element-wise kernels: fused (Megatron / Transformer Engine, or "
-                                           "torch.compile), eager (one PyTorch kernel per aten op) or jit "
-                                           "(Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed runs: "
-                                           "eager PyTorch with its own fused softmax and LayerNorm kernels and "
-                                           "TorchScript-fused bias-GeLU and bias-dropout-add; cost/eager.py)")
+        "torch.compile), eager (one PyTorch kernel per aten op), eager-te (eager, its norms Transformer Engine's fused "
+        "RMSNorm: NeMo AutoModel's own models) or jit (Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed "
+        "runs: eager PyTorch with its own fused softmax and LayerNorm kernels and TorchScript-fused bias-GeLU and "
+        "bias-dropout-add; cost/eager.py)")
     expert_gemm: str = _choice("per_expert", EXPERT_GEMM, "MoE expert GEMMs: per_expert (launched by the host "
                                                           "after the tokens-per-expert sync) or grouped (one kernel)")
     dglu_slowdown: float = field(default=1.0, metadata={"help": "with expert_gemm grouped, the fused backward GLU "
@@ -116,15 +116,12 @@ class Stack:
     fsdp: str = _choice("none", FSDP, "data parallelism by PyTorch FSDP (its per-micro-batch gradient "
                                       "preparation): fsdp1 (FlatParameter), fsdp2 (fully_shard) or none")
     accumulate_unsharded: bool = _flag(False, "gradient accumulation without communication: the gradient sync "
-                                              "skipped on every micro-batch but the last (FSDP2 "
-                                              "set_requires_gradient_sync(False)), so under ZeRO 2 / 3 each GPU "
-                                              "keeps its gradients unsharded in the reduce dtype until the last "
-                                              "backward (memory.model_states), and reduces them once per "
-                                              "update (step/channels.zero_traffic, accumulation_time)")
+        "skipped on every micro-batch but the last (FSDP2 set_requires_gradient_sync(False)), so under ZeRO 2 / 3 each "
+        "GPU keeps its gradients unsharded in the reduce dtype until the last backward (memory.model_states), and "
+        "reduces them once per update (step/channels.zero_traffic, accumulation_time)")
     master_weights: bool = _flag(True, "an fp32 master copy of the 16-bit weights beside them (mixed precision); "
-                                       "false: the model is cast to 16 bits and torch.optim updates it in place, "
-                                       "its state and gradients in the weights' dtype (memory.model_states, "
-                                       "step/channels.step_bytes, goodput.saved_state_bytes)")
+        "false: the model is cast to 16 bits and torch.optim updates it in place, its state and gradients in the "
+        "weights' dtype (memory.model_states, step/channels.step_bytes, goodput.saved_state_bytes)")
     replicated_embedding: bool = _flag(False, "the token embedding kept whole on every tensor-parallel rank, not "
                                               "split over the vocabulary: its weights, gradients and optimizer "
                                               "state tp times a vocabulary-parallel one's (memory.model_states)")
@@ -140,6 +137,9 @@ class Stack:
     pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch and "
                                     "sends: megatron (Megatron-Core), torch (pipelining) or megatron-2021-01 "
                                     "(Megatron-LM before 2021-02: whole sends from every TP rank, no scatter/gather)")
+    schedule_batch: int = field(default=0, metadata={"help": "sequences per data-parallel rank in one run of the "
+        "pipeline schedule: a step runs it once per this many (NeMo AutoModel: local_batch_size), each run with its "
+        "own fill, drain and gradient sync (step/stages.schedule_runs); 0: the step's batch in one run"})
     cp_comm: str = _choice("ring", CP_COMM, "context-parallel K/V exchange: ring (p2p) or allgather")
     host_dispatch: float = field(default=0.0, metadata={
         "help": "host CPU seconds per launched kernel (Python module call, dispatcher, wrapper, launch): eager "

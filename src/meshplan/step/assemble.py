@@ -2,8 +2,9 @@
 (recompute × ZeRO × optimizer offload × activation offload), each part computed once for the settings it changes
 with. Time (``compose``): each rank's m passes, the data-parallel and offload channels beside them (channels.py;
 sharing a tier's bandwidth with the layers' traffic where both span it, contention.py),
-its optimizer step, and the bubble (bubble.flow_bubble); the step is the busiest of the first, the last and a middle
-pipeline rank plus the bubble (``EndSteps.total``, the one sum):
+its optimizer step, and the bubble (bubble.flow_bubble; and the channels, once per run of the schedule where a step
+runs it several times: stages.schedule_runs); the step is the busiest of the first, the last and a middle pipeline
+rank plus the bubble (``EndSteps.total``, the one sum):
     t_step = max over the ranks of (m · t_rank + dp + offload + optimizer) + bubble
 Memory: step/memory_grid.py (``compose_memory``), over the same grid and ranks (step/grid.py). The middle rank is
 rank 1, which holds the most micro-batches in flight of the middle ones (p − 1 under 1F1B) and, the ranks alike in
@@ -59,6 +60,7 @@ from meshplan.step.stages import (
     cadence,
     ep_overlapped,
     real,
+    run_cadence,
     stage_bubble,
     stage_times,
     two_chunk_times,
@@ -111,7 +113,8 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
     (channels.step_channels), per ZeRO stage and optimizer offload the optimizer step. The passes are held in
     ``dtype`` (the search ranks in float32 and re-estimates its winners in float64)."""
     shape, m, slowdown = np.shape(plan.dp), real(plan.grad_accum), eff.overlap_slowdown
-    per_update, updates = map(real, cadence(plan))  # PipeDream: an update (DP reduction, optimizer) per micro-batch
+    updates = real(cadence(plan)[1])  # PipeDream: an update (DP reduction, optimizer) per micro-batch
+    per_run, synced, runs = map(real, run_cadence(plan, stack))  # a step's runs of the schedule (AutoModel's loop)
     n = 3 if middle_may_bind(model, stack, plan) else 2  # ranks priced: the ends, and a middle one where it may bind
     record = schedule_of(plan.schedule)
     parted = {(z, oo): partitioned_zero(with_settings(plan, zero=z, offload_optimizer=oo), stack)
@@ -130,7 +133,7 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
             if record.ep_overlapped:  # DualPipe's chunk pairs hide the EP all-to-alls (stages.ep_overlapped)
                 first, last, middle = (ep_overlapped(t, slowdown) for t in (first, last, middle))
             ends = [(t.passes(), t.total) for t in (first, last, middle)]  # each sum once (PassTimes.total)
-            bubble = stage_bubble(ranked, ends)
+            bubble = stage_bubble(ranked, ends, runs)
             passes = Passes(*(_rows(plan, [getattr(t, f) for t, _ in ends[:n]], shape, dtype)
                               for f in Passes.__slots__))
             pipelined = m * _rows(plan, [total for _, total in ends[:n]], shape, dtype)
@@ -143,12 +146,12 @@ def compose(model: ModelSpec, cluster: Cluster, plan: Plan, units: Mapping[str, 
                 channels: dict[int, tuple[Num, Num]] = {}
                 for stages, fetch in _fetches(cluster, plan, params, zeros, stack, shape, dtype):
                     fetched = replace(copies, fetch=fetch) if plan.offload_weights else copies  # else 0.0 both
-                    channels |= step_channels(passes, per_update, traffic, stages, fetched, slowdown, stack.overlap_dp,
+                    channels |= step_channels(passes, per_run, traffic, stages, fetched, slowdown, stack.overlap_dp,
                                               forward)
                 side: dict[int, tuple[Num, Num, Num]] = {}  # per ZeRO stage partitioned: what its settings share
                 for z, zero, o, oo in settings:
                     if (key := parted[zero, oo]) not in side:
-                        dp, moved = (_per_step(updates, x) for x in channels[key])
+                        dp, moved = (_per_step(synced, x) for x in channels[key])
                         dp = dp + _per_step(updates, tied)  # embedding_sync
                         side[key] = (dp, moved, pipelined + dp + moved)
                     dp, moved, beside = side[key]

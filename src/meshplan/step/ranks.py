@@ -60,7 +60,15 @@ from meshplan.step.host import iteration_host, loop_host, optimizer_loops
 from meshplan.step.memory import Phases, activation_memory, gathered_ends, memory_at_peak, recompute_working
 from meshplan.step.passes import PassTimes
 from meshplan.step.shared_links import shared_collectives
-from meshplan.step.stages import cadence, loop_times, rank_body, unpaired_passes, with_sends
+from meshplan.step.stages import (
+    cadence,
+    loop_times,
+    rank_body,
+    run_cadence,
+    schedule_runs,
+    unpaired_passes,
+    with_sends,
+)
 from meshplan.step.units import Units
 from meshplan.xp import Num
 
@@ -218,12 +226,16 @@ def _price_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, mi
     times, channels, states = _PASSES.answer(key, held, _passes, cluster, stack, u, eff, view, (layers, shares, last),
                                              fixed)
     zero = fixed.zero
-    per_update, updates = cadence(plan)
+    updates = cadence(plan)[1]
+    per_run, synced, runs = run_cadence(plan, stack)  # the data-parallel traffic once per run of the schedule
     if channels is None:  # its offload copies, which read its rank (its layers offloaded)
-        channels = step_channels(times.passes(), per_update, fixed.traffic, (zero,),
+        channels = step_channels(times.passes(), per_run, fixed.traffic, (zero,),
                                  offload(model, cluster, view, u.layer_saved, last, rank), eff.overlap_slowdown,
                                  stack.overlap_dp)
-    dp, moved = float(updates * (channels[zero][0] + fixed.tied)), float(updates * channels[zero][1])
+    if runs == 1:
+        dp, moved = float(updates * (channels[zero][0] + fixed.tied)), float(updates * channels[zero][1])
+    else:
+        dp, moved = float(synced * channels[zero][0] + updates * fixed.tied), float(synced * channels[zero][1])
     opt = float(updates * fixed.optimizer + fixed.iteration)
     memory = memory_at_peak(states[:3], _activations(model, view, stack, u, rank), fixed.buffers,
                             gathered_ends(model, plan, stack))
@@ -260,7 +272,7 @@ def _passes(cluster: Cluster, stack: Stack, u: Units, eff: Efficiency, view: Pla
     states = _STATES.answer((id(fixed), id(stack), last), (fixed, stack), _states, fixed.params, view, stack, last)
     if view.offload_activations:
         return times, None, states
-    return times, step_channels(times.passes(), cadence(view)[0], fixed.traffic, (fixed.zero,), Offload(),
+    return times, step_channels(times.passes(), run_cadence(view, stack)[0], fixed.traffic, (fixed.zero,), Offload(),
                                 eff.overlap_slowdown, stack.overlap_dp), states
 
 
@@ -313,13 +325,15 @@ def _activations(model: ModelSpec, view: Plan, stack: Stack, u: Units, rank: int
                                          working=u.layer_working) - redo + kept), 0.0, float(redo))
 
 
-def rank_bubble(plan: Plan, times: list[PassTimes]) -> float:
+def rank_bubble(plan: Plan, times: list[PassTimes], runs: int = 1) -> float:
     """The bubble over every rank's own time: the schedule record's closed form (meshplan.pipeline.forms), the one
     the end ranks' path prices over the first, the last and a middle rank (issue 82: Chimera's and ZB-V's forms
-    here too, not 1F1B's over the forwards)."""
+    here too, not 1F1B's over the forwards); once per run of the schedule (stages.schedule_runs)."""
     passes = [t.passes() for t in times]
     ranks = RankTimes.of_each([(float(p.t_f), float(p.t_b)) for p in passes], [float(t.total) for t in times])
-    return float(schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum))
+    if runs == 1:
+        return float(schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum))
+    return float(runs * schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum / runs))
 
 
 def shared_rank(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, eff: Efficiency, rank: int,
@@ -343,7 +357,7 @@ def assemble_ranks(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack,
     memo: dict[tuple[int, float], RankShared] = {}
     ranks = [price_rank(model, cluster, plan, stack, units, eff, r, shared_rank(model, cluster, plan, stack, eff, r,
                                                                                 memo)) for r in range(plan.pp)]
-    bubble = rank_bubble(plan, [c.times for c in ranks])
+    bubble = rank_bubble(plan, [c.times for c in ranks], int(schedule_runs(plan, stack)))
     busiest = max(range(plan.pp), key=lambda r: ranks[r].step)
     heaviest = max(range(plan.pp), key=lambda r: ranks[r].memory.total)
     stage, m = ranks[busiest].times, plan.grad_accum

@@ -1,5 +1,6 @@
 """A step's pipeline ranks from its units: the per micro-batch times of the first, a middle and the last rank
-with their sends (``stage_times``), and how often a step updates the weights (``cadence``). The step composes them
+with their sends (``stage_times``), how often a step updates the weights (``cadence``) and how often it runs
+the schedule (``schedule_runs``). The step composes them
 (step/assemble.py): the busiest of the first, the last and a middle rank, with its channels and optimizer step, and
 the bubble
 (bubble.flow_bubble, a flow shop: the other ranks' times once, over v; with equal ranks (p-1)/m for 1F1B and
@@ -111,12 +112,52 @@ def cadence(plan: Plan) -> tuple[Num, Num]:
     return (1, m) if schedule_of(plan.schedule).update_every_micro else (m, 1)
 
 
-def stage_bubble(plan: Plan, ends: Sequence[tuple[Passes, Num]]) -> Num:
+def schedule_runs(plan: Plan, stack: Stack) -> Num:
+    """Runs of the pipeline schedule per step: 1, or where the training loop hands the schedule
+    ``stack.schedule_batch`` sequences of a data-parallel rank at a time, ⌈m·b / schedule_batch⌉ of them (b the
+    micro-batch; at least 1, at most m: a micro-batch a run). Each run starts from an empty pipeline and drains it,
+    and ends with the data-parallel reduction of its gradients; the optimizer still steps once. NeMo AutoModel's
+    benchmark loop (nemo_automodel/recipes/llm/benchmark.py @01926a5c, run_benchmark) calls _forward_backward_step
+    once per gradient-accumulation step, ga_steps = global_batch_size // (local_batch_size · dp), and with pipeline
+    parallelism each call runs ``schedule.step`` over its local batch (recipes/llm/train_ft.py there), so m·b /
+    local_batch_size runs of local_batch_size / pp_microbatch_size micro-batches; torch.distributed.pipelining's
+    schedules mark the last backward of each ``step`` (``last_backward``), on which a stage whose module is an
+    FSDPModule (components/moe/parallelizer.py apply_fsdp wraps each stage's root) turns its gradient sync and
+    resharding back on and reduce-scatters its gradients: torch 2.8's backward_maybe_with_nosync, and
+    components/moe/fsdp_mixin.py patched_backward_maybe_with_nosync where a config sets enable_fsdp_optimizations,
+    which tests the FSDPModule branch before its once-a-step MoE one. So the next run gathers the weights again: the
+    reduction and the gather ZeRO-1's traffic prices once a step, once a run (step/channels.step_channels at m / runs
+    micro-batches, times runs). The run's token count is read off its CPU batch (``.item()`` of a host tensor: no
+    device synchronisation). Without pipeline parallelism, or under a schedule that never flushes
+    (pipeline/registry.py), 1."""
+    if not stack.schedule_batch or not schedule_of(plan.schedule).flushes:
+        return 1
+    m = plan.grad_accum
+    runs = minimum(maximum(-(-(m * plan.micro_batch) // stack.schedule_batch), 1), m)
+    if isinstance(runs, np.ndarray):
+        return where(plan.pp > 1, runs, 1)
+    return int(runs) if plan.pp > 1 else 1
+
+
+def run_cadence(plan: Plan, stack: Stack) -> tuple[Num, Num, Num]:
+    """(micro-batches per run of the data-parallel traffic, its runs per step, runs of the schedule): ``cadence``
+    with each update's micro-batches split over the schedule's runs (``schedule_runs``)."""
+    per_update, updates = cadence(plan)
+    runs = schedule_runs(plan, stack)
+    if type(runs) is int and runs == 1:
+        return per_update, updates, 1
+    return per_update / runs, updates * runs, runs
+
+
+def stage_bubble(plan: Plan, ends: Sequence[tuple[Passes, Num]], runs: Num = 1) -> Num:
     """The bubble of ``plan``'s schedule from the first, the last and a middle rank's passes and their totals (p − 2
     middle ranks alike; scalars or a search batch's arrays): its record's closed form over per-rank times
-    (meshplan.pipeline.forms: a flow shop over each rank's value, bubble.flow_bubble)."""
+    (meshplan.pipeline.forms: a flow shop over each rank's value, bubble.flow_bubble), paid once per run of the
+    schedule (``schedule_runs``), each over its m / runs micro-batches."""
     ranks = RankTimes.of_ends(plan.pp, *((p.t_f, p.t_b, total) for p, total in ends))
-    return schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum)
+    if type(runs) is int and runs == 1:
+        return schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum)
+    return runs * schedule_of(plan.schedule).bubble(ranks, plan.vpp, plan.grad_accum / runs)
 
 
 def two_chunk_times(schedule: object, first: PassTimes, last: PassTimes, middle: PassTimes, head: PassTimes
