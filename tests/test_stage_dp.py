@@ -362,7 +362,7 @@ def test_the_dps_of_many_tables_in_one_pass_are_each_tables_own():
     # table allows is ∞ in this one's): each table's answer is the one its DP alone gives, ties and none included
     import numpy as np
 
-    from meshplan.search.stage_dp import _least_times, least_thresholds  # noqa: PLC2701 (the module's own DP)
+    from meshplan.search.stage_dp import _least_largest, _least_times, threshold_values  # noqa: PLC2701 (its own)
 
     rng = np.random.default_rng(11)
     for _ in range(300):
@@ -371,7 +371,7 @@ def test_the_dps_of_many_tables_in_one_pass_are_each_tables_own():
         steps[rng.random(steps.shape) < rng.random()] = np.inf
         stacked = [(t, t, []) for t in steps]
         alone = [least_threshold(t, layers) for t in stacked]
-        together = least_thresholds(stacked, layers)
+        together = [threshold_values(t, least) for t, least in zip(steps, _least_largest(steps, layers), strict=True)]
         assert [(list(v), lo) for v, lo in together] == [(list(v), lo) for v, lo in alone]
         assert _least_times(steps, layers) == [_least_times(t[None], layers)[0] for t in steps]
 

@@ -192,15 +192,8 @@ def _least_times(times: np.ndarray, layers: int) -> list[list[int] | None]:
 def least_threshold(table: StageTable, layers: int) -> tuple[np.ndarray, int]:
     """The ranks' step values, sorted, and the index of the least T for which a split has every s_r ≤ T
     (``_least_largest``; the length of the values where none has): a lower bound of the split's t_step."""
-    return least_thresholds([table], layers)[0]
-
-
-def least_thresholds(tables: Sequence[StageTable], layers: int) -> list[tuple[np.ndarray, int]]:
-    """``least_threshold`` of each of ``tables`` (of one shape), their min-max DPs in one pass over the ranks."""
-    if not tables:
-        return []
-    leasts = _least_largest(np.stack([t[0] for t in tables]), layers)
-    return [threshold_values(table[0], least) for table, least in zip(tables, leasts, strict=True)]
+    steps = table[0]
+    return threshold_values(steps, float(_least_largest(steps[None], layers)[0]))
 
 
 def threshold_values(steps: np.ndarray, least: float) -> tuple[np.ndarray, int]:
