@@ -4,6 +4,7 @@ trust panel's runs and assumptions (trust.py) and the plan space's columns (spac
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -127,6 +128,12 @@ def test_trust_nearest_runs_and_assumptions():
     moe = estimate(load_model("mixtral-8x7b"), load_system("h100").cluster(64),
                    Plan(dp=8, ep=8, tp=1, pp=8, global_batch=64, zero=1))
     assert "routed evenly" in " ".join(a for a, _ in trust.assumptions(moe, 0.0))
+    # each assumption names where it lives, a path under src/meshplan that exists (a preset by its folder)
+    offload = estimate(est.model, est.cluster, replace(est.plan, offload_optimizer=True))
+    named = [w for e in (est, moe, offload) for _, w in trust.assumptions(e, 0.09)]
+    assert any("channels.py" in w for w in named) and any("simulator.py" in w for w in named)
+    for where in named:
+        assert all((Path(trust.__file__).parents[1] / w.split(" (")[0]).exists() for w in where.split(", ")), where
 
 
 def test_space_columns_decode_the_sample(result):

@@ -101,7 +101,7 @@ def serving_assumptions(result: ServeSearchResult, best: ServeEstimate | None) -
             "attention streaming the KV cache), not measured on your GPUs", "serve/efficiency.py"),
            (f"collectives priced α + n·β with the {cluster.name} preset's links (NVLink "
             f"{fmt_bytes(cluster.accelerator.nvlink_bandwidth)}/s per GPU, domain of {cluster.nvlink_domain})",
-            "comm.py")]
+            "collectives/comm.py")]
     if result.model.is_moe:
         out.append(("tokens routed uniformly over the experts (real routers load them unevenly: the fitted rate of "
                     "the MoE path absorbs the average)", "serve/moe.py, serve/efficiency.py"))

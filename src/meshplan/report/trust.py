@@ -125,7 +125,8 @@ def assumptions(est: Estimate, headroom: float) -> list[tuple[str, str]]:
            ("kernel times from meshplan's fitted efficiency curves, not measured on your GPUs (meshplan calibrate "
             "measures them)", "specs/efficiency.py"),
            (f"collectives priced α + n·β per link tier with the {est.cluster.name} preset's bandwidths "
-            f"(NVLink {fmt_bytes(acc.nvlink_bandwidth)}/s per GPU, domain of {est.cluster.nvlink_domain})", "comm.py"),
+            f"(NVLink {fmt_bytes(acc.nvlink_bandwidth)}/s per GPU, domain of {est.cluster.nvlink_domain})",
+            "collectives/comm.py"),
            (f"{p.precision} GEMMs; MFU against the dense {p.precision} peak, {est.peak_flops_per_gpu / 1e12:.0f} "
             "TFLOP/s per GPU", f"presets/hardware ({acc.name})"),
            ("the training step only: no data loading, logging, checkpointing or evaluation", "estimate.py")]
@@ -136,11 +137,11 @@ def assumptions(est: Estimate, headroom: float) -> list[tuple[str, str]]:
         out.append(("tokens routed evenly over the experts", "cost/mlp_moe.py"))
     if p.pp > 1:
         out.append(("each kind of layer spread evenly over the pipeline stages; ranks simulated with their own "
-                    "times", "cost/params.py, schedule.py"))
+                    "times", "cost/params.py, pipeline/bubble.py, pipeline/simulator.py"))
     if (assumed := layout_of(p.tensor_layout).assumption) is not None:
         out.append(assumed)
     if p.offload_optimizer or p.offload_activations:
-        out.append((f"host copies at {fmt_bytes(est.cluster.host_bandwidth)}/s per GPU", "channels.py"))
+        out.append((f"host copies at {fmt_bytes(est.cluster.host_bandwidth)}/s per GPU", "step/channels.py"))
     return out
 
 

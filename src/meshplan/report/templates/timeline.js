@@ -1,13 +1,13 @@
 // The merged pipeline timelines the report leaves to the page (report/detail.py replay_inputs): a plan's timeline is
 // simulated when the comparison first shows it, in the same floating-point operations, in the same order, as
-// schedule.build, schedule_replay.replay_table, schedule.simulate, plots.PipelineRun.idle and
+// tables.build, replay.replay_table, simulator.simulate (pipeline/), split_runs.PipelineRun.idle and
 // detail.compact_timeline(merged=True), so that its rows are the numbers Python would have written
 // (tests/test_report_timeline_js.py checks them against Python's, plan by plan).
 (function () {
   "use strict";
   const state = window.meshplan;
 
-  function order(m, vpp, n) {  // schedule._interleaved_order: [micro, chunk] of each virtual micro-batch
+  function order(m, vpp, n) {  // tables._interleaved_order: [micro, chunk] of each virtual micro-batch
     const out = [];
     for (let first = 0; first < m; first += n) {
       const last = first + n >= m ? m : first + n;
@@ -17,8 +17,8 @@
     return out;
   }
 
-  // schedule.build: each rank's [backward (0 or 1), micro, chunk] in order, from the table's group size n and each
-  // rank's warm-up, its schedule's record's (replay_inputs: schedule.warm_ups)
+  // tables.build: each rank's [backward (0 or 1), micro, chunk] in order, from the table's group size n and each
+  // rank's warm-up, its schedule's record's (replay_inputs: tables.warm_ups)
   function build(pp, m, vpp, n, warmup) {
     const seq = order(m, vpp, n), total = seq.length, table = [];
     for (let r = 0; r < pp; r++) {
@@ -33,7 +33,7 @@
     return table;
   }
 
-  function replay(table, tf, tb, pp, m, vpp) {  // schedule_replay.replay_table, no p2p time (plots.pipeline_run)
+  function replay(table, tf, tb, pp, m, vpp) {  // replay.replay_table, no p2p time (plots.pipeline_run)
     const stages = pp * vpp, n = stages * m, done = new Float64Array(2 * n).fill(NaN);
     const wait = new Int32Array(2 * n).fill(-1), next = new Array(pp).fill(0), free = new Array(pp).fill(0);
     const starts = table.map(function (row) { return new Float64Array(row.length); });
@@ -70,7 +70,7 @@
     return Number(x.toPrecision(4));
   }
 
-  function gaps(starts, ends, step) {  // plots.PipelineRun.idle of one rank: (start, length) of each idle interval
+  function gaps(starts, ends, step) {  // split_runs.PipelineRun.idle of one rank: (start, length) of each idle interval
     const out = [], tiny = 1e-12 * Math.max(1.0, step);
     let t = 0.0;
     for (let i = 0; i < starts.length; i++) {
@@ -81,7 +81,7 @@
     return out;
   }
 
-  function fill(t) {  // schedule.simulate, then detail.compact_timeline(run, merged=True)
+  function fill(t) {  // simulator.simulate, then detail.compact_timeline(run, merged=True)
     const pp = t.pp, vpp = t.vpp, m = t.micro_batches, tf = [], tb = [];
     for (let s = 0; s < pp * vpp; s++) { tf.push(t.replay.t_fwd[s % pp]); tb.push(t.replay.t_bwd[s % pp]); }
     const table = build(pp, m, vpp, t.replay.group, t.replay.warmup), run = replay(table, tf, tb, pp, m, vpp);
