@@ -88,10 +88,7 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
     rows = kept_rows(kept)
     if not rows:
         return (), None
-    # re-estimate the leaders in float64 (the shares ranked float32 sums) and rank them again: the fastest is the
-    # float64 fastest of the plans as fast as the first to the float32 sums' precision
-    tied = sum(r[0] <= rows[0][0] * (1 + 2 * RANK_SLACK) for r in rows)
-    fastest = min((priced(key[1]) for _, _, key in rows[:tied]), key=by_time)
+    tied, fastest = _leader(rows, priced)
     head = rows[: max(2 * top_k + 2, tied)]
     if not space.prefer_simple:
         return tuple(_by_time_first(head, top_k, priced)), fastest
@@ -106,6 +103,26 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
     rest = [e for e in sorted(map(priced, (key[1] for _, _, key in head)), key=by_time)
             if e.plan not in chosen and e.step_time > limit]
     return tuple((close + rest)[:top_k]), fastest
+
+
+def fastest_of(kept: list[Best], priced: _Pricing) -> Estimate | None:
+    """``ranked``'s fastest plan alone, without the ranking (``leads_ranking``: it is then the first plan listed)."""
+    rows = kept_rows(kept)
+    return _leader(rows, priced)[1] if rows else None
+
+
+def leads_ranking(space: Space, top_k: int) -> bool:
+    """Whether ``ranked``'s first plan is its fastest, whatever the other rows: ranking by time with the simpler
+    plans of the band after the fastest (``prefer_simple`` without ``simplest_leads``), one plan or more listed."""
+    return space.prefer_simple and not space.simplest_leads and top_k >= 1
+
+
+def _leader(rows: list[tuple], priced: _Pricing) -> tuple[int, Estimate]:
+    """(how many of ``rows`` tie with the first in float32, the fastest of them): the leaders re-estimated in float64
+    (the shares ranked float32 sums) and ranked again, the fastest the float64 fastest of the plans as fast as the
+    first to the float32 sums' precision."""
+    tied = sum(r[0] <= rows[0][0] * (1 + 2 * RANK_SLACK) for r in rows)
+    return tied, min((priced(key[1]) for _, _, key in rows[:tied]), key=by_time)
 
 
 def _by_time_first(rows: list[tuple], top_k: int, priced: _Pricing) -> list[Estimate]:
