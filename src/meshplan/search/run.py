@@ -41,7 +41,7 @@ from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
 from meshplan.search.limits import check_space
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
-from meshplan.search.select import LAZY_RANKING, fastest_kept, fastest_of, kept_rows, leads_ranking, pricer, ranked
+from meshplan.search.select import LAZY_RANKING, fastest_kept, kept_rows, leader, leads_ranking, pricer, ranked
 from meshplan.search.space import Space
 from meshplan.search.stage_dp import dp_kinds, eligible
 from meshplan.search.stage_pool import PIPELINES, POOL, refine_ranked
@@ -230,13 +230,13 @@ def _finish(model: ModelSpec, cluster: Cluster, prepared: _Prepared, results: li
         plans, fastest = ranked(model, cluster, space, eff, kept, top_k, priced)
         return result(*(refine(plans, fastest) if plans and fastest is not None else (plans, fastest)), None)
     # the fastest plan leads the ranking whatever the rest: refined first, the rest ranked only where it is kept
-    fastest = fastest_of(kept, priced)
-    if fastest is None:
+    led = leader(kept, priced)
+    if led is None:
         return result((), None, None)
-    head, fastest, dropped = _refined_first(model, cluster, space, eff, (kept, priced), fastest, fastest)
+    head, fastest, dropped = _refined_first(model, cluster, space, eff, (kept, priced), led[2], led[2])
     if behind is not None and math.isfinite(behind[1]()[0]) and (fastest.step_time, behind[0]) > behind[1]():
         return result((), fastest, None, light=True)
-    listed = ranked(model, cluster, space, eff, kept, top_k, priced)[0]  # the first: the fastest, refined in head
+    listed = ranked(model, cluster, space, eff, kept, top_k, priced, led)[0]  # the first: led's, refined in head
     return result((*head, *(p for p in listed[1:] if p.plan not in dropped)), fastest, None)
 
 
