@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from meshplan.search import Space, search
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
@@ -55,23 +57,29 @@ def test_searches_in_one_pool_find_what_each_finds_alone():
         _same(result, search(model, cluster, space, top_k=3, workers=2))
 
 
-def test_fastest_searches_keep_the_winner_whole_and_of_the_loser_its_counts(monkeypatch):
+@pytest.mark.parametrize("processes", [2, 1])
+def test_fastest_searches_keep_the_winner_whole_and_of_the_loser_its_counts(monkeypatch, processes):
     """run.fastest_searches (search/variants.py): in a pool this process finishes the search whose parts hold the
     fastest plan, and a worker's result that it beats comes back without its plans (its counts and its fastest plan's
-    step time kept): the winner is the one its search gives alone, the loser counts what it counts alone."""
-    from meshplan.search import run
+    step time kept): the winner is the one its search gives alone, the loser counts what it counts alone. In one
+    process the same: the search whose parts hold the fastest plan finished first, the loser light without its
+    listing ever ranked (run._finish: ``select._within`` runs for the winner alone)."""
+    from meshplan.search import run, select
     from meshplan.search.run import fastest_searches
 
     model, cluster = load_model("qwen3-30b-a3b"), load_system("h100").cluster(64)
     base = Space(global_batch=64, offload_optimizer=(False,), offload_activations=(False,))
     spaces = [replace(base, stack=base.stack.with_(expert_gemm=g)) for g in ("per_expert", "grouped")]
     alone = [search(model, cluster, space, top_k=3, workers=1) for space in spaces]
-    monkeypatch.setattr(run, "worker_count", lambda combos, workers: 2)  # a pool, small as the space is
+    monkeypatch.setattr(run, "worker_count", lambda combos, workers: processes)  # a pool, small as the space is
+    within, listed = select._within, []
+    monkeypatch.setattr(select, "_within", lambda kept, *rest: listed.append(kept) or within(kept, *rest))
     found = fastest_searches(model, cluster, spaces, top_k=3)
     win = min(range(len(spaces)), key=lambda s: (alone[s].fastest.step_time, s))
     _same(found[win], alone[win])
     lose = found[1 - win]
-    assert not lose.plans and lose.fastest.detail is None  # finished in a worker, beaten: light
+    assert not lose.plans and lose.fastest.detail is None  # beaten: light
+    assert len(listed) == 1  # the winner's (one process: the loser's listing not ranked; a worker's not seen here)
     assert lose.fastest.step_time == alone[1 - win].fastest.step_time
     assert (lose.evaluated, lose.feasible, lose.bounded, lose.rejected) == (
         alone[1 - win].evaluated, alone[1 - win].feasible, alone[1 - win].bounded, alone[1 - win].rejected)

@@ -41,7 +41,7 @@ from meshplan.search.explore import Explore, Explored, PlanSpace, plan_space
 from meshplan.search.limits import check_space
 from meshplan.search.placements import PLACEMENTS
 from meshplan.search.refine import refine_ends
-from meshplan.search.select import LAZY_RANKING, fastest_kept, kept_rows, pricer, ranked
+from meshplan.search.select import LAZY_RANKING, fastest_kept, kept_rows, leader, leads_ranking, pricer, ranked
 from meshplan.search.space import Space
 from meshplan.search.stage_dp import dp_kinds, eligible
 from meshplan.search.stage_pool import PIPELINES, POOL, refine_ranked
@@ -161,8 +161,8 @@ def _searches(model: ModelSpec, cluster: Cluster, spaces: list[Space],
     prepared = [replace(p, shares=_shares(p, alone)) for p in prepared]
     return run_searches([(p.shares, p.combos, (model, cluster, p.space, _kept(p.space, top_k), eff, p.start_from))
                          for p in prepared], max(p.workers for p in prepared),
-                        lambda s, parts: _finish(model, cluster, prepared[s], parts, top_k, eff, explore), progress,
-                        losing)
+                        lambda s, parts, ahead: _finish(model, cluster, prepared[s], parts, (top_k, eff, explore),
+                                                        None if ahead is None else (s, ahead)), progress, losing)
 
 
 def _kept(space: Space, top_k: int) -> int:
@@ -195,10 +195,14 @@ def _prepare(model: ModelSpec, cluster: Cluster, space: Space, workers: int, exp
     return _Prepared(space, combos, tally, shares, workers, start_from, start)
 
 
-def _finish(model: ModelSpec, cluster: Cluster, prepared: _Prepared, results: list[Part], top_k: int,
-            eff: Efficiency, explore: Explore | None) -> SearchResult:
-    """The search's result from its jobs' parts: the kept plans ranked, the first refined."""
-    space, tally = prepared.space, prepared.tally
+def _finish(model: ModelSpec, cluster: Cluster, prepared: _Prepared, results: list[Part],
+            options: tuple[int, Efficiency, Explore | None],
+            behind: tuple[int, Callable[[], tuple[float, int]]] | None = None) -> SearchResult:
+    """The search's result from its jobs' parts: the kept plans ranked, the first refined. ``behind``: (this search's
+    index, what gives another search's rank and index) where that search is finished first (workers.run_searches):
+    where this one's fastest plan ranks after that one's (as ``_rank`` ranks it; a tie: the first search), the result
+    comes light (``fastest_searches``: the plans after the fastest neither ranked nor estimated)."""
+    space, tally, (top_k, eff, explore) = prepared.space, prepared.tally, options
     for part in results:
         tally.merge(part.tally)
     kept, priced = [part.best for part in results], pricer(model, cluster, space, eff)  # each plan estimated once
@@ -206,18 +210,34 @@ def _finish(model: ModelSpec, cluster: Cluster, prepared: _Prepared, results: li
     def refine(plans: tuple[Estimate, ...], fastest: Estimate) -> tuple[tuple[Estimate, ...], Estimate]:
         return _refined(model, cluster, space, eff, (kept, priced), plans, fastest)
 
+    def result(plans: tuple[Estimate, ...], fastest: Estimate | None, exact: bool | None, light: bool = False
+               ) -> SearchResult:  # light: without what a losing search's result need not keep (``_light``)
+        out = SearchResult(model=model, cluster=cluster, space=space, plans=plans, fastest=fastest,
+                            evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
+                            bounded=sum(r.bounded for r in results),
+                            rejected=dict(tally.counts), examples=dict(tally.examples),
+                            explored=None if explore is None or light else plan_space(
+                                [r.explored for r in results if r.explored is not None], explore, space.grid,
+                                PLACEMENTS),
+                            seconds=time.perf_counter() - prepared.start, exact=exact)
+        return _light(out) if light else out
+
     lazy = LAZY_RANKING.get() if not space.prefer_simple else None  # search/by_goodput.py's, where it asks for one
     found = lazy(kept_rows(kept), top_k, priced, refine) if lazy is not None else None
-    plans, fastest = found[:2] if found is not None else ranked(model, cluster, space, eff, kept, top_k, priced)
-    if found is None and plans and fastest is not None:
-        plans, fastest = refine(plans, fastest)
-    return SearchResult(model=model, cluster=cluster, space=space, plans=plans, fastest=fastest,
-                        evaluated=sum(r.evaluated for r in results), feasible=sum(r.feasible for r in results),
-                        bounded=sum(r.bounded for r in results),
-                        rejected=dict(tally.counts), examples=dict(tally.examples),
-                        explored=None if explore is None else plan_space(
-                            [r.explored for r in results if r.explored is not None], explore, space.grid, PLACEMENTS),
-                        seconds=time.perf_counter() - prepared.start, exact=None if found is None else found[2])
+    if found is not None:
+        return result(*found)
+    if not leads_ranking(space, top_k):
+        plans, fastest = ranked(model, cluster, space, eff, kept, top_k, priced)
+        return result(*(refine(plans, fastest) if plans and fastest is not None else (plans, fastest)), None)
+    # the fastest plan leads the ranking whatever the rest: refined first, the rest ranked only where it is kept
+    led = leader(kept, priced)
+    if led is None:
+        return result((), None, None)
+    head, fastest, dropped = _refined_first(model, cluster, space, eff, (kept, priced), led[2], led[2])
+    if behind is not None and math.isfinite(behind[1]()[0]) and (fastest.step_time, behind[0]) > behind[1]():
+        return result((), fastest, None, light=True)
+    listed = ranked(model, cluster, space, eff, kept, top_k, priced, led)[0]  # the first: led's, refined in head
+    return result((*head, *(p for p in listed[1:] if p.plan not in dropped)), fastest, None)
 
 
 def _refined(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency,
@@ -225,18 +245,29 @@ def _refined(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency,
              fastest: Estimate) -> tuple[tuple[Estimate, ...], Estimate]:
     """The ranking ``plans`` (``fastest`` the fastest of them) with its first refined (``found``: what the shares
     kept and the search's pricing)."""
+    head, fastest, dropped = _refined_first(model, cluster, space, eff, found, plans[0], fastest)
+    return (*head, *(p for p in plans[1:] if p.plan not in dropped)), fastest
+
+
+def _refined_first(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency,
+                   found: tuple[list[Best], Callable[[Plan], Estimate]], first: Estimate, fastest: Estimate
+                   ) -> tuple[tuple[Estimate, ...], Estimate, tuple[Plan, ...]]:
+    """A ranking's ``first`` plan refined (``_refined``; ``fastest`` the ranking's fastest): the plans that lead the
+    ranking then, its fastest, and the plans taken out of the rest of the ranking (each refinement's plan, and the
+    plan the stage DP's refines where that leads). Nothing here reads the ranking's other plans."""
     kept, priced = found
+    dropped: tuple[Plan, ...] = ()
     if space.uneven_stages:  # the first plan's end stages resized (refine.py)
-        refined = refine_ends(model, cluster, plans[0], space.stack, eff)
-        plans = (refined, *(p for p in plans[1:] if p.plan != refined.plan))
-        fastest = min(fastest, refined, key=lambda e: e.step_time)
-    staged = refine_stages(model, cluster, plans[0], space, eff)  # each rank's own recompute and offload
-    plans = (staged, *(p for p in plans[1:] if p.plan != staged.plan))
-    fastest = min(fastest, staged, key=lambda e: e.step_time)
+        first = refine_ends(model, cluster, first, space.stack, eff)
+        dropped, fastest = (first.plan,), min(fastest, first, key=lambda e: e.step_time)
+    staged = refine_stages(model, cluster, first, space, eff)  # each rank's own recompute and offload
+    head: tuple[Estimate, ...] = (staged,)
+    dropped, fastest = (*dropped, staged.plan), min(fastest, staged, key=lambda e: e.step_time)
     if space.stage_layers:  # layers and settings per rank (stage_dp.py)
         kinds = dp_kinds(space.recompute, True in space.offload_activations)
-        stack, first = plans[0].stack, (plans[0], fastest)  # the DP's pool, whatever the number listed: the first
-        # plan, the fastest and the plans of the POOL fastest kept that can be among its PIPELINES fastest pipelines
-        pool = (*first, *fastest_kept(priced, kept, POOL, lambda p: eligible(p, stack), PIPELINES, first))
-        plans, fastest = refine_ranked(model, cluster, plans, fastest, kinds, space.headroom, eff, pool)
-    return plans, fastest
+        stack, lead = staged.stack, (staged, fastest)  # the DP's pool, whatever the number listed: the first plan,
+        # the fastest and the plans of the POOL fastest kept that can be among its PIPELINES fastest pipelines
+        pool = (*lead, *fastest_kept(priced, kept, POOL, lambda p: eligible(p, stack), PIPELINES, lead))
+        head, fastest, out = refine_ranked(model, cluster, head, fastest, kinds, space.headroom, eff, pool)
+        dropped = (*dropped, *out)
+    return head, fastest, dropped

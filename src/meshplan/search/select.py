@@ -81,17 +81,13 @@ def fastest_kept(priced: _Pricing, kept: list[Best], n: int, keep: Callable[[Pla
 
 
 def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, kept: list[Best], top_k: int,
-           priced: _Pricing | None = None) -> tuple[tuple[Estimate, ...], Estimate | None]:
+           priced: _Pricing | None = None, led: Led | None = None) -> tuple[tuple[Estimate, ...], Estimate | None]:
     """(the ``top_k`` plans in the search's order, the fastest plan) from what every share ``kept``; ``priced``:
-    the search's estimates (``pricer``)."""
+    the search's estimates (``pricer``); ``led``: ``leader``'s answer for them, where known."""
     priced = priced or pricer(model, cluster, space, eff)
-    rows = kept_rows(kept)
-    if not rows:
+    rows, tied, fastest = led or leader(kept, priced) or ([], 0, None)
+    if fastest is None:
         return (), None
-    # re-estimate the leaders in float64 (the shares ranked float32 sums) and rank them again: the fastest is the
-    # float64 fastest of the plans as fast as the first to the float32 sums' precision
-    tied = sum(r[0] <= rows[0][0] * (1 + 2 * RANK_SLACK) for r in rows)
-    fastest = min((priced(key[1]) for _, _, key in rows[:tied]), key=by_time)
     head = rows[: max(2 * top_k + 2, tied)]
     if not space.prefer_simple:
         return tuple(_by_time_first(head, top_k, priced)), fastest
@@ -106,6 +102,28 @@ def ranked(model: ModelSpec, cluster: Cluster, space: Space, eff: Efficiency, ke
     rest = [e for e in sorted(map(priced, (key[1] for _, _, key in head)), key=by_time)
             if e.plan not in chosen and e.step_time > limit]
     return tuple((close + rest)[:top_k]), fastest
+
+
+# the kept rows (``kept_rows``), how many of them tie with the first in float32, and the fastest of those in float64
+Led = tuple[list[tuple], int, Estimate]
+
+
+def leader(kept: list[Best], priced: _Pricing) -> Led | None:
+    """``ranked``'s fastest plan, without the ranking (``leads_ranking``: it is then the first plan listed), with the
+    rows it was drawn from (``Led``: ``ranked`` takes them), None where no share kept a plan. The leaders re-estimated
+    in float64 (the shares ranked float32 sums) and ranked again: the fastest is the float64 fastest of the plans as
+    fast as the first to the float32 sums' precision."""
+    rows = kept_rows(kept)
+    if not rows:
+        return None
+    tied = sum(r[0] <= rows[0][0] * (1 + 2 * RANK_SLACK) for r in rows)
+    return rows, tied, min((priced(key[1]) for _, _, key in rows[:tied]), key=by_time)
+
+
+def leads_ranking(space: Space, top_k: int) -> bool:
+    """Whether ``ranked``'s first plan is its fastest, whatever the other rows: ranking by time with the simpler
+    plans of the band after the fastest (``prefer_simple`` without ``simplest_leads``), one plan or more listed."""
+    return space.prefer_simple and not space.simplest_leads and top_k >= 1
 
 
 def _by_time_first(rows: list[tuple], top_k: int, priced: _Pricing) -> list[Estimate]:

@@ -23,11 +23,12 @@ POOL = 10  # the search's fastest plans (whatever the number listed) whose pipel
 
 def refine_ranked(model: ModelSpec, cluster: Cluster, plans: tuple[Estimate, ...], fastest: Estimate,
                   kinds: tuple[str, ...], headroom: float, eff: Efficiency, pool: tuple[Estimate, ...]
-                  ) -> tuple[tuple[Estimate, ...], Estimate]:
+                  ) -> tuple[tuple[Estimate, ...], Estimate, tuple[Plan, ...]]:
     """``plans`` with the stage DP's best refinement of the ``PIPELINES`` fastest pipelines of ``pool`` (the search's
     first, fastest and ``POOL`` fastest plans, not those listed: #1 whatever ``--top``, search/run.py) leading where
     it beats the fastest plan, else unchanged: the fastest, not the first listed, since the listing puts the simpler
-    plans of the ranking band first, which says nothing of what the DP can gain."""
+    plans of the ranking band first, which says nothing of what the DP can gain. Third: the plans taken out of
+    ``plans`` (the refined one and the plan it refines, where it leads), for plans listed after these (run.py)."""
     stack = plans[0].stack
     candidates = {e.plan: e for e in pool if eligible(e.plan, stack)}
     piped = sorted(candidates.values(), key=lambda e: e.step_time)[:PIPELINES]
@@ -35,9 +36,9 @@ def refine_ranked(model: ModelSpec, cluster: Cluster, plans: tuple[Estimate, ...
                         _below(model, cluster, stack, eff, e.step_time)) for e in piped]
     best = min(refined, key=lambda e: e.step_time, default=None)
     if best is None or best.step_time >= fastest.step_time:
-        return plans, fastest
-    origin = piped[refined.index(best)].plan
-    return (best, *(e for e in plans if e.plan not in (origin, best.plan))), best
+        return plans, fastest, ()
+    dropped = (piped[refined.index(best)].plan, best.plan)
+    return (best, *(e for e in plans if e.plan not in dropped)), best, dropped
 
 
 def _below(model: ModelSpec, cluster: Cluster, stack: Stack, eff: Efficiency, ceiling: float

@@ -80,14 +80,19 @@ def jobs(combos: list[Combo], space: Space, parts: int) -> list[Job]:
 Losing = tuple[Callable[[Any], float], Callable[[Any], Any]]
 
 
-def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int,
-                 finish: Callable[[int, list[Part]], T], progress: Callable[[int, int], None] | None = None,
-                 losing: Losing | None = None) -> list[T]:
+# A search's result from its parts (``finish(s, parts, ahead)``): ``ahead``, where another search is finished first,
+# gives (its rank, its index) when called (a worker waits for it), against which the result may come light where it
+# ranks after (run._finish)
+Finish = Callable[[int, list[Part], Callable[[], tuple[float, int]] | None], T]
+
+
+def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: int, finish: Finish[T],
+                 progress: Callable[[int, int], None] | None = None, losing: Losing | None = None) -> list[T]:
     """Evaluate every job of one or more searches (each: its jobs, combinations and evaluate's arguments after the
     combinations: model, cluster, space, top_k, eff, and an ``Explored`` each job starts afresh from, or None) in
     this process (``workers`` = 1) or in this one and a pool of ``workers`` - 1 forked ones, each process taking the
     next task when it is free (``_evaluated``; search/variants.py's expert-GEMM searches share the pool: a pool each
-    would fork twice), and return ``finish(s, parts)`` of each search ``s``; ``progress(done,
+    would fork twice), and return ``finish(s, parts, ahead)`` of each search ``s``; ``progress(done,
     total)`` counts finished jobs. Each search's parts come in its jobs' order, whichever process finished first, so
     that what a search keeps (the first example of a refusal, the order of equal plans) does not depend on the
     processes' timing. Searches with the same jobs (variants.py's, whose combinations the expert GEMMs do not
@@ -95,7 +100,9 @@ def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: 
     where it can (search/memory_pass.py). In a pool, this process finishes the search whose parts hold the fastest
     plan (run._finish's ranking and refinement: a third of DeepSeek-V3's CPU seconds) while the workers finish the
     others, at once on two cores; with ``losing``, a worker's result that ranks after this process's comes back
-    ``light`` (DeepSeek-V3's losing search: 0.28 MB of estimates pickled and unpickled, ~50 ms, for its counts)."""
+    ``light`` (DeepSeek-V3's losing search: 0.28 MB of estimates pickled and unpickled, ~50 ms, for its counts). In
+    this process alone with ``losing``, that search is finished first too, and each other one given its rank
+    (``ahead``), so that one ranking after it is not ranked in full (DeepSeek-V3's per-expert search: 10 estimates)."""
     tasks = _tasks(searches)
     parts: list[list[Part | None]] = [[None] * len(shares) for shares, _, _ in searches]
     total, done = sum(len(shares) for shares, _, _ in searches), 0
@@ -107,12 +114,16 @@ def run_searches(searches: list[tuple[list[Job], list[Combo], tuple]], workers: 
             if progress:
                 progress(done, total)
         found_parts = [[p for p in ps if p is not None] for ps in parts]
-        if pool is None:
-            return [finish(s, ps) for s, ps in enumerate(found_parts)]
         here = min(range(len(found_parts)), key=lambda s: min((p.best.fastest for p in found_parts[s]),
                                                                 default=math.inf))
+        if pool is None:  # with ``losing``, the search whose parts hold the fastest plan first, the others after it
+            if losing is None:
+                return [finish(s, ps, None) for s, ps in enumerate(found_parts)]
+            mine, rank = finish(here, found_parts[here], None), losing[0]
+            return [mine if s == here else finish(s, ps, lambda: (rank(mine), here)) for s, ps in
+                    enumerate(found_parts)]
         later = {s: pool.apply_async(_finish_shared, (s, ps, here)) for s, ps in enumerate(found_parts) if s != here}
-        mine = finish(here, found_parts[here])
+        mine = finish(here, found_parts[here], None)
         if losing is not None:  # what the workers' results are ranked against: one copy each (``_finish_shared``)
             os.write(_SHARED["ranked"][1], struct.pack("d", losing[0](mine)) * len(later))
         return [mine if s == here else later[s].get() for s in range(len(found_parts))]
@@ -131,7 +142,7 @@ def _tasks(searches: list[tuple[list[Job], list[Combo], tuple]]) -> list[tuple[t
 
 @contextmanager
 def _pool(searches: tuple[list[tuple[list[Job], list[Combo], tuple]], list[tuple[tuple[int, ...], int]]], workers: int,
-          finish: Callable[[int, list[Part]], Any], losing: Losing | None) -> Iterator[Pool | None]:
+          finish: Finish[Any], losing: Losing | None) -> Iterator[Pool | None]:
     """``workers`` processes: this one and a pool of ``workers`` - 1 forked ones, which inherit the searches,
     ``finish`` and ``losing`` (``_SHARED``), the tasks to take (``searches``: the searches and their tasks; their
     numbers in ``_handout``'s pipe) and a pipe on which this process sends them the rank of its result; None for one
@@ -330,13 +341,21 @@ def _evaluate(job: Job, combos: list[Combo], args: tuple, shared: tuple[dict, Tw
 
 def _finish_shared(s: int, parts: list[Part], here: int) -> Any:
     """Search ``s``'s result, in a worker; with ``losing``, once the parent has ranked its own (search ``here``'s),
-    light where it ranks after that one (a finite rank: a search without plans keeps its result whole)."""
-    result, losing = _SHARED["finish"](s, parts), _SHARED["losing"]
+    light where it ranks after that one (a finite rank: a search without plans keeps its result whole). The parent's
+    rank is read when the finish first asks for it (``ahead``: run._finish, once its fastest plan is refined) or
+    after it, whichever comes first."""
+    finish, losing = _SHARED["finish"], _SHARED["losing"]
     if losing is None:
-        return result
-    rank, light = losing
-    (theirs,) = struct.unpack("d", os.read(_SHARED["ranked"][0], 8))  # waits for the parent's (8 bytes: at once)
-    return light(result) if math.isfinite(theirs) and (rank(result), s) > (theirs, here) else result
+        return finish(s, parts, None)
+    theirs: list[float] = []
+
+    def ahead() -> tuple[float, int]:
+        if not theirs:  # waits for the parent's (8 bytes: at once)
+            theirs.extend(struct.unpack("d", os.read(_SHARED["ranked"][0], 8)))
+        return theirs[0], here
+
+    result, (rank, light) = finish(s, parts, ahead), losing
+    return light(result) if math.isfinite(ahead()[0]) and (rank(result), s) > ahead() else result
 
 
 def _evaluate_shared() -> list[tuple[int, list[Part]]]:
