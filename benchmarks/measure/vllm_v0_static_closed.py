@@ -26,7 +26,7 @@ Fluid limit (sequences as a continuum, the pool P = C·(I + O) tokens, C = ``sta
   the last recomputing P·ln(A_f / C) tokens; the rest's batch is its rows over its steps.
 
 Against the block-by-block replay at meshplan's costs, on Argonne's 15 overflowing static runs: wall time within
-3.3 % (decode steps within 4 %, except −6 % where B ≥ 3.9·C); on synthetic batches of B ≥ 3.9·C it counts up to
+3.3 % (decode steps within 4 %, except −6 % where B ≥ 3.8·C); on synthetic batches of B ≥ 3.8·C it counts up to
 14 % fewer steps (tests/test_static_preemption.py). pre21's fluid cycles, the same first admission, restarted
 every preempted sequence as a whole one (data/measured/2026-11-30-vllm-v0-preemption-unpriced.md).
 """
