@@ -285,7 +285,8 @@ def test_one_record_per_smaller_choice_says_what_differs():
 def test_one_record_per_engine_variant_says_what_differs():
     assert {f: tuple(c) for f, c in ENGINE_CHOICES.items()} == {
         "prefill": ("chunked", "separate", "whole"), "kv_reservation": ("on_demand", "full"),
-        "moe_comm": ("all_to_all", "all_gather", "deepep"), "kv_overflow": ("recompute", "queue", "refuse"),
+        "moe_comm": ("all_to_all", "all_gather", "deepep"), "kv_overflow": ("recompute", "queue", "refuse",
+                                                                       "recompute_kept"),
         "memory_basis": ("total", "free")}
     # each field's default is its first variant
     assert all(next(iter(ENGINE_CHOICES[f])) == getattr(Engine(), f) for f in ENGINE_CHOICES)
@@ -295,7 +296,8 @@ def test_one_record_per_engine_variant_says_what_differs():
                                    ("whole", "bounded")],
                        "kv_reservation": [("full", "whole")],
                        "moe_comm": [("all_gather", "gather"), ("deepep", "forwarded")],
-                       "kv_overflow": [("recompute", "preempts"), ("queue", "queues"), ("refuse", "refuses")],
+                       "kv_overflow": [("recompute", "preempts"), ("queue", "queues"), ("refuse", "refuses"),
+                                       ("recompute_kept", "preempts"), ("recompute_kept", "keeps")],
                        "memory_basis": [("total", "of_total")]}
     assert Engine(prefill="separate").mode("prefill") is ENGINE_CHOICES["prefill"]["separate"]
 

@@ -16,6 +16,7 @@ from meshplan.serve.engine_version import parse_date, parse_version, preset_for
 from meshplan.serve.estimate import plan_columns, serve_estimate
 from meshplan.serve.metrics import Setting, first_token_step, static_capacity
 from meshplan.serve.plan import ServePlan, Workload
+from meshplan.serve.preemption import recompute_kept
 from meshplan.specs.hardware import load_system
 from meshplan.specs.model_load import load_model
 from meshplan_validation.serving_map import engine_of
@@ -179,7 +180,11 @@ def test_a_static_batch_beyond_the_kv_cache_runs_in_waves(name):
     # samples it, metrics.first_token_step; the others' prefill of 8,192), then 8,191 decode steps
     wave = lambda n: float(first_token_step(s, float(n)) + 8191 * s.time(float(n)))  # noqa: E731
     whole = 2 * wave(cap) + wave(half)
-    if engine.kv_overflow == "recompute":  # prompts admitted on their 8192-token pages: min(B, 2C), C of them lost
+    if engine.kv_overflow == "recompute_kept":  # vLLM V0: its scheduler's count, not waves (serve/preemption.py)
+        shape = (s.workload.input_len, s.workload.output_len, float(s.engine.max_seqs))
+        kept = float(recompute_kept(s.time, float(batch), static_capacity(s), shape, lambda n: first_token_step(s, n)))
+        assert batch * 8192 / float(got.metrics.tokens_per_s) == pytest.approx(kept, rel=1e-9)
+    elif engine.kv_overflow == "recompute":  # prompts admitted on their 8192-token pages: min(B, 2C), C of them lost
         assert whole < batch * 8192 / float(got.metrics.tokens_per_s)
     else:
         assert batch * 8192 / float(got.metrics.tokens_per_s) == pytest.approx(whole, rel=1e-9)

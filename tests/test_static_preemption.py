@@ -1,17 +1,18 @@
-"""vLLM V0's scheduler on a static batch that overflows the KV cache, in closed form
-(benchmarks/measure/vllm_v0_static_closed.py, not landed: data/measured/2026-12-01-vllm-v0-static-closed-form-not-
-landed.md), against its block-by-block replay (benchmarks/measure/vllm_v0_static_sim.py): the arithmetic of one
-batch, the counts of a few, and the priced wall time of Argonne's 15 overflowing runs."""
+"""vLLM V0's scheduler on a static batch that overflows the KV cache, in closed form (serve/preemption.py, the
+vllm-v0 engine's kv_overflow "recompute_kept"; benchmarks/measure/vllm_v0_static_closed.py), against its
+block-by-block replay (benchmarks/measure/vllm_v0_static_sim.py): the arithmetic of one batch, the counts of a few,
+and the priced wall time of Argonne's 15 overflowing runs."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from benchmarks.measure.vllm_v0_static_closed import closed_rate, schedule
+from benchmarks.measure.vllm_v0_static_closed import closed_rate
 from benchmarks.measure.vllm_v0_static_sim import Batch, batch_of, overflowing, simulate, wall_time
 
 from meshplan.serve.metrics import static_capacity
+from meshplan.serve.preemption import schedule
 
 
 def test_the_arithmetic_of_one_batch():

@@ -18,10 +18,9 @@ benchmarks/measure/vllm_v0_host_cpu.py, vllm_v1_host_cpu.py), else the one const
 (benchmarks/measure/fit_inference.py, on the fit half of the published runs).
 Decode iterations up to ``graph_max_batch`` sequences replay captured CUDA graphs, a batch between two captured sizes
 (``graph_sizes``) padded to the larger; beyond, the host issues every kernel and the step lasts at least that
-(``eager_layer_overhead`` per layer). ``decode_layer_kernels`` is how many
-kernels a layer launches where a profile counted them (gpt-fast's compiled layer: 14.25 on an H200 and an H100,
-docs/DECODE_GPU.md), each beyond the op list's at the accelerator's fixed time per kernel. ``kv_overflow`` is what
-the engine does with a static batch its KV cache cannot hold (metrics._static).
+(``eager_layer_overhead`` per layer). ``decode_layer_kernels`` is how many kernels a layer launches where a profile
+counted them (gpt-fast's compiled layer: 14.25 on an H200 and an H100, docs/DECODE_GPU.md), each beyond the op list's
+at the accelerator's fixed time per kernel. ``kv_overflow``: a static batch its KV cache cannot hold (metrics._static).
 
 Presets: ``presets/engines/<name>.toml``, each number beside its source, a preset that ``extends`` another holding
 what differs (files.derived); a record's engine string picks its version's preset through
@@ -47,7 +46,6 @@ from meshplan.specs.host_cost import HostCost
 if TYPE_CHECKING:
     from meshplan.serve.precision import Quant
     from meshplan.specs.hardware import Cluster
-
 
 
 # The engine's families of variants (DESIGN.md: callers read a record, ``engine.mode(field)``, and never compare its
@@ -82,6 +80,7 @@ class Overflow:
     preempts: bool = False  # the newest preempted, prefilled again on return (metrics._static)
     queues: bool = False  # admission waits for a whole footprint (load/policy.py)
     refuses: bool = False  # the batch is not run (metrics.static_runs)
+    keeps: bool = False  # vLLM V0: the newest preempted with their output kept, back first (serve/preemption.py)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,7 +97,8 @@ ENGINE_CHOICES: dict[str, dict[str, Any]] = {f: {r.name: r for r in records} for
     ("moe_comm", (MoeComm(name="all_to_all"), MoeComm(name="all_gather", gather=True),
                   MoeComm(name="deepep", forwarded=True))),
     ("kv_overflow", (Overflow(name="recompute", preempts=True), Overflow(name="queue", queues=True),
-                     Overflow(name="refuse", refuses=True))),
+                     Overflow(name="refuse", refuses=True),
+                     Overflow(name="recompute_kept", preempts=True, keeps=True))),
     ("memory_basis", (MemoryBasis(name="total", of_total=True), MemoryBasis(name="free"))),
 )}
 TUNER_GRANULARITY, TUNER_THRESHOLD = 512, 128  # the batch tuner's fallback (engine.batch_table)
@@ -131,7 +131,8 @@ class Engine:
     # SGLang: more are admitted than finish together, the newest are preempted, their pages freed and their tokens
     # prefilled again when they return), "queue" (admission waits until a sequence's whole footprint fits:
     # TensorRT-LLM's GUARANTEED_NO_EVICT, TurboMind), or "refuse" (the batch is not run). metrics._static prices the
-    # first two as waves of the sequences that fit; serve_estimate refuses the third
+    # first two as waves of the sequences that fit, "recompute_kept" (vLLM V0: the preempted keep their output, back
+    # first) as its scheduler runs the batch (serve/preemption.py); serve_estimate refuses "refuse"
     kv_overflow: str = "recompute"
     iteration_overhead: float = 0.0  # host seconds per iteration the GPU waits on (sourced or fitted per preset)
     sequence_overhead: float = 0.0  # and per running sequence of the iteration (sourced or fitted per preset)

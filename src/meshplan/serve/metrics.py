@@ -334,6 +334,8 @@ def _static(s: Setting) -> Instance:
     one finishes; a recompute engine preempts the newest and prefills them again on their return: vLLM's
     PreemptionMode.RECOMPUTE, SGLang's retract_decode). A recompute engine also admits, per full wave, as many
     prompts as their prompt pages allow, ⌊pool / I⌋, and the prefill of those beyond C is lost: charged once more.
+    vLLM V0 (kv_overflow "recompute_kept": the preempted keep their output) is priced as its scheduler runs the
+    batch instead, not in waves (serve/preemption.py).
     TTFT is the mean request's (a later wave's wait for the earlier ones included), TPOT the running wave's step.
     Neither the waves nor vLLM V0's own scheduler are monotone in KV memory while the batch overflows; a pool that
     holds the batch is never slower than a smaller one (tests/test_static_overflow_properties.py; data/measured/
@@ -351,8 +353,13 @@ def _static(s: Setting) -> Instance:
     decode, prefill = s.time(first), prompts(first)
     wave = where(full > 0, prefill + (out - 1) * decode, 0.0)  # a full wave: C sequences (first = C there)
     last = where(rest > 0, prompts(rest) + (out - 1) * s.time(rest), 0.0)
-    whole = full * wave + last
-    if s.engine.mode("kv_overflow").preempts:
+    whole: Num = full * wave + last
+    if s.engine.mode("kv_overflow").keeps:  # vLLM V0's scheduler, output kept (serve/preemption.py)
+        from meshplan.serve.preemption import recompute_kept  # noqa: PLC0415 (vLLM V0's batches only: start-up)
+
+        shape = (s.workload.input_len, s.workload.output_len, float(s.engine.max_seqs))
+        whole = where(full > 0, recompute_kept(s.time, b, static_capacity(s), shape, prompts), whole)
+    elif s.engine.mode("kv_overflow").preempts:
         admitted = minimum(b, cap * (inp + out) / inp)  # prompt pages only: I tokens each (same pool)
         lost = np.floor(admitted) - cap
         whole = whole + where((full > 0) & (lost > 0), full * prompts(np.maximum(lost, 0.0)), 0.0)
