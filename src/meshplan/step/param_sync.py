@@ -10,11 +10,11 @@ weights and every rank needs all n:
   async_op=True on the same process group, so on one NCCL communicator's stream, which runs them one after the other:
   their times add,
       t = g · BC(n/g, g)
-  each broadcast priced as any other (collectives/price.py: NCCL's chain, (g − 1)·α + (n/g)/B beyond the node;
-  tuning.cc's g latency steps inside it), so each pays the collective's latency, and g of them pay it g times: the
-  latency term grows as g², where the all-gather's grows as g. Its config (configs/7B_sft.py @c628a8c:
-  hybrid_zero_optimizer overlap_sync_param=False) issues them after the step, before the next forward, and waits
-  (``handle.wait()``): the validation maps that as overlap_param_gather false.
+  each broadcast priced as any other (collectives/price.py; beyond the node comm._ring_chain, NCCL's ring over all g
+  ranks: g − 1 hops of latency and the all-gather's bytes at bus factor 1; inside it tuning.cc's g steps), so each
+  pays the ring's latency and g of them pay it g times: the latency term grows as g², the all-gather's as g.
+  Its config (configs/7B_sft.py @c628a8c: hybrid_zero_optimizer overlap_sync_param=False) issues them after the
+  step, before the next forward, and waits (``handle.wait()``): the validation maps that as overlap_param_gather false.
 
 Monotone: BC is non-increasing in every bandwidth and non-decreasing in every latency, and t is g of it; so t is.
 Left out: InternEvo's gradient side, an all-reduce per bucket (reduce_tensor with dst_rank None, the same file's
