@@ -14,11 +14,9 @@ the zero1=8 / zero1=4 runs, whose broadcasts stay inside a node, keep the all-ga
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-INTERNEVO = re.compile(r"internevo", re.I)
-WHOLE_GROUP = re.compile(r"zero1\s*=\s*-1\b")
+from meshplan_validation.patterns import INTERNEVO, ZERO1_WHOLE_GROUP
 
 
 def internevo_sync(record: dict[str, Any], zero: int, notes: list[str]) -> dict[str, Any]:
@@ -26,7 +24,7 @@ def internevo_sync(record: dict[str, Any], zero: int, notes: list[str]) -> dict[
     group (module docstring); {} for any other record."""
     text = " ".join(str(record.get(k) or "") for k in ("id", "group", "source", "framework"))
     sharding = str((record.get("parallel") or {}).get("zero_or_fsdp") or "")
-    if zero not in (1, 2) or not INTERNEVO.search(text) or not WHOLE_GROUP.search(sharding):
+    if zero not in (1, 2) or not INTERNEVO.search(text) or not ZERO1_WHOLE_GROUP.search(sharding):
         return {}
     notes.append("updated weights sent as one broadcast per ZeRO rank after the step, exposed (InternEvo "
                  "HybridZeroOptimizer.broadcast_params @c628a8c; overlap_sync_param=False)")
