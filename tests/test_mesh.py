@@ -184,10 +184,13 @@ def test_all_to_all_is_paced_by_its_slowest_tier():
     assert collective_time("all_to_all", N, 8, 1, three_tiers(), PERFECT) == pytest.approx(4e-3 + 7e-6)
 
 
-def test_a_chain_runs_at_the_slowest_tier_it_crosses():
-    # broadcast over 8: latency (1 + 1 + 1 hops) 1 + 2 + 4 µs, bytes at the slowest tier: 8e6 / 1e9 = 8 ms, and
-    # NCCL's base latency (a broadcast is a kind its tuner prices); p2p has none (send / recv: not tuned)
-    assert collective_time("broadcast", N, 8, 1, three_tiers(), PERFECT) == pytest.approx(7e-6 + 8e-3 + SIMPLE_BASE)
+def test_a_broadcast_runs_as_nccls_ring_across_tiers():
+    # broadcast over 8 = 2 x 2 x 2: NCCL's ring visits every rank, 7 hops of which 4 inside a pair (1 µs), 2 between
+    # pairs (2 µs), 1 across the spine (4 µs): 12 µs; the bytes leave each block through all its GPUs' links, as an
+    # all-gather's (bus factor 1): 8e6 / 100e9 + 4e6 / 10e9 + 2e6 / 1e9 = 2.48 ms; and NCCL's base latency (a broadcast
+    # is a kind its tuner prices); p2p has none (send / recv: not tuned) and stays a chain
+    assert collective_time("broadcast", N, 8, 1, three_tiers(), PERFECT) == pytest.approx(
+        12e-6 + (8e6 / 100e9 + 4e6 / 10e9 + 2e6 / 1e9) + SIMPLE_BASE)
     assert collective_time("p2p", N, 2, 4, three_tiers(), PERFECT) == pytest.approx(4e-6 + 8e-3)  # across leaves
 
 

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).parents[1] / "src" / "meshplan_validation"
 # engine settings, their mapping onto meshplan's serving model, their evaluation, their results as runs); the
 # summaries, the output, the command
 LAYERS = ("skip", "patterns", "records", "record_fields", "recipes", "source_vtrain", "source_megatron_jan2021",
-          "source_automodel", "sources", "robust_loss",  # the fits' loss, which refit imports
+          "source_automodel", "source_internevo", "sources", "robust_loss",  # the fits' loss, which refit imports
           "provenance", "fitted", "refit", "recipes_dispatch", "recipes_off", "recipes_remat", "layouts",
           "map_model", "map_system", "map_layout",
           "map_training", "map_kernels", "map_plan", "flops", "measurement", "case", "selection", "result",

@@ -35,6 +35,7 @@ from meshplan_validation.map_training import (
 )
 from meshplan_validation.skip import Skip
 from meshplan_validation.source_automodel import config_chunks
+from meshplan_validation.source_internevo import internevo_sync
 from meshplan_validation.source_megatron_jan2021 import least_fused_batch
 from meshplan_validation.sources import SourceDefaults, source_defaults
 
@@ -123,7 +124,8 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
              "overlap_ep": overlap_ep, "flash_attention": flash,
              "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,
              "cuda_graphs": graphs(record, src, notes), "dglu_slowdown": dglu,
-             **({"moe_dispatcher": "flex", "flex_backend": flex} if flex else {})}
+             **({"moe_dispatcher": "flex", "flex_backend": flex} if flex else {}),
+             **internevo_sync(record, zero, notes)}  # after overlap_param_gather: it may turn it off
     return plan, stack
 
 

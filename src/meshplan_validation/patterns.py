@@ -208,3 +208,7 @@ MTP_STACKS = re.compile(r"megatron|nemo(?!.*automodel)", re.I)
 
 # ---- releases -------------------------------------------------------------------------------------------------
 BRIDGE_RELEASE = re.compile(r"megatron_bridge_(\d+)\.(\d+)")  # a Megatron-Bridge release in a group name
+
+# ---- InternEvo (source_internevo.py) --------------------------------------------------------------------------
+INTERNEVO = re.compile(r"internevo", re.I)  # a record of InternEvo's tables: id, group, source or framework
+ZERO1_WHOLE_GROUP = re.compile(r"zero1\s*=\s*-1\b")  # its ZeRO-1 over the whole data-parallel group (configs/7B_sft.py)

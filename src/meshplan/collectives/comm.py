@@ -10,16 +10,16 @@ MPICH"; Chan et al. 2007; NCCL's ring and double-binary-tree algorithms):
     tree all-reduce       2⌈log2 g⌉·α + 2 · n/B            (pipelined double binary tree; NCCL picks the faster)
     reduce-scatter / all-gather   (g-1)·α + (g-1)/g · n/B
     all-to-all            (g-1)·α + (g-1)/g · n/B
-    broadcast / reduce    (g-1)·α + n/B                    (pipelined chain)
+    broadcast / reduce    (g-1)·α + n/B                    (pipelined chain; across tiers NCCL's ring: ``_ring_chain``)
     p2p                   α + n/B
 
 Hierarchical (the group spans tiers 0..T): reduce-scatter inside each tier from the innermost outwards, each
 tier working on what the inner tiers left (n / Π_{j<i} g_j), then all-gather back; this is how NCCL's
 NVLS/tree and Megatron's hierarchical schemes use the NVLink domain, and it is seed 003's observation that the
 effective scale-out bandwidth grows with the NICs per NVLink domain (each of the g_0 GPUs drives its own NIC).
-An all-gather or reduce-scatter moves its bytes that way too (NCCL's ring channels each leave a node through a
-different NIC), but it is one ring over all g ranks, so its latency is that ring's g-1 hops, each at the latency
-of the outermost tier it crosses (``ring_hops``; NCCL src/graph/tuning.cc), not Σ_i (g_i-1)·α_i.
+An all-gather, reduce-scatter, broadcast or reduce moves its bytes that way too (NCCL's ring channels each leave a
+node through a different NIC), but on one ring over all g ranks: its latency is that ring's g-1 hops, each at the
+outermost tier's it crosses (``ring_hops``; NCCL src/graph/tuning.cc), not Σ_i (g_i-1)·α_i.
 
 NCCL's base latency (``base_latency``): NCCL prices every call of a collective its tuner models as baseLat + steps ×
 hwLat + bytes / algbw (src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlgoTime); the tiers' ``latency`` is the
@@ -234,7 +234,7 @@ def _alpha_beta(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: C
     if kind == "all_to_all":
         return _all_to_all(nbytes, group, parts, bandwidths, latencies)
     if kind in ("broadcast", "reduce"):
-        return _chain(nbytes, parts, bandwidths, latencies) + base_latency(kind, parts)
+        return _ring_chain(nbytes, parts, bandwidths, latencies) + base_latency(kind, parts)
     if kind == "p2p":
         return _chain(nbytes, parts, bandwidths, latencies) * (group > 1)
     raise ValueError(f"unknown collective {kind!r}")
@@ -323,6 +323,16 @@ def _chain(n: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float]
         latency = latency + (g - 1) * a
         slowest = maximum(slowest, (g > 1) * n / b)
     return latency + slowest
+
+
+def _ring_chain(n: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float]) -> Num:
+    """NCCL's ring broadcast / reduce (module docstring): ``_scatter_gather`` at bus factor 1, Σ_i h_i·α_i + n_i/B_i."""
+    total: Num = 0.0
+    remaining = n
+    for g, b, a, h in zip(parts, bw, lat, ring_hops(parts), strict=True):
+        total = total + h * a + (g > 1) * remaining / b
+        remaining = remaining / g
+    return total
 
 
 def all_reduce_traffic(nbytes: Num, group: Num, algorithm: str = "ring") -> Num:

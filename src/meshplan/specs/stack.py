@@ -43,10 +43,8 @@ DRAINED_PASSES = ("none", "forward", "both", "layers")  # Stack.drained_passes: 
 def _choice(default: str, choices: tuple[str, ...], help: str) -> Any:
     return field(default=default, metadata={"choices": choices, "help": help})
 
-
 def _flag(default: bool, help: str) -> Any:
     return field(default=default, metadata={"help": help})
-
 
 # the flags by which a stack runs communication beside compute (Stack's overlap section)
 OVERLAP_FLAGS = ("overlap_tp", "overlap_dp", "overlap_ep", "overlap_pp")
@@ -119,6 +117,8 @@ class Stack:
         "skipped on every micro-batch but the last (FSDP2 set_requires_gradient_sync(False)), so under ZeRO 2 / 3 each "
         "GPU keeps its gradients unsharded in the reduce dtype until the last backward (memory.model_states), and "
         "reduces them once per update (step/channels.zero_traffic, accumulation_time)")
+    param_sync: str = _choice("all_gather", ("all_gather", "shard_broadcasts"), "ZeRO 1 / 2's updated weights back "
+                              "on every rank: all_gather or shard_broadcasts (one broadcast per rank: step/param_sync)")
     master_weights: bool = _flag(True, "an fp32 master copy of the 16-bit weights beside them (mixed precision); "
         "false: the model is cast to 16 bits and torch.optim updates it in place, its state and gradients in the "
         "weights' dtype (memory.model_states, step/channels.step_bytes, goodput.saved_state_bytes)")

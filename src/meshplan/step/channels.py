@@ -2,11 +2,10 @@
 
 A step of a pipeline rank runs m forward and m backward passes, one per micro-batch. Beside them run
 - the data-parallel collectives of ZeRO (Rajbhandari et al. 2020 §5, §7), on one NCCL stream: stage 0 all-reduces the
-  gradients beside the last backward pass; stage 1 (Megatron's distributed optimizer) reduce-scatters them beside the
-  last backward and all-gathers the updated weights beside the first forward (Megatron-Core overlap_grad_reduce /
-  overlap_param_gather); stage 2 reduce-scatters beside every backward; stage 3 gathers the weights beside every
-  forward and again beside every backward, where it also reduce-scatters the gradients (PyTorch FSDP FULL_SHARD,
-  DeepSpeed ZeRO-3 prefetching);
+  gradients beside the last backward; 1 (Megatron's distributed optimizer) reduce-scatters them there and all-gathers
+  (or broadcasts: param_sync.py) the updated weights beside the first forward (Megatron-Core overlap_grad_reduce /
+  overlap_param_gather); 2 reduce-scatters beside every backward; 3 gathers the weights beside every forward and
+  backward, where it also reduce-scatters the gradients (FSDP FULL_SHARD, DeepSpeed ZeRO-3 prefetching);
 - activation offload (Transformer Engine's CPU-offload handler, double-buffered one layer ahead): an offloaded
   layer's saved activations go to the host beside the forward pass and come back beside the backward pass, over the
   host link (PCIe; NVLink-C2C on Grace), on copy engines, and only while the offloaded layers run (a share s of the
@@ -69,6 +68,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.param_sync import weight_sync
 from meshplan.xp import Num, maximum, minimum
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -127,7 +127,7 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     library = LIBRARIES[plan.collectives]  # NCCL's, or MPICH's per-message choice with the minimum spanning tree
 
     def one(kind: str, nbytes: Num, group: Num, layout: Layout) -> Num:
-        return collective_time(kind, nbytes, group, layout, cluster, eff, library)  # the one dispatcher (price.py)
+        return weight_sync(kind, nbytes, group, lambda k, n, g: collective_time(k, n, g, layout, cluster, eff, library))
 
     def coll(kind: str, per_param: int) -> Num:
         t = one(kind, params.dense * per_param, dense_group, layout_d)
@@ -135,7 +135,7 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
             return t
         return t + one(kind, params.expert * per_param, expert_group, layout_e)
 
-    gather = coll("all_gather", WEIGHT_BYTES)
+    gather = coll(stack.param_sync if stack and plan.zero < 3 else "all_gather", WEIGHT_BYTES)  # param_sync.py
     leads = lead_times(model, plan, stack, gather, lambda n: one("all_gather", n * WEIGHT_BYTES, dense_group,
                                                                  layout_d))
     return Collectives(coll("all_reduce", plan.grad_bytes), gather, coll("reduce_scatter", plan.grad_bytes),
