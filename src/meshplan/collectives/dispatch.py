@@ -22,7 +22,7 @@ expert) pair: DeepEP's get_dispatch_layout sets is_token_in_rank[token, rank] (a
 num_tokens_per_rdma_rank) from the top-k (csrc/kernels/internode.cu @ 3b1045d lines 78-100), which its intranode and
 internode dispatch send by (deep_ep/buffer.py @ 3b1045d dispatch, internode_dispatch: over RDMA once per node, then
 NVLink to each rank its SourceMeta's is_token_in_nvl_rank bits name); HybridEP sends a token once per node over RDMA
-(DeepEP branch hybrid-ep @ 94a9f8f tests/utils.py count_rdma_send_from_routing_map, a max over each node's experts)
+(branch hybrid-ep @ 94a9f8f DeepEP/tests/utils.py count_rdma_send_from_routing_map, a max over each node's experts)
 and "multicast to all ranks within this node which need this token", one unicast a rank its sparse_to_dense_map names
 (csrc/hybrid_ep/backend/hybrid_ep_backend.cuh @ 94a9f8f line 1619, the intra-node S2G loop). Megatron-Core's alltoall
 dispatcher (MoEAlltoAllTokenDispatcher, megatron/core/transformer/moe/token_dispatcher.py @ core_v0.16.1 preprocess:
@@ -49,7 +49,7 @@ grows).
 
 Inside one NVLink domain a group's exchange runs at most at the backend's intra-node kernel rate (``nvlink_rate``,
 its registry entry's ``nvlink`` points): logical bytes/s over the rows a rank receives, one a token and rank, its own
-included (DeepEP branch hybrid-ep @ 94a9f8f tests/test_hybrid_ep.py nvl_recv_bytes, dispatched_hidden's bytes;
+included (branch hybrid-ep @ 94a9f8f DeepEP/tests/test_hybrid_ep.py nvl_recv_bytes, dispatched_hidden's bytes;
 docs/README_Hybrid-EP.md's B200 and GB200 tables). HybridEP at Megatron-Core's 16 SMs reads 544 GB/s over 8 GB200
 ranks, 444 over 36 (B200's 8: 533); DeepEP at 24 SMs 457 over 8 B200 ranks. On NVLink 5 (900 GB/s a GPU, 720 priced:
 823 GB/s of rows over 8 ranks, 7/8 of them on the link) the kernel binds; on an H100's (360 priced, 411 over 8) the

@@ -335,7 +335,7 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # meshplan prices the dispatch (cost/mlp_moe.py)
         # inside one NVLink domain: GB200, 16 SMs, Torch API BF16 dispatch / combine 550.10 / 538.44, 472.84 /
         # 474.48, 441.89 / 444.40, 485.50 / 423.19 and 469.96 / 418.27 GB/s logical over 8, 16, 24, 32 and 36 ranks
-        # (received rows, one a token and rank, the rank's own included: tests/test_hybrid_ep.py nvl_recv_bytes);
+        # (received rows, one a token and rank, the rank's own included: DeepEP/tests/test_hybrid_ep.py nvl_recv_bytes);
         # B200's 8 ranks read 535.94 / 530.86, the same; 7/8 of 544 on NVLink is 0.53 of its 900 GB/s
         FlexBackend(name="hybridep", kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
                     nic=((4.0, 0.8636), (8.0, 0.8727)), pads_for_quantization=True,
