@@ -129,7 +129,9 @@ def schedule_runs(plan: Plan, stack: Stack) -> Num:
     reduction and the gather ZeRO-1's traffic prices once a step, once a run (step/channels.step_channels at m / runs
     micro-batches, times runs). The run's token count is read off its CPU batch (``.item()`` of a host tensor: no
     device synchronisation). Without pipeline parallelism, or under a schedule that never flushes
-    (pipeline/registry.py), 1."""
+    (pipeline/registry.py), 1. Time only: peak memory still holds the step's m micro-batches in flight, where a run
+    holds at most m / runs (an interleaved warm-up can exceed a run: Kimi K2's rank 0, 30 chunk-micro-batches of a
+    run's 24), so a runs stack's memory reads high (review22)."""
     if not stack.schedule_batch or not schedule_of(plan.schedule).flushes:
         return 1
     m = plan.grad_accum
