@@ -46,7 +46,7 @@ def _rows(pool: Num, admitted: Num, inp: int, out: int) -> tuple[Num, Num]:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Overflowed:
     """The scheduler's counts for a static batch (module docstring), element-wise: the first admission and its
     steps at the full batch, the oldest's tail, the steps after the oldest finish, the recomputed tokens and
     sequences."""
@@ -66,7 +66,7 @@ class Schedule:
         return self.full_steps + self.tail_steps + self.rest_steps
 
 
-def schedule(batch: Num, cap: Num, inp: int, out: int, max_seqs: float) -> Schedule:
+def schedule(batch: Num, cap: Num, inp: int, out: int, max_seqs: float) -> Overflowed:
     """The counts of ``batch`` sequences of ``inp`` + ``out`` tokens on a pool that holds ``cap`` of them to their last
     token, P = cap·(I + O) tokens (module docstring)."""
     b, c = np.asarray(batch, dtype=float), np.maximum(np.asarray(cap, dtype=float), 1e-9)
@@ -79,14 +79,15 @@ def schedule(batch: Num, cap: Num, inp: int, out: int, max_seqs: float) -> Sched
     rest = np.maximum(need - rows, 0.0)
     full_rows, _ = _rows(pool, full, inp, out)
     longest = np.where(b > admitted, out - 1.0, out - 1.0 - t0)
-    more = rest / full_rows  # full pools' worth of rows left after the oldest finish
+    # full pools' worth of rows left after the oldest finish (none where one output token leaves no decode row)
+    more = np.where(full_rows > 0, rest / np.where(full_rows > 0, full_rows, 1.0), 0.0)
     pools = np.where((b > admitted) | (more > 1), np.ceil(more - 1e-9), more)  # whole runs of O - 1: see above
     steps = np.where(rest > 0, np.maximum(longest, (out - 1.0) * pools), 0.0)
-    again = np.maximum(rest / full_rows - 1.0, 0.0)  # full pools after the first that preempt in turn
+    again = np.maximum(more - 1.0, 0.0)  # full pools after the first that preempt in turn
     tokens = pool * (np.log(admitted / c) + again * np.log(full / c))
-    return Schedule(admitted=admitted, full_steps=t0, tail_steps=out - 1.0 - t0, tail_rows=rows - admitted * t0,
-                    rest_steps=steps, rest_rows=rest, recomputed_tokens=tokens,
-                    recomputed=admitted - c + again * (full - c))
+    return Overflowed(admitted=admitted, full_steps=t0, tail_steps=out - 1.0 - t0, tail_rows=rows - admitted * t0,
+                      rest_steps=steps, rest_rows=rest, recomputed_tokens=tokens,
+                      recomputed=admitted - c + again * (full - c))
 
 
 def recompute_kept(time: Callable[..., Num], batch: Num, cap: Num, shape: tuple[int, int, float],
