@@ -345,15 +345,15 @@ def sample_candidates(model, cluster, space: Space, rng: random.Random, k: int) 
 
 def test_the_readme_states_these_counts():
     """The README's Reliability section quotes these counts; line breaks in it do not matter."""
-    from test_fuzz import CASES
+    from test_fuzz import CASES, FUZZED_LAYERS
 
     text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     count = comparisons()
     rate_text = ", ".join(f"×{f:g}" for f in RATE_FACTORS)
     latency_text = ", ".join(f"×{f:g}" for f in LATENCY_FACTORS)
     fuzz = (f"({CASES['estimate']} `estimate`, {CASES['plan']} `plan` and {CASES['serve']} `serve` command lines, "
-            f"{CASES['model']} mutated model, {CASES['system']} system and {CASES['engine']} serving-engine TOML "
-            f"files, {CASES['hf']} Hugging Face configs, {CASES['record']} validation records)")
+            f"{CASES['model']} mutated model, {CASES['system']} system and {CASES['engine']} engine TOML files, "
+            f"{CASES['hf']} Hugging Face configs at {FUZZED_LAYERS} layers, {CASES['record']} validation records)")
     for figure in (f"draws {TRIPLES} seeded", f"{count:,} comparisons", f"{SEARCHES} random narrowed",
                    f"runs {sum(CASES.values()):,} seeded", f"link; {rate_text})", f"per kernel ({latency_text})", fuzz):
         assert figure in text, figure
