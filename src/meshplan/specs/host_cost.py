@@ -52,7 +52,7 @@ class HostCost:
     """Host seconds per unit of work issued on an x86 DGX host, and how the host meets the GPU (module docstring)."""
 
     per_kernel: float = 0.0  # each launched kernel (Stack.host_dispatch)
-    per_collective: float = 0.0  # each collective call where stated, else per_kernel (Stack.collective_host)
+    per_collective: float | None = None  # each collective call as stated, 0 too; None: per_kernel (Stack.host)
     per_region: float = 0.0  # each torch.compile region and pass beyond its launches (Stack.region_host)
     compiled: bool = False  # each layer is such a region (Stack.compiled)
     cuda_graphs: bool = False  # one graph launch per pass instead of each kernel
@@ -72,8 +72,9 @@ class HostCost:
     source: str = ""
 
     def per_call(self, collective: bool) -> float:
-        """Host seconds per launch: a collective call at ``per_collective`` where stated, else ``per_kernel``."""
-        return self.per_collective if collective and self.per_collective else self.per_kernel
+        """Host seconds per launch: a collective call at ``per_collective`` where stated (0: the host issues no such
+        call), else ``per_kernel``."""
+        return self.per_collective if collective and self.per_collective is not None else self.per_kernel
 
 
 class OverlapStack(Protocol):

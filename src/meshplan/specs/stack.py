@@ -150,7 +150,8 @@ class Stack:
     collective_host: float = field(default=0.0, metadata={
         "help": "host CPU seconds per collective call (an NCCL all-reduce, all-gather ... issued from the model's "
                 "code: c10d's dispatch and the enqueue, without the Python module code around a kernel that "
-                "host_dispatch averages); 0: a collective costs the host what a kernel does (host_dispatch)"})
+                "host_dispatch averages); 0: a kernel's (host_dispatch), or none with collective_host_stated"})
+    collective_host_stated: bool = _flag(False, "collective_host as written, 0 too (0: the host issues no call)")
     compiled: bool = _flag(False, "each layer runs under torch.compile (Inductor's default mode: torchtitan's "
                                   "[compile] enable): its element-wise kernels fused (fusion fused) but about eager "
                                   "PyTorch's kernel count launched, each by the compiled region's wrapper "
@@ -297,14 +298,13 @@ class Stack:
 
     @property
     def host(self) -> HostCost:
-        """The host's cost of issuing work, the stack's own record of it (specs/host_cost.py; a plan's:
-        host_cost.plan_host): what step/host.py composes a pass with."""
-        return HostCost(per_kernel=self.host_dispatch, per_collective=self.collective_host,
+        """The stack's host's cost of issuing work (specs/host_cost.py; a plan's: plan_host), for step/host.py."""
+        stated = self.collective_host_stated or self.collective_host > 0  # else None: a kernel's (HostCost.per_call)
+        label = " ".join(x for x in (self.name, self.version, self.source) if x)
+        return HostCost(per_kernel=self.host_dispatch, per_collective=self.collective_host if stated else None,
                         per_region=self.region_host, compiled=self.compiled, cuda_graphs=self.cuda_graphs,
                         blocking_collectives=self.blocking_collectives, blocking_launches=self.blocking_launches,
-                        drained_layers=self.drained_passes == "layers",
-                        hidden_tp=tp_hidden(self), source=" ".join(x for x in (self.name, self.version, self.source)
-                                                                   if x))
+                        drained_layers=self.drained_passes == "layers", hidden_tp=tp_hidden(self), source=label)
 
     def with_(self, **changes: Any) -> Stack:
         return replace(self, **changes)
