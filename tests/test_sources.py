@@ -175,6 +175,7 @@ def test_vtrain_runs_price_the_released_scope():
     # after the layer's traced kernels, with no host call (source_vtrain.py)
     for field in ("host_dispatch", "fusion", "flash_attention", "overlap_dp"):
         assert getattr(vtrain.stack, field) == getattr(MEGATRON_DEEPSPEED.stack, field)
-    assert (vtrain.stack.collective_host, vtrain.stack.blocking_collectives) == (0.0, True)
+    assert (vtrain.stack.collective_host, vtrain.stack.collective_host_stated, vtrain.stack.blocking_collectives) == (
+        0.0, True, True)
     assert (vtrain.timed_recompute, vtrain.vocab_floor, vtrain.stack.vocab_multiple) == (False, True, 1)
     assert wrapped(vtrain.stack, Plan(tp=2, precision="fp16")).tensor_host == 0.0

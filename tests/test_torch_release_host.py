@@ -39,4 +39,5 @@ def test_torch_2_0_costs_the_host_what_2_13_does_per_layer() -> None:
 def test_vtrain_profile_keeps_the_presets_host_cost_per_kernel() -> None:
     preset = load_stack("megatron-deepspeed")
     assert VTRAIN.stack.host_dispatch == preset.host_dispatch == 38.4e-6
-    assert VTRAIN.stack.collective_host == 0.0  # the trace holds no collective call (source_vtrain.py)
+    assert VTRAIN.stack.collective_host == 0.0  # stated: the trace holds no collective call (source_vtrain.py)
+    assert VTRAIN.stack.collective_host_stated

@@ -19,11 +19,12 @@ benchmarks/measure/small_work_graph.py; data/measured/2026-11-29-vtrain-release-
   forward, recompute and backward (2.66 ms): three passes' work, not four.
 - Each transformer layer's two forward and two backward TP all-reduces are CommNodes on the rank's stream after the
   layer's traced kernels (_add_tp_communication): they add to the layer's time, whatever the host did
-  (blocking_collectives), and no collective call is in the trace. collective_host 0 states no cost of its own, and
-  HostCost.per_call then charges each call a kernel's host time (host_dispatch, as for any stack that states none):
-  4 x 38.4 us a layer the trace does not hold. Left at that default, not chosen: pricing no host time for them reads
-  worse (median 3.3 -> 3.9 %, tp 8 -12.7 -> -16.3 % signed; variant B of
-  data/measured/2026-12-01-vtrain-tp-errors.md). None for the embedding, the logits or the loss.
+  (blocking_collectives), and no collective call is in the trace: the host issues none, so the stack states no host
+  time for them (collective_host 0 with collective_host_stated; unstated, HostCost.per_call would charge each a
+  kernel's host_dispatch, 4 x 38.4 us a layer the trace does not hold). Stated as the source says, whatever it does
+  to the error: median |error| 3.3 -> 3.9 %, tp 8 signed -12.7 -> -16.3 % (benchmarks/measure/small_work_vtrain.py,
+  as variant B of data/measured/2026-12-01-vtrain-tp-errors.md foresaw). None for the embedding, the logits or the
+  loss.
 - Every traced pass priced from an empty queue (drained_passes "layers"), a choice made with the released runs in
   view and registered as such (fitted.py "vTrain passes from an empty queue": out of source it takes "none"). What the
   code shows: the profiled step (src/trainer.py modify_functions) calls the profiler's ``timestamp`` at every
@@ -57,7 +58,7 @@ from meshplan.specs.stack import load_stack
 
 VTRAIN_TENSOR = 0.0  # WU nodes: apex FusedAdam's kernels, no per-tensor host loop
 VTRAIN_MICROBATCH = 0.0  # the causal mask is GPU work outside the traced modules
-VTRAIN_COLLECTIVE_HOST = 0.0  # unstated: each TP all-reduce at host_dispatch (HostCost.per_call; docstring above)
+VTRAIN_COLLECTIVE_HOST = 0.0  # stated: a TP all-reduce is a CommNode, no call the host issues (docstring above)
 VTRAIN_VOCAB = 1  # no vocabulary padding: vocab_size // tp rows a rank (SourceDefaults.vocab_floor)
 
 VTRAIN_LUT = Path(__file__).resolve().parents[2] / "data" / "measured" / "2026-11-29-vtrain-a100-allreduce.csv"
@@ -74,7 +75,7 @@ VTRAIN_ALLREDUCE = read_table()
 VTRAIN_STACK = load_stack("megatron-deepspeed").with_(
     name="megatron-deepspeed-megatron-optimizer", optimizer_wrapper="stated", tensor_host=VTRAIN_TENSOR,
     tensor_sharded=True, microbatch_host=VTRAIN_MICROBATCH, collective_host=VTRAIN_COLLECTIVE_HOST,
-    blocking_collectives=True, vocab_multiple=VTRAIN_VOCAB, drained_passes="layers")
+    collective_host_stated=True, blocking_collectives=True, vocab_multiple=VTRAIN_VOCAB, drained_passes="layers")
 
 VTRAIN_WHY = (
     "vTrain's released single-node times are its own execution graph's (src/predictor.py), not a timed "
