@@ -114,7 +114,7 @@ def test_deepseek_v3_b200_releases_differ_by_dispatcher_and_are_priced_in_the_me
     ds09, ds11, ds02 = cases["dsv3 25.09"], cases["dsv3 25.11"], cases["dsv3 26.02"]
     assert ds09.plan.moe_expert_capacity_factor == 1.0 and ds09.plan.moe_pad_expert_input_to_capacity
     assert ds11.plan.moe_expert_capacity_factor is None and ds11.stack.moe_dispatcher == "alltoall"
-    assert (ds02.stack.moe_dispatcher, ds02.stack.flex_backend) == ("flex", "hybridep")
+    assert (ds02.stack.moe_dispatcher, ds02.stack.flex_backend) == ("flex", "hybridep-32sm")
     for case in (ds09, ds11, ds02):
         assert (case.plan.pp, case.plan.vpp, case.plan.ep, case.plan.micro_batch) == (16, 1, 8, 1)
         assert case.plan.recompute_modules == ("mla_up_proj",) and not case.stack.cuda_graphs

@@ -320,3 +320,50 @@ def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
             assert len(ops) == 4 and all(o.collective.kind == "all_to_all" for o in ops)
             times[name] = sum(float(collective_seconds(o.collective, 1, cluster)) for o in ops) - 4 * latency
         assert times["flex"] / times["alltoall"] == pytest.approx(ratio, rel=1e-3)
+
+
+def test_hybridep_at_32_sms_is_priced_at_the_readmes_32_sm_rows():
+    """Megatron-Bridge's harness runs HybridEP at 32 SMs ("hybridep-32sm"; Megatron-Core's default 16: "hybridep").
+    GB200 BF16 dispatch / combine at 32 SMs (README_Hybrid-EP.md @ 94a9f8f): 8 ranks (545.71 + 568.94) / 2 = 557.325
+    GB/s, 16 (523.48 + 521.55) / 2 = 522.515, 24 (507.32 + 483.76) / 2 = 495.54, 32 (484.22 + 464.54) / 2 = 474.38,
+    36 (479.02 + 447.89) / 2 = 463.455: 2-12 % over the 16-SM rows. Across nodes the README's H100 table stops at 16
+    SMs, where the NIC binds already (8 SMs read as fast): the same cross-node points as 16 SMs."""
+    from meshplan.collectives.dispatch import nvlink_rate
+    from meshplan.specs.stack_variants import choice_of, flex_backend_of
+
+    for ranks, (dispatch, combine) in ((8, (545.71, 568.94)), (16, (523.48, 521.55)), (24, (507.32, 483.76)),
+                                       (32, (484.22, 464.54)), (36, (479.02, 447.89))):
+        assert nvlink_rate(ranks, "hybridep-32sm") == pytest.approx((dispatch + combine) / 2 * 1e9)
+        assert nvlink_rate(ranks, "hybridep-32sm") > nvlink_rate(ranks, "hybridep")
+    assert nvlink_rate(64, "hybridep-32sm") == pytest.approx(463.455e9)
+    at16, at32 = choice_of("flex_backend", "hybridep"), choice_of("flex_backend", "hybridep-32sm")
+    assert (at32.kernel, at32.nic, at32.pads_for_quantization) == (at16.kernel, at16.nic, True)
+    assert (at16.argument, at16.num_sms, at32.argument, at32.num_sms) == ("hybridep", 16, "hybridep", 32)
+    # a config's --moe-flex-dispatcher-backend at its --moe-hybridep-num-sms: the variant measured nearest
+    assert [flex_backend_of("hybridep", n) for n in (None, "16", 24, "32", 128)] == \
+        ["hybridep", "hybridep", "hybridep", "hybridep-32sm", "hybridep-32sm"]
+    assert flex_backend_of("deepep", "32") == "deepep"
+
+
+def test_hybridep_at_32_sms_is_written_and_read_as_megatron_core_takes_it():
+    """A "hybridep-32sm" stack writes --moe-flex-dispatcher-backend hybridep --moe-hybridep-num-sms 32 (Megatron-Core
+    refuses any other backend name: transformer_config.py @ core_v0.17.0) and reads back as itself; "hybridep"
+    writes no SM count (Megatron-Core's default, 16); the variant's name is no argument value."""
+    from meshplan.configs import emit, read
+    from meshplan.errors import SpecError
+    from meshplan.specs.plan import Plan
+    from meshplan.specs.stack import load_stack
+
+    model = load_model("qwen3-30b-a3b")
+    plan = Plan(dp=16, tp=1, pp=1, ep=8, etp=1, micro_batch=1, global_batch=64, zero=1)
+    for preset, fmt in (("megatron-core", "megatron"), ("megatron-bridge", "nemo")):
+        base = load_stack(preset).with_(moe_dispatcher="flex")
+        text32, text16 = (emit(fmt, model, plan, base.with_(flex_backend=b)) for b in ("hybridep-32sm", "hybridep"))
+        backend, sms = (("--moe-flex-dispatcher-backend ", "--moe-hybridep-num-sms ") if fmt == "megatron" else
+                        ("model.moe_flex_dispatcher_backend=", "model.moe_hybridep_num_sms="))
+        assert f"{backend}hybridep" in text32 and f"{sms}32" in text32 and f"{backend}hybridep-" not in text32
+        assert f"{backend}hybridep" in text16 and sms not in text16
+        assert read(fmt, model, plan.num_gpus, text=text32)[1].flex_backend == "hybridep-32sm"
+        assert read(fmt, model, plan.num_gpus, text=text16)[1].flex_backend == "hybridep"
+        with pytest.raises(SpecError):
+            read(fmt, model, plan.num_gpus, text=text16.replace(f"{backend}hybridep", f"{backend}hybridep-32sm"))

@@ -164,7 +164,7 @@ def test_validation_compares_nano_and_keeps_super_apart_unless_asked():
     assert case.model.layer_pattern == NANO.layer_pattern and case.plan.ep == 8 and case.measured == 14507
     assert case.plan.recompute == "selective"
     assert case.plan.recompute_modules == ("moe", "layernorm", "core_attn", "moe_act")
-    assert (case.stack.moe_dispatcher, case.stack.flex_backend) == ("flex", "hybridep")
+    assert (case.stack.moe_dispatcher, case.stack.flex_backend) == ("flex", "hybridep-32sm")
     result = evaluate_case(case)
     assert result.error is not None and result.error == pytest.approx(0.150, abs=0.01)
     super_rec = {**rec, "model": {**rec["model"], "name": "Nemotron-3-Super"}, "precision": "mxfp8",
@@ -196,7 +196,7 @@ def test_supers_recipes_dispatch_with_hybridep_once_per_server_and_rank():
                         "global_batch_size": 512},
            "measured": {"tokens_per_s_per_gpu": 6302}}
     case = map_run(rec, hybrid=True)
-    assert (case.stack.moe_dispatcher, case.stack.flex_backend, case.plan.ep) == ("flex", "hybridep", 64)
+    assert (case.stack.moe_dispatcher, case.stack.flex_backend, case.plan.ep) == ("flex", "hybridep-32sm", 64)
     E, k = SUPER.num_experts, SUPER.moe_topk
     assert (E, k) == (512, 22)
     assert node_hit(E, k, 64) == pytest.approx(1 - comb(448, 22) / comb(512, 22))

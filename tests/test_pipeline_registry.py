@@ -269,7 +269,8 @@ def test_one_record_per_smaller_choice_says_what_differs():
     assert {f: tuple(c) for f, c in choices.items()} == {
         "attention_kernel": ("fused", "fa2", "fp8"), "cp_comm": ("ring", "allgather"),
         "moe_permute": ("fused", "gather_scatter", "sort_gather"), "moe_dispatcher": ("alltoall", "allgather", "flex"),
-        "flex_backend": ("deepep", "hybridep"), "pipeline_runtime": ("megatron", "torch", "megatron-2021-01")}
+        "flex_backend": ("deepep", "hybridep", "hybridep-32sm"),
+        "pipeline_runtime": ("megatron", "torch", "megatron-2021-01")}
     flagged = {f: [(r.name, k) for r in c.values() for k in r.__slots__ if k != "name" and getattr(r, k)]
                for f, c in choices.items() if f != "flex_backend"}  # the backends: each a table (test_dispatch.py)
     assert flagged == {"attention_kernel": [("fp8", "fp8")], "cp_comm": [("ring", "ring")],

@@ -63,17 +63,18 @@ def test_ep_overlap_follows_the_release_recipe(group, gpu, overlap, precision):
     ("megatron_bridge_25.11", "B200", 32, "alltoall", "deepep"),
     ("megatron_bridge_26.10", "B200", 32, "alltoall", "deepep"),
     ("megatron_bridge_25.09", "H100", 32, "flex", "deepep"),  # the 25.x H100 recipe: DeepEP
+    # (hybridep-32sm: HybridEP at the 32 SMs the performance harness sets, recipes_dispatch.BRIDGE_HYBRIDEP)
     # the pp 16 / ep 8 layout inside one node: DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _B300_V1 name hybridep from
     # v0.3.0 (26.02) on; 25.11's DEEPSEEK_V3_B200_BASE_CONFIG (v0.2.0) names none, the all-to-all dispatcher
-    ("megatron_bridge_26.02", "B200", 8, "flex", "hybridep"),
-    ("megatron_bridge_26.02.01", "B200", 8, "flex", "hybridep"),
-    ("megatron_bridge_26.04", "B200", 8, "flex", "hybridep"),
-    ("megatron_bridge_26.02_blackwell_ultra", "B300", 8, "flex", "hybridep"),
+    ("megatron_bridge_26.02", "B200", 8, "flex", "hybridep-32sm"),
+    ("megatron_bridge_26.02.01", "B200", 8, "flex", "hybridep-32sm"),
+    ("megatron_bridge_26.04", "B200", 8, "flex", "hybridep-32sm"),
+    ("megatron_bridge_26.02_blackwell_ultra", "B300", 8, "flex", "hybridep-32sm"),
     # the NVL72 layouts: DEEPSEEK_V3_GB200_ / _GB300_BASE_CONFIG (v0.2.0) and _PRETRAIN_CONFIG_GB200_V1 / _GB300_V1
     # (v0.3.0 to v0.5.0) hybridep; 25.09 drops tokens on GB200, which needs the all-to-all dispatcher
-    ("megatron_bridge_25.11", "GB200", 32, "flex", "hybridep"),
-    ("megatron_bridge_26.04", "GB200", 32, "flex", "hybridep"),
-    ("megatron_bridge_25.11_blackwell_ultra", "GB300", 32, "flex", "hybridep"),
+    ("megatron_bridge_25.11", "GB200", 32, "flex", "hybridep-32sm"),
+    ("megatron_bridge_26.04", "GB200", 32, "flex", "hybridep-32sm"),
+    ("megatron_bridge_25.11_blackwell_ultra", "GB300", 32, "flex", "hybridep-32sm"),
     ("megatron_bridge_25.09", "GB200", 32, "alltoall", "deepep"),
     ("megatron_bridge_25.11", "B200", 8, "alltoall", "deepep"),  # "deepep": the field's default, unused
 ])
@@ -93,9 +94,9 @@ def test_deepseek_v3_dispatches_through_the_backend_its_recipe_names(group, gpu,
 
 @pytest.mark.parametrize(("group", "ep", "backend", "overlap"), [
     # PR #2477: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 ep 16, hybridep, moe_a2a_overlap=False
-    ("megatron_bridge_26.04", 16, "hybridep", False),
-    ("megatron_bridge_26.04.01", 16, "hybridep", False),
-    ("megatron_bridge_26.06", 16, "hybridep", False),  # v0.5.0: the same base config
+    ("megatron_bridge_26.04", 16, "hybridep-32sm", False),
+    ("megatron_bridge_26.04.01", 16, "hybridep-32sm", False),
+    ("megatron_bridge_26.06", 16, "hybridep-32sm", False),  # v0.5.0: the same base config
     # v0.3.0's H100 config: pp 2, vp 12, ep 8, deepep (one node) and moe_a2a_overlap=True, the tables' layout
     ("megatron_bridge_26.02.01", 8, "deepep", True),
     ("megatron_bridge_26.02", 8, "deepep", True),
@@ -110,7 +111,7 @@ def test_qwen3_30b_on_h100_dispatches_through_the_recipes_flex_backend(group, ep
                           parallel={"tp": 1, "pp": pp, "vp": vp, "ep": ep, "micro_batch_size": 1,
                                     "global_batch_size": 1024}))
     assert case.stack.moe_dispatcher == ("flex" if backend else "alltoall")
-    assert any("hybridep" in note for note in case.assumptions) is (backend == "hybridep")
+    assert any("hybridep" in note for note in case.assumptions) is (backend == "hybridep-32sm")
     # priced at HybridEP's own H100 table (0.539 of the NIC over 2 nodes), not DeepEP's (0.43)
     assert case.stack.flex_backend == (backend or "deepep")
     assert case.stack.overlap_ep is overlap
@@ -152,7 +153,7 @@ def test_qwen3_on_blackwell_runs_the_flex_dispatcher_where_its_recipe_names_a_ba
                           parallel={"tp": 1, "pp": 1, "vp": None, "ep": 8, "micro_batch_size": 1,
                                     "global_batch_size": 512}))
     assert case.stack.moe_dispatcher == dispatcher
-    assert dispatcher == "alltoall" or case.stack.flex_backend == "hybridep"
+    assert dispatcher == "alltoall" or case.stack.flex_backend == "hybridep-32sm"
 
 
 @pytest.mark.parametrize(("group", "gpu", "overlap"), [

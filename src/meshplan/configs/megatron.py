@@ -75,7 +75,8 @@ from meshplan.pipeline.registry import default_schedule
 from meshplan.specs.host_cost import tp_hidden
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import FLEX_BACKENDS, Stack, load_stack
+from meshplan.specs.stack import Stack, load_stack
+from meshplan.specs.stack_variants import FLEX_ARGUMENTS, flex_backend_of
 
 _NAME = "megatron"
 _PRESET = "megatron-core"
@@ -379,14 +380,14 @@ def _stack(options: dict[str, Any], extra: dict[str, Any]) -> Stack:
 
 def _dispatcher(options: dict[str, Any]) -> dict[str, Any]:
     """The MoE token dispatcher (Stack.moe_dispatcher): --moe-token-dispatcher-type, whose flex runs either backend
-    (Stack.flex_backend: --moe-flex-dispatcher-backend deepep or hybridep, or the deprecated --moe-enable-deepep,
-    DeepEP; each priced at its own rate); Megatron-Core refuses DeepEP under another dispatcher
-    (transformer_config.py:1230-1232)."""
+    (Stack.flex_backend: --moe-flex-dispatcher-backend deepep or hybridep at its --moe-hybridep-num-sms, or the
+    deprecated --moe-enable-deepep; each priced at its own rate); Megatron-Core refuses DeepEP under another
+    dispatcher (transformer_config.py:1230-1232)."""
     if "--moe-token-dispatcher-type" not in options:
         return {}
-    dispatcher = options["--moe-token-dispatcher-type"]
-    backend = options.get("--moe-flex-dispatcher-backend", "deepep")
-    known_value(_NAME, "moe_flex_dispatcher_backend", backend, FLEX_BACKENDS)
+    dispatcher, argument = options["--moe-token-dispatcher-type"], options.get("--moe-flex-dispatcher-backend", "")
+    known_value(_NAME, "moe_flex_dispatcher_backend", argument := argument or "deepep", FLEX_ARGUMENTS)
+    backend = flex_backend_of(argument, options.get("--moe-hybridep-num-sms"))
     if "--moe-enable-deepep" in options and dispatcher != "flex":
         raise refuse(_NAME, "moe_enable_deepep", True, "Megatron-Core runs DeepEP only with "
                      f"--moe-token-dispatcher-type flex, not {dispatcher} (megatron/core/transformer/"

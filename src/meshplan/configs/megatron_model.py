@@ -38,6 +38,7 @@ from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import extras_on, padded_vocab
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.specs.stack_variants import HYBRIDEP_DEFAULT_SMS
 
 # TransformerConfig / GPTModel field -> Megatron-LM argument; a store_true flag of _WHEN_TRUE is written when the
 # field is True, one of _WHEN_FALSE when it is False
@@ -56,6 +57,7 @@ MEGATRON_ARGUMENT = {
          "moe_shared_expert_intermediate_size": "--moe-shared-expert-intermediate-size",
          "moe_layer_freq": "--moe-layer-freq", "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
          "moe_flex_dispatcher_backend": "--moe-flex-dispatcher-backend",
+         "moe_hybridep_num_sms": "--moe-hybridep-num-sms",
          "moe_expert_capacity_factor": "--moe-expert-capacity-factor",
          "moe_pad_expert_input_to_capacity": "--moe-pad-expert-input-to-capacity",
          "moe_router_score_function": "--moe-router-score-function",
@@ -89,12 +91,15 @@ def _moe(model: ModelSpec, plan: Plan, stack: Stack) -> dict[str, Any]:
         raise refuse("megatron-core", "moe_dispatcher", stack.moe_dispatcher, "its flex dispatcher needs tp x ep > 1 "
                      "(megatron/core/transformer/moe/token_dispatcher.py:1360 @ core_v0.17.0, 'Flex token dispatcher "
                      "requires TPxEP > 1'): at tp = ep = 1 no token leaves its GPU, as alltoall prices it")
+    sms = stack.flex_backend_mode.num_sms
     fields: dict[str, Any] = {
         "num_moe_experts": model.num_experts, "moe_router_topk": model.moe_topk,
         "moe_ffn_hidden_size": model.moe_ffn_hidden_size,
         "moe_shared_expert_intermediate_size": model.shared_expert_ffn_size or None,
         "moe_token_dispatcher_type": stack.moe_dispatcher,
-        "moe_flex_dispatcher_backend": stack.flex_backend if forwards else None,
+        "moe_flex_dispatcher_backend": stack.flex_backend_mode.argument if forwards else None,
+        # HybridEP's SMs where not Megatron-Core's default (Stack.flex_backend "hybridep-32sm": 32)
+        "moe_hybridep_num_sms": None if not forwards or sms in (0, HYBRIDEP_DEFAULT_SMS) else sms,
         # token drop (Plan.moe_expert_capacity_factor; TransformerConfig's own fields, transformer_config.py:765-769
         # @ core_v0.17.0): written only where the plan drops tokens, so a dropless plan's arguments are as before
         "moe_expert_capacity_factor": plan.moe_expert_capacity_factor,

@@ -78,7 +78,8 @@ from meshplan.specs.host_cost import tp_hidden
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.model_extras import padded_vocab
 from meshplan.specs.plan import Plan
-from meshplan.specs.stack import FLEX_BACKENDS, Stack, load_stack
+from meshplan.specs.stack import Stack, load_stack
+from meshplan.specs.stack_variants import FLEX_ARGUMENTS, flex_backend_of
 
 _NAME = "nemo"
 _PRESET = "megatron-bridge"
@@ -319,8 +320,9 @@ def _dispatcher(values: dict[str, str]) -> dict[str, Any]:
     model.moe_flex_dispatcher_backend, each priced at its own rate)."""
     if "model.moe_token_dispatcher_type" not in values:
         return {}
-    backend = values.get("model.moe_flex_dispatcher_backend", "deepep")
-    known_value(_NAME, "model.moe_flex_dispatcher_backend", backend, FLEX_BACKENDS)
+    argument = values.get("model.moe_flex_dispatcher_backend", "deepep")
+    known_value(_NAME, "model.moe_flex_dispatcher_backend", argument, FLEX_ARGUMENTS)
+    backend = flex_backend_of(argument, values.get("model.moe_hybridep_num_sms"))  # at its SM count
     dispatcher = values["model.moe_token_dispatcher_type"]
     return {"moe_dispatcher": dispatcher, **({"flex_backend": backend} if dispatcher == "flex" else {})}
 

@@ -275,9 +275,12 @@ class FlexBackend:
     counted, its own included, on the ``source``'s GPUs and SM count); ``nic``: (nodes, share of the NIC peak) where
     the NIC bound (the cap a kernel point meets on a slower NIC); ``nvlink``: (ranks, logical bytes/s) of its
     intra-node kernels inside one NVLink domain, every rank a token hits counted once, its own included (a kernel
-    limit in absolute bytes/s, as ``kernel``)."""
+    limit in absolute bytes/s, as ``kernel``); ``argument``: its --moe-flex-dispatcher-backend value; ``num_sms``:
+    the --moe-hybridep-num-sms it runs (0: not HybridEP's)."""
 
     name: str
+    argument: str
+    num_sms: int = 0
     kernel: tuple[tuple[float, float], ...]
     nic: tuple[tuple[float, float], ...]
     source: str
@@ -308,6 +311,11 @@ class PipelineRuntime:
     sends_whole: bool = False
 
 
+# Megatron-Core's moe_hybridep_num_sms default (megatron/core/transformer/transformer_config.py @ core_v0.17.0:
+# "moe_hybridep_num_sms: int = 16"), the --moe-hybridep-num-sms a config that sets none runs
+HYBRIDEP_DEFAULT_SMS = 16
+
+
 # a Stack field -> its variants' records, in its choices' order (the first is its default)
 STACK_CHOICES: dict[str, dict[str, Any]] = {
     "attention_kernel": _named(AttentionKernel(name="fused"), AttentionKernel(name="fa2"),
@@ -324,7 +332,8 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # 51 / 50 GB/s, of which the NIC carries 3/4 and 3.5/4: 0.863 and 0.884 of it, NCCL's 0.90 nearly: the NIC's
         # inside one node: B200, 8 ranks, 24 SMs (the internode table's), Torch API BF16 dispatch / combine 494 / 420
         # GB/s logical (DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md, B200 table)
-        FlexBackend(name="deepep", kernel=((2.0, 43e9),), nic=((4.0, 0.863), (8.0, 0.884)), nvlink=((8.0, 457e9),),
+        FlexBackend(name="deepep", argument="deepep", kernel=((2.0, 43e9),),
+                    nic=((4.0, 0.863), (8.0, 0.884)), nvlink=((8.0, 457e9),),
                     source="deepseek-ai/DeepEP docs/legacy.md @ dd758ca (README.md @ 3b1045d), normal kernels, "
                            "DeepEP/tests/test_internode.py @ 3b1045d (num_sms = 24; lines 39-43, 158-173)"),
         # H100 + 400 Gb/s, Megatron-Core's 16 SMs (moe_hybridep_num_sms), 4096 tokens, hidden 7168, top-8 of 8
@@ -337,17 +346,44 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # 474.48, 441.89 / 444.40, 485.50 / 423.19 and 469.96 / 418.27 GB/s logical over 8, 16, 24, 32 and 36 ranks
         # (received rows, one a token and rank, the rank's own included: DeepEP/tests/test_hybrid_ep.py nvl_recv_bytes);
         # B200's 8 ranks read 535.94 / 530.86, the same; 7/8 of 544 on NVLink is 0.53 of its 900 GB/s
-        FlexBackend(name="hybridep", kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
+        FlexBackend(name="hybridep", argument="hybridep", num_sms=HYBRIDEP_DEFAULT_SMS,
+                    kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
                     nic=((4.0, 0.8636), (8.0, 0.8727)), pads_for_quantization=True,
                     nvlink=((8.0, 544.27e9), (16.0, 473.66e9), (24.0, 443.145e9), (32.0, 454.345e9),
                             (36.0, 444.115e9)),
                     source="deepseek-ai/DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md (H100 table), "
                            "DeepEP/tests/test_hybrid_ep.py, DeepEP/tests/utils.py count_rdma_send_from_routing_map "
-                           "(the sender's own node counted)")),
+                           "(the sender's own node counted)"),
+        # what Megatron-Bridge's performance recipes run: its harness sets moe_hybridep_num_sms = 32 wherever the
+        # backend is hybridep (scripts/performance/utils/helpers.py:113 @ v0.2.0, utils/overrides.py:69 @ v0.3.0,
+        # :71 @ v0.4.0, :75 @ v0.5.1, :89 @ v0.6.0; v0.6.0 src/megatron/bridge/perf_recipes/_common.py:87).
+        # Inside one NVLink domain: GB200, 32 SMs, Torch API BF16 dispatch / combine 545.71 / 568.94, 523.48 /
+        # 521.55, 507.32 / 483.76, 484.22 / 464.54 and 479.02 / 447.89 GB/s logical over 8, 16, 24, 32 and 36 ranks
+        # (README_Hybrid-EP.md @ 94a9f8f, GB200 table). Across nodes the README measures H100 at 4, 8 and 16 SMs
+        # only, and 8 SMs already reach 16's (BF16 Torch API 57.74 / 56.96 against 54.47 / 53.35 GB/s over 16
+        # ranks, 41.46 / 47.68 against 41.24 / 46.57 over 64): the NIC binds, so the 16-SM kernel and NIC points
+        # hold at 32 (the nearest measured, no faster)
+        FlexBackend(name="hybridep-32sm", argument="hybridep", num_sms=32,
+                    kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
+                    nic=((4.0, 0.8636), (8.0, 0.8727)), pads_for_quantization=True,
+                    nvlink=((8.0, 557.325e9), (16.0, 522.515e9), (24.0, 495.54e9), (32.0, 474.38e9),
+                            (36.0, 463.455e9)),
+                    source="deepseek-ai/DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md (GB200 table, "
+                           "32 SMs; H100 table, 16 SMs), NVIDIA-NeMo/Megatron-Bridge scripts/performance/utils/"
+                           "overrides.py @ v0.3.0-v0.6.0 (moe_hybridep_num_sms = 32)")),
     "pipeline_runtime": _named(PipelineRuntime(name="megatron"),
                                PipelineRuntime(name="torch", keeps_microbatches=True, fsdp_nosync=True),
                                PipelineRuntime(name="megatron-2021-01", sends_whole=True)),
 }
+
+
+def flex_backend_of(argument: str, num_sms: Any = None) -> str:
+    """The ``flex_backend`` variant a config's --moe-flex-dispatcher-backend ``argument`` runs with
+    --moe-hybridep-num-sms ``num_sms`` (None: unset, Megatron-Core's default): of that argument's variants, the one
+    measured nearest that SM count; ``argument`` itself where no variant runs it (the caller's check refuses it)."""
+    records = [r for r in STACK_CHOICES["flex_backend"].values() if r.argument == argument]
+    sms = int(num_sms) if str(num_sms).isdigit() else HYBRIDEP_DEFAULT_SMS
+    return min(records, key=lambda r: abs(r.num_sms - sms)).name if records else argument
 
 
 def choice_of(field: str, name: str) -> Any:
@@ -359,3 +395,6 @@ def choice_of(field: str, name: str) -> Any:
 def names_of(field: str) -> tuple[str, ...]:
     """The variants of the stack's ``field`` (a ``STACK_CHOICES`` key), its default first: the field's choices."""
     return tuple(STACK_CHOICES[field])
+
+# the values of --moe-flex-dispatcher-backend, the configs' readers' check (configs/megatron.py, nemo.py)
+FLEX_ARGUMENTS = tuple(dict.fromkeys(r.argument for r in STACK_CHOICES["flex_backend"].values()))
