@@ -163,7 +163,7 @@ def test_nccl_base_latency_where_its_tuner_prices_the_call():
     assert collective_time("all_reduce", 8, 16, 1, c, PERFECT) == pytest.approx(
         8.4e-6 + (6e-6 + 16 / 100e9) + (10e-6 + 1 / 10e9))
     # broadcast: NCCL's ring over 16 ranks, 14 hops inside the nodes (1 us) and 1 between them (5 us); 8 bytes over
-    # NVLink, 8 / 8 through the node's 8 NICs (comm._ring_chain)
+    # NVLink, 8 / 8 through the node's 8 NICs (comm._scatter_gather, whole)
     assert collective_time("broadcast", 8, 16, 1, c, PERFECT) == pytest.approx(
         8.4e-6 + 14e-6 + 5e-6 + 8 / 100e9 + 1 / 10e9)
     assert collective_time("all_to_all", 8, 16, 1, c, PERFECT) == pytest.approx(7e-6 + 5e-6 + 8 * 8 / 16 / 10e9)

@@ -10,7 +10,7 @@ MPICH"; Chan et al. 2007; NCCL's ring and double-binary-tree algorithms):
     tree all-reduce       2⌈log2 g⌉·α + 2 · n/B            (pipelined double binary tree; NCCL picks the faster)
     reduce-scatter / all-gather   (g-1)·α + (g-1)/g · n/B
     all-to-all            (g-1)·α + (g-1)/g · n/B
-    broadcast / reduce    (g-1)·α + n/B                    (pipelined chain; across tiers NCCL's ring: ``_ring_chain``)
+    broadcast / reduce    (g-1)·α + n/B                    (pipelined chain; across tiers NCCL's ring)
     p2p                   α + n/B
 
 Hierarchical (the group spans tiers 0..T): reduce-scatter inside each tier from the innermost outwards, each
@@ -234,7 +234,7 @@ def _alpha_beta(kind: str, nbytes: Num, group: Num, parts: list[Num], cluster: C
     if kind == "all_to_all":
         return _all_to_all(nbytes, group, parts, bandwidths, latencies)
     if kind in ("broadcast", "reduce"):
-        return _ring_chain(nbytes, parts, bandwidths, latencies) + base_latency(kind, parts)
+        return _scatter_gather(nbytes, parts, bandwidths, latencies, whole=True) + base_latency(kind, parts)
     if kind == "p2p":
         return _chain(nbytes, parts, bandwidths, latencies) * (group > 1)
     raise ValueError(f"unknown collective {kind!r}")
@@ -278,14 +278,16 @@ def ring_hops(parts: Sequence[Num]) -> list[Num]:
     return [outer[i] - outer[i + 1] for i in range(len(parts))]
 
 
-def _scatter_gather(n: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float]) -> Num:
+def _scatter_gather(n: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float], whole: bool = False) -> Num:
     """Σ_i h_i·α_i + (g_i-1)/g_i · n_i / B_i, with n_i = n / Π_{j<i} g_j and h_i the ring's hops across tier i
     (``ring_hops``): NCCL runs these as one ring over all g ranks, whose channels each leave a node through a
-    different NIC, so the bytes split by tier as in the hierarchical scheme but every member is a latency step."""
+    different NIC, so the bytes split by tier as in the hierarchical scheme but every member is a latency step.
+    ``whole``: every tier that has more than one member carries all of n_i (bus factor 1: NCCL's ring broadcast and
+    reduce, a pipelined chain around the same ring)."""
     total: Num = 0.0
     remaining = n
     for g, b, a, h in zip(parts, bw, lat, ring_hops(parts), strict=True):
-        total = total + h * a + (g - 1) / g * remaining / b
+        total = total + h * a + ((g > 1) if whole else (g - 1) / g) * remaining / b
         remaining = remaining / g
     return total
 
@@ -323,16 +325,6 @@ def _chain(n: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float]
         latency = latency + (g - 1) * a
         slowest = maximum(slowest, (g > 1) * n / b)
     return latency + slowest
-
-
-def _ring_chain(n: Num, parts: Sequence[Num], bw: Sequence[Num], lat: Sequence[float]) -> Num:
-    """NCCL's ring broadcast / reduce (module docstring): ``_scatter_gather`` at bus factor 1, Σ_i h_i·α_i + n_i/B_i."""
-    total: Num = 0.0
-    remaining = n
-    for g, b, a, h in zip(parts, bw, lat, ring_hops(parts), strict=True):
-        total = total + h * a + (g > 1) * remaining / b
-        remaining = remaining / g
-    return total
 
 
 def all_reduce_traffic(nbytes: Num, group: Num, algorithm: str = "ring") -> Num:

@@ -10,7 +10,7 @@ weights and every rank needs all n:
   async_op=True on the same process group, so on one NCCL communicator's stream, which runs them one after the other:
   their times add,
       t = g · BC(n/g, g)
-  each broadcast priced as any other (collectives/price.py; beyond the node comm._ring_chain, NCCL's ring over all g
+  each broadcast priced as any other (collectives/price.py; beyond the node comm._scatter_gather, NCCL's ring over all g
   ranks: g − 1 hops of latency and the all-gather's bytes at bus factor 1; inside it tuning.cc's g steps), so each
   pays the ring's latency and g of them pay it g times: the latency term grows as g², the all-gather's as g.
   Its config (configs/7B_sft.py @c628a8c: hybrid_zero_optimizer overlap_sync_param=False) issues them after the
