@@ -141,6 +141,9 @@ def kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, notes
         fusion = "fused" if fused else "eager"
         notes.append(f"element-wise kernels fused ({fused.group(0)!r} stated)" if fused
                      else "element-wise kernels in eager PyTorch (one kernel per aten op)")
+    elif fusion == "fused" and model.mlp == "relu2" and (why := recipes_off.eager_activation(record)):
+        fusion = "fused-eager-act"
+        notes.append(f"squared-ReLU activation as eager PyTorch ops, relu then pow ({why})")
     elif src.stack.fusion_mode.library_norm:
         notes.append("element-wise kernels in eager PyTorch (one kernel per aten op), the norms Transformer Engine's "
                      "fused RMSNorm (the source's stack)")

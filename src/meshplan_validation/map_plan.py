@@ -13,7 +13,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan_validation import recipes, recipes_off
+from meshplan_validation import recipes, recipes_dispatch, recipes_off
 from meshplan_validation.layouts import end_stage_layers, one_layer_chunks
 from meshplan_validation.map_kernels import (
     attention_kernel,
@@ -117,6 +117,8 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     notes += [drop_note] if drop_note else []
     dglu, dglu_note = recipes_off.dglu_slowdown(record)
     notes += [dglu_note] if dglu_note else []
+    permute_note = recipes_dispatch.permute_unfused(record, model)
+    notes += [f"MoE permutation in eager PyTorch gathers ({permute_note})"] if permute_note else []
     plan = {"sequence_parallel": sp, "finetune": mode, "lora_rank": lora_rank, "lora_targets": lora_targets,
             "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers,
             "moe_expert_capacity_factor": factor, "moe_pad_expert_input_to_capacity": padded}
@@ -125,6 +127,7 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
              "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,
              "cuda_graphs": graphs(record, src, notes), "dglu_slowdown": dglu,
              **({"moe_dispatcher": "flex", "flex_backend": flex} if flex else {}),
+             **({"moe_permute": "gather_scatter"} if permute_note else {}),
              **internevo_sync(record, zero, notes)}  # after overlap_param_gather: it may turn it off
     return plan, stack
 

@@ -189,10 +189,15 @@ def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
 # the experts' input padded to capacity (src/megatron/bridge/training/utils/moe_token_drop.py @ bf71eba07:
 # moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True). From 25.11 (v0.2.0 utils/helpers.py) token
 # drop is opt-in (--use_tokendrop, default None) and the published recipes run dropless. (regex on "group model gpu",
-# factor, padded)
+# factor, padded). NeMo 2.0's Mixtral performance recipes drop tokens too: nemo/collections/llm/recipes/mixtral_8x7b.py
+# pretrain_performance_optimizations (@ v2.2.0 and v2.3.0, the 25.02 and 25.04 containers; scripts/llm/performance/
+# pretrain_mixtral_8x7b.py and scripts/performance/llm/ call pretrain_recipe(performance_mode=True)) adds
+# MegatronTokenDropCallback, whose defaults are capacity factor 1.0, padded (nemo/lightning/pytorch/callbacks/
+# moe_token_drop.py).
 TOKEN_DROP: tuple[tuple[str, float, bool], ...] = (
     (r"megatron_bridge_25\.09\S*\s(qwen3-30b-a3b|qwen3-235b-a22b) ", 1.0, True),
     (r"megatron_bridge_25\.09\S*\sdeepseek-v3 g?b200\b", 1.0, True),
+    (r"^nemo_25(02|04)_\S+ mixtral[- ]8x7b ", 1.0, True),
 )
 
 
@@ -203,8 +208,7 @@ def token_drop(record: dict[str, Any], model: ModelSpec) -> tuple[float | None, 
     for pattern, factor, padded in TOKEN_DROP if model.is_moe else ():
         if re.search(pattern, key):
             return factor, padded, (f"token-drop MoE, capacity factor {factor:g}{', padded to capacity' * padded} "
-                                    "(Megatron-Bridge run_script.py / apply_moe_token_drop @ v0.1.0rc3, the 25.09 "
-                                    "scripts)")
+                                    "(the release's performance recipe: recipes.TOKEN_DROP)")
     return None, False, ""
 
 

@@ -1,6 +1,7 @@
-"""The Megatron-Bridge performance recipes' MoE token dispatcher, which a release's published table does not state:
-the flex dispatcher and its backend (DeepEP or HybridEP), read from the release's performance scripts, each with the
-file it comes from (map_kernels.recipe_settings applies it; collectives/dispatch.py prices what each sends).
+"""The Megatron-Bridge (and NeMo) performance recipes' MoE token dispatcher, which a release's published table does
+not state: the flex dispatcher and its backend (DeepEP or HybridEP), and the permutation left unfused, read from the
+release's performance scripts, each with the file it comes from (map_kernels.recipe_settings applies it;
+collectives/dispatch.py prices what each sends, cost/moe_permute.py the permutation).
 """
 
 from __future__ import annotations
@@ -102,3 +103,20 @@ def dispatcher(record: dict[str, Any], model: ModelSpec, ep: int = 1) -> tuple[s
         if re.search(pattern, key):
             return backend, f"MoE tokens forwarded through each node (flex dispatcher, {backend}: {why})"
     return "", ""
+
+
+# Performance recipes that permute the MoE tokens without Transformer Engine's fused kernels (Megatron-Core
+# moe_permute_fusion False, its default: Stack.moe_permute "gather_scatter", moe_utils' eager gathers): (regex on
+# "group model gpu", source).
+UNFUSED_PERMUTE: tuple[tuple[str, str], ...] = (
+    (r"^nemo_25(02|04)_\S+ mixtral[- ]8x7b ",
+     "NVIDIA/NeMo nemo/collections/llm/gpt/model/mixtral.py MixtralConfig and recipes/mixtral_8x7b.py @ v2.2.0 / "
+     "v2.3.0 (the 25.02 / 25.04 containers) set no moe_permute_fusion; the 25.04 scripts set it True for "
+     "DeepSeek-V3 and Llama 4 only (scripts/performance/llm/pretrain_deepseek_v3.py, pretrain_llama4_e16.py)"),
+)
+
+
+def permute_unfused(record: dict[str, Any], model: ModelSpec) -> str:
+    """The source of the release recipe that leaves the MoE permutation unfused (``UNFUSED_PERMUTE``), or ""."""
+    key = recipe_key(record)
+    return next((why for pattern, why in UNFUSED_PERMUTE if model.is_moe and re.search(pattern, key)), "")

@@ -86,3 +86,23 @@ def te_fused_attention_off(record: dict[str, Any]) -> str:
     """The source of the recipe that turns Transformer Engine's cuDNN attention off, or ""."""
     key = recipe_key(record)
     return next((why for pattern, why in TE_FUSED_ATTENTION_OFF if re.search(pattern, key)), "")
+
+
+# NeMo 2 performance scripts whose model code runs its squared-ReLU MLP activation unfused (Stack.fusion
+# "fused-eager-act", specs/fusion.py), the fusion Megatron-Core's and NeMo 1's jit_fuser would give it turned off:
+# (regex on "group model gpu", source). The NeMo 2.0 Nemotron-4 recipes (scripts/llm/performance/pretrain_nemotron4_
+# {15b,340b}.py @ v2.2.0, scripts/performance/llm/ @ v2.3.0) build NemotronConfig, whose activation_func is
+# nemo/collections/llm/fn/activation.py squared_relu (torch.pow(F.relu(x), 2), "# @torch.jit.script # remove until we
+# have serialization") with bias_activation_fusion left False.
+EAGER_ACTIVATION: tuple[tuple[str, str], ...] = (
+    (r"^nemo_25(02|04)_\S+ nemotron-4 ",
+     "NVIDIA/NeMo nemo/collections/llm/gpt/model/nemotron.py NemotronConfig.activation_func = "
+     "nemo/collections/llm/fn/activation.py squared_relu, not compiled (@ v2.2.0 / v2.3.0, the 25.02 / 25.04 "
+     "containers)"),
+)
+
+
+def eager_activation(record: dict[str, Any]) -> str:
+    """The source of the release's model code that runs a squared-ReLU activation as eager ops, or ""."""
+    key = recipe_key(record)
+    return next((why for pattern, why in EAGER_ACTIVATION if re.search(pattern, key)), "")

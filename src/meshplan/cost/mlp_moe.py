@@ -67,9 +67,20 @@ def mlp_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += tp_enter("mlp/tp_in", model, plan, d)
     ops += mlp_gemms("mlp", model, d.tokens, model.ffn_hidden_size / d.tp, d,
                      input_saved=d.tokens_sp * model.hidden_size * ACT_BYTES)
+    ops += model_code_activation(model, d)
     ops += tp_exit("mlp/tp_out", model, plan, d)
     ops += residual("mlp/residual", model, d)
     return ops
+
+
+def model_code_activation(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """A squared-ReLU MLP's activation as the model code's eager ops under an otherwise fused stack
+    (``Fusion.eager_activation``: NeMo 2's Nemotron, specs/fusion.py), beyond the one fused activation pass of
+    ``mlp_gemms``: relu then pow forward, autograd's pow_backward (three kernels) and threshold_backward
+    (cost/eager.py EAGER["relu2"]: 4 more bytes an element forward, 14 backward), over the T·F/t local elements."""
+    if model.mlp != "relu2" or not d.stack.fusion_mode.eager_activation:
+        return []
+    return eager_op("mlp/act", "relu2", d.tokens * model.ffn_hidden_size / d.tp)
 
 
 def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:

@@ -10,6 +10,12 @@ never compare the fusion's name (tests/test_pipeline_registry.py checks the core
 - ``eager-te``: eager PyTorch whose norms are Transformer Engine's RMSNorm module, one fused kernel each way, as NeMo
   AutoModel's own models build them with backend.rms_norm "te" (components/moe/utils.py initialize_rms_norm_module
   @01926a5c: transformer_engine.pytorch RMSNorm); every other element-wise op as ``eager``.
+- ``fused-eager-act``: ``fused``, but a squared-ReLU MLP's activation runs as the model code's eager PyTorch ops, as
+  NeMo 2 builds Nemotron (NemotronConfig.activation_func = nemo/collections/llm/fn/activation.py squared_relu,
+  ``torch.pow(F.relu(x), 2)`` with its ``@torch.jit.script`` commented out, @ v2.2.0 and v2.3.0, the 25.02 and 25.04
+  containers; bias_activation_fusion left at Megatron-Core's False, whose MLP fuses only GeLU and SwiGLU). NeMo 1's
+  copy (nemo/collections/nlp/modules/common/megatron/utils.py @ v2.0.0) and Megatron-Core's
+  (megatron/core/activations.py) are under ``@jit_fuser`` (torch.compile): one kernel each way, ``fused``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ class Fusion:
     # the layer norms one library kernel each way, as a fused stack counts them, under an otherwise eager stack: no
     # decomposed norm rows (cost/eager.py eager_layer, eager_rows)
     library_norm: bool = False
+    # a squared-ReLU MLP's activation as relu then pow, and autograd's four backward kernels (cost/eager.py
+    # EAGER["relu2"]), under an otherwise fused stack (cost/mlp_moe.py model_code_activation)
+    eager_activation: bool = False
 
 
 FUSIONS: dict[str, Fusion] = {f.name: f for f in (
@@ -44,6 +53,8 @@ FUSIONS: dict[str, Fusion] = {f.name: f for f in (
     Fusion(name="eager", fused=False, counted=True, per_op=True, jit=False, hybrid=False),
     Fusion(name="jit", fused=False, counted=True, per_op=False, jit=True, hybrid=False),
     Fusion(name="eager-te", fused=False, counted=True, per_op=True, jit=False, hybrid=False, library_norm=True),
+    Fusion(name="fused-eager-act", fused=True, counted=False, per_op=False, jit=False, hybrid=False,
+           eager_activation=True),
 )}
 FUSION_NAMES = tuple(FUSIONS)
 

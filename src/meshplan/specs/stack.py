@@ -75,7 +75,7 @@ class Stack:
         "torch.compile), eager (one PyTorch kernel per aten op), eager-te (eager, its norms Transformer Engine's fused "
         "RMSNorm: NeMo AutoModel's own models) or jit (Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed "
         "runs: eager PyTorch with its own fused softmax and LayerNorm kernels and TorchScript-fused bias-GeLU and "
-        "bias-dropout-add; cost/eager.py)")
+        "bias-dropout-add; cost/eager.py) or fused-eager-act (fused, NeMo 2's eager squared ReLU: specs/fusion.py)")
     expert_gemm: str = _choice("per_expert", EXPERT_GEMM, "MoE expert GEMMs: per_expert (launched by the host "
                                                           "after the tokens-per-expert sync) or grouped (one kernel)")
     dglu_slowdown: float = field(default=1.0, metadata={"help": "with expert_gemm grouped, the fused backward GLU "
