@@ -5,8 +5,10 @@ the plan's rules, Megatron-LM's argument, and InternEvo's records read with thei
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,7 @@ from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack, load_stack
 from meshplan.step.channels import dp_collectives
+from meshplan_validation.case import map_run
 
 PSI = 1_000_000_000
 MODEL = load_model("llama3-8b")
@@ -132,6 +135,22 @@ def test_megatron_lm_writes_and_reads_its_instances():
     assert "--num-distributed-optimizer-instances" not in single  # Megatron's default, 1, is not written
     with pytest.raises(SpecError, match="distributed_optimizer_instances=4"):
         emit("torchtitan", MODEL, plan.with_(zero=3, sequence_parallel=False), load_stack("torchtitan"))
+
+
+RUNS = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "independent_runs.jsonl"
+
+
+@pytest.mark.parametrize(("run", "instances"), [
+    ("internevo-7b-nockpt-1024gpu-mn1", 128),  # zero1=8, dp = 1024: 1024 / 8
+    ("internevo-7b-tgs-tp2-z4-1024gpu", 128),  # zero1=4, tp = 2, dp = 512: 512 / 4
+    ("internevo-7b-nockpt-8gpu-mn4", 1),  # zero1=8 = dp
+    ("internevo-7b-tgs-tp1-zall-1024gpu", 1),  # zero1=-1: the whole data-parallel group
+])
+def test_internevo_records_are_read_with_their_zero1_size(run, instances):
+    record = next(r for r in map(json.loads, RUNS.read_text().splitlines()) if r["id"] == run)
+    case = map_run(record)
+    assert case.plan.distributed_optimizer_instances == instances
+    assert (case.stack.grad_sync, case.stack.param_sync, case.plan.grad_bytes) == ("all_reduce", "shard_broadcasts", 2)
 
 
 @pytest.mark.parametrize("sync", ["reduce_scatter", "all_reduce"])
