@@ -103,6 +103,7 @@ FEATURES = [
     ("sgd with momentum", "llama3-8b", {"optimizer": "sgd-momentum"}, {}),
     ("bf16 gradients", "llama3-8b", {"grad_bytes": 2}, {}),
     ("ZeRO-0", "llama3-8b", {"zero": 0}, {}),
+    ("two distributed-optimizer instances", "llama3-8b", {"distributed_optimizer_instances": 2}, {}),
     ("overlaps and tp 1", "llama3-8b", {"tp": 1, "dp": 8, "sequence_parallel": False},
      {"overlap_dp": True, "overlap_tp": True}),
     ("overlaps", "llama3-8b", {}, {"overlap_dp": True, "overlap_tp": True}),

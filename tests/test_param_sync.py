@@ -1,6 +1,6 @@
 """Stack.param_sync: ZeRO's updated weights sent back as one all-gather (the default) or as one broadcast per rank
 (InternEvo's HybridZeroOptimizer.broadcast_params @c628a8c: step/param_sync.py), and the validation's reading of
-InternEvo's zero1=-1 records (meshplan_validation/source_internevo.py)."""
+InternEvo's ZeRO-1 records (meshplan_validation/source_internevo.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from meshplan.collectives.price import collective_time
 from meshplan.specs.hardware import load_system
 from meshplan.specs.stack import Stack
 from meshplan.step.param_sync import PARAM_SYNCS, weight_sync
-from meshplan_validation.source_internevo import internevo_sync
+from meshplan_validation.source_internevo import internevo_plan, internevo_sync
 
 A100 = load_system("a100")
 
@@ -66,14 +66,19 @@ def test_more_bandwidth_never_slows_it(gpus):
     assert on(faster) <= on(cluster) <= on(slower_net)
 
 
-def test_internevo_whole_group_only():
+def test_internevo_every_zero1_group():
+    """Every InternEvo ZeRO-1 record gets its gradient all-reduce and its broadcasts (source_internevo.py); the plan
+    its ZeRO group, dp / zero1 instances (tests/test_zero_group.py prices them)."""
     whole = {"id": "internevo-7b-tgs-tp1-zall-64gpu", "parallel": {"zero_or_fsdp": "ZeRO-1 across all data-parallel "
              "ranks (zero1=-1, 'equivalent to Deepspeed Zero-1')"}}
     notes: list[str] = []
-    assert internevo_sync(whole, 1, notes) == {"param_sync": "shard_broadcasts", "overlap_param_gather": False}
+    synced = {"grad_sync": "all_reduce", "param_sync": "shard_broadcasts", "overlap_param_gather": False}
+    assert internevo_sync(whole, 1, notes) == synced
     assert "broadcast_params" in notes[0]
+    assert internevo_plan(whole, 64, 1, []) == {"distributed_optimizer_instances": 1, "grad_bytes": 2}
     node = {"id": "internevo-7b-nockpt-64gpu-mn4", "parallel": {"zero_or_fsdp": "ZeRO-1 (InternEvo hybrid ZeRO, "
             "zero1=8: optimizer states sharded within each 8-GPU node, replicated across nodes)"}}
-    assert internevo_sync(node, 1, []) == {}  # a Plan has no ZeRO group of its own: the all-gather stays
-    assert internevo_sync(whole, 0, []) == {}
+    assert internevo_sync(node, 1, []) == synced
+    assert internevo_plan(node, 64, 1, []) == {"distributed_optimizer_instances": 64 // 8, "grad_bytes": 2}
+    assert internevo_sync(whole, 0, []) == {} and internevo_plan(whole, 64, 0, []) == {}
     assert internevo_sync({**whole, "id": "megatron-x"}, 1, []) == {}

@@ -35,7 +35,7 @@ from meshplan_validation.map_training import (
 )
 from meshplan_validation.skip import Skip
 from meshplan_validation.source_automodel import config_chunks
-from meshplan_validation.source_internevo import internevo_sync
+from meshplan_validation.source_internevo import internevo_plan, internevo_sync
 from meshplan_validation.source_megatron_jan2021 import least_fused_batch
 from meshplan_validation.sources import SourceDefaults, source_defaults
 
@@ -121,7 +121,8 @@ def _stack_settings(record: dict[str, Any], model: ModelSpec, layout: dict[str, 
     notes += [f"MoE permutation in eager PyTorch gathers ({permute_note})"] if permute_note else []
     plan = {"sequence_parallel": sp, "finetune": mode, "lora_rank": lora_rank, "lora_targets": lora_targets,
             "grad_bytes": grad_bytes, "offload_activations": offload_layers > 0, "offload_layers": offload_layers,
-            "moe_expert_capacity_factor": factor, "moe_pad_expert_input_to_capacity": padded}
+            "moe_expert_capacity_factor": factor, "moe_pad_expert_input_to_capacity": padded,
+            **internevo_plan(record, layout["dp"], zero, notes)}  # its ZeRO group, its bf16 gradients
     stack = {"overlap_tp": overlap_tp, "overlap_dp": dp_overlap, "overlap_param_gather": gather,
              "overlap_ep": overlap_ep, "flash_attention": flash,
              "attention_kernel": kernel, "fusion": fusion, "expert_gemm": expert_gemm,

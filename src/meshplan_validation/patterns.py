@@ -211,4 +211,5 @@ BRIDGE_RELEASE = re.compile(r"megatron_bridge_(\d+)\.(\d+)")  # a Megatron-Bridg
 
 # ---- InternEvo (source_internevo.py) --------------------------------------------------------------------------
 INTERNEVO = re.compile(r"internevo", re.I)  # a record of InternEvo's tables: id, group, source or framework
-ZERO1_WHOLE_GROUP = re.compile(r"zero1\s*=\s*-1\b")  # its ZeRO-1 over the whole data-parallel group (configs/7B_sft.py)
+# its ZeRO-1 group's size (configs/7B_sft.py parallel zero1): -1 the whole data-parallel group, else that many ranks
+ZERO1_SIZE = re.compile(r"zero1\s*=\s*(-?\d+)\b")

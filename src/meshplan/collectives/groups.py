@@ -57,6 +57,20 @@ def axis_layout(plan: Plan, axis: str) -> Layout:
     return 1
 
 
+def zero_layouts(plan: Plan) -> tuple[Layout, Layout, Layout, Layout]:
+    """Where the ZeRO groups smaller than the data-parallel ranks sit (cost/zero_group.py): (a dense weight's ZeRO
+    group, its instances, an expert weight's ZeRO group, its instances). With I = ``distributed_optimizer_instances``
+    the group is the inner dp·cp/I ranks of the dp·cp group, cp whole and the inner dp/I (Megatron-Core 0.16.1
+    parallel_state.py: contiguous slices of the dp-cp group's ranks, cp innermost; InternEvo's zero1 groups, the
+    inner data-parallel ranks at stride tp), and the I instances stride past it; the expert groups alike, in the
+    expert rank order. I = 1: the group is ``axis_layout``'s dp (edp), the instances a single rank."""
+    i = plan.distributed_optimizer_instances
+    below, dp_stride = plan.dp / i, plan.stride("dp")
+    experts, ep_etp = plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp), plan.ep * plan.etp
+    return (((plan.cp, plan.stride("cp")), (below, dp_stride)), dp_stride * below,
+            expert_layout(plan, experts / i, ep_etp), expert_layout(plan, i, ep_etp * experts / i))
+
+
 def axis_tiers(plan: Plan, cluster: Cluster) -> dict[str, str]:
     """For each parallel axis of more than one GPU (the dense axes in placement order, then ep): the innermost mesh
     tier whose blocks hold each of its groups whole (``block_members`` of the group over that tier's span: all of

@@ -56,11 +56,16 @@ def per_rank_fallback(plan: Plan, framework: str) -> tuple[Plan, list[str]]:
                      f"needs, {most}, on all (no rank holds more memory, the step is estimate's of this file)"]
 
 
-def check_layout(plan: Plan, framework: str, drops_tokens: bool = False) -> None:
+def check_layout(plan: Plan, framework: str, drops_tokens: bool = False, zero_groups: bool = False) -> None:
     """What no framework below runs: the 2D SUMMA layout, LoRA (left out here), a rank order other than the
     Megatron-LM / torchtitan one (tp innermost, then cp, dp, pp), per-rank recompute or offload (Megatron-LM's and
     Megatron-Bridge's emitters write ``per_rank_fallback`` first); token-drop MoE where the format writes none
-    (``drops_tokens``: Megatron-Core's capacity factor, Megatron-LM's and Megatron-Bridge's)."""
+    (``drops_tokens``: Megatron-Core's capacity factor, Megatron-LM's and Megatron-Bridge's); ZeRO groups smaller
+    than the data-parallel ranks where it writes none (``zero_groups``: Megatron-LM's
+    --num-distributed-optimizer-instances)."""
+    if plan.distributed_optimizer_instances > 1 and not zero_groups:
+        raise refuse(framework, "distributed_optimizer_instances", plan.distributed_optimizer_instances, "this "
+                     "writer shards the optimizer over every data-parallel rank")
     if plan.moe_expert_capacity_factor is not None and not drops_tokens:
         raise refuse(framework, "moe_expert_capacity_factor", plan.moe_expert_capacity_factor, "it writes dropless "
                      "MoE only")

@@ -15,6 +15,7 @@ stages; arguments.py:2657, validate_args turns it into virtual_pipeline_model_pa
 ``--virtual-pipeline-model-parallel-size`` argument), ``--decoder-first-pipeline-num-layers``,
 ``--decoder-last-pipeline-num-layers``,
 ``--sequence-parallel``, ``--micro-batch-size``, ``--global-batch-size``, ``--use-distributed-optimizer`` (ZeRO-1),
+``--num-distributed-optimizer-instances`` (its ZeRO groups: configs/megatron_optimizer.py),
 ``--recompute-granularity {full,selective}``, ``--recompute-method {uniform,block}``, ``--recompute-num-layers``,
 ``--recompute-modules``, ``--bf16`` / ``--fp16``, ``--fp8-format {e4m3,hybrid}``,
 ``--fp8-recipe {tensorwise,delayed,mxfp8,blockwise}`` (default delayed), ``--grad-reduce-in-bf16``,
@@ -69,6 +70,12 @@ from meshplan.configs.common import (
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron_model import MEGATRON_ARGUMENT, architecture, arguments, capacity_factor
+from meshplan.configs.megatron_optimizer import (
+    distributed_optimizer,
+    distributed_optimizer_args,
+    optimizer_args,
+    optimizer_of,
+)
 from meshplan.configs.megatron_rules import check_rules, dp_overlaps
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
@@ -99,7 +106,7 @@ _SCALING = {"delayed": "delayed", "current": "tensorwise"}
 def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, Any]]:
     """The parallel layout's arguments (refusing what Megatron-LM cannot run); layers per rank as Megatron-Core's
     custom pipeline layout (configs/layout.py)."""
-    check_layout(plan.with_(stage_layers=()), _NAME, drops_tokens=True)
+    check_layout(plan.with_(stage_layers=()), _NAME, drops_tokens=True, zero_groups=True)
     if plan.zero > 1:
         raise refuse(_NAME, "zero", plan.zero, "its distributed optimizer is ZeRO-1")
     if plan.offload_activations:
@@ -124,7 +131,7 @@ def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, An
          layout_string(plan.stage_layers, plan.vpp, model.mtp_layers) if plan.stage_layers else None),
         ("--sequence-parallel", plan.sequence_parallel),
         ("--micro-batch-size", plan.micro_batch), ("--global-batch-size", plan.global_batch),
-        ("--use-distributed-optimizer", plan.zero == 1), ("--optimizer-cpu-offload", plan.offload_optimizer)]
+        *distributed_optimizer_args(plan), ("--optimizer-cpu-offload", plan.offload_optimizer)]
     if plan.recompute != "none":
         args.append(("--recompute-granularity", plan.recompute))
     if plan.recompute == "full":
@@ -140,27 +147,7 @@ def _plan_args(plan: Plan, model: ModelSpec, stack: Stack) -> list[tuple[str, An
              ("--grad-reduce-in-bf16", plan.grad_bytes == 2)]
     if plan.grad_bytes not in (2, 4):
         raise refuse(_NAME, "grad_bytes", plan.grad_bytes, "its gradients are fp32 or bf16")
-    return args + _optimizer_args(plan)
-
-
-def _optimizer_args(plan: Plan) -> list[tuple[str, Any]]:
-    """The optimizer's arguments (module docstring): none for Adam, Megatron's default; the precision-aware
-    optimizer for bf16 moments and under the CPU offload."""
-    if plan.optimizer in ("adam-8bit", "adafactor"):
-        raise refuse(_NAME, "optimizer", plan.optimizer, "its optimizers are adam (fp32, bf16 or fp16 moments) and sgd")
-    aware = plan.optimizer == "adam-bf16" or plan.offload_optimizer
-    if aware and plan.optimizer.startswith("sgd"):
-        raise refuse(_NAME, "offload_optimizer", True, "its CPU offload rides on the precision-aware optimizer, "
-                     "which runs adam only (megatron/core/optimizer/optimizer_config.py)")
-    if aware and plan.zero != 1:
-        what = "optimizer" if plan.optimizer == "adam-bf16" else "offload_optimizer"
-        raise refuse(_NAME, what, getattr(plan, what), "its precision-aware optimizer (bf16 moments, CPU offload) "
-                     f"needs the distributed optimizer (zero=1, got zero={plan.zero})")
-    if plan.optimizer == "adam-bf16":
-        return [("--use-precision-aware-optimizer", True), ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
-    if plan.optimizer.startswith("sgd"):
-        return [("--optimizer", "sgd"), ("--sgd-momentum", 0 if plan.optimizer == "sgd" else None)]
-    return [("--use-precision-aware-optimizer", True)] if aware else []
+    return args + optimizer_args(plan)
 
 
 def _tp_overlap(stack: Stack, plan: Plan) -> bool:  # --tp-comm-overlap: tp > 1 and the plan runs it (module doc)
@@ -272,10 +259,10 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
         last_stage_layers=_int(options, "--decoder-last-pipeline-num-layers", 0),
         first_stage_layers=_int(options, "--decoder-first-pipeline-num-layers", 0), stage_layers=stage_layers,
         sequence_parallel="--sequence-parallel" in options, micro_batch=_int(options, "--micro-batch-size", 1),
-        global_batch=_int(options, "--global-batch-size", 0), zero=int("--use-distributed-optimizer" in options),
+        global_batch=_int(options, "--global-batch-size", 0), **distributed_optimizer(options),
         offload_optimizer="--optimizer-cpu-offload" in options, **_recompute(options),
         precision=_precision(options), grad_bytes=2 if "--grad-reduce-in-bf16" in options else 4,
-        optimizer=_optimizer(options),
+        optimizer=optimizer_of(options),
         moe_expert_capacity_factor=capacity_factor(options.get("--moe-expert-capacity-factor"),
                                                    "megatron config: --moe-expert-capacity-factor"),
         moe_pad_expert_input_to_capacity="--moe-pad-expert-input-to-capacity" in options)
@@ -298,7 +285,8 @@ _WRITTEN = frozenset(("--attention-backend", "--bf16", "--context-parallel-size"
     "--recompute-granularity", "--recompute-method",
     "--recompute-modules", "--recompute-num-layers", "--seq-length", "--sequence-parallel", "--sgd-momentum",
     "--swiglu", "--tensor-model-parallel-size", "--tp-comm-overlap", "--untie-embeddings-and-output-weights",
-    "--use-distributed-optimizer", "--use-precision-aware-optimizer", "--num-virtual-stages-per-pipeline-rank"))
+    "--use-distributed-optimizer", "--use-precision-aware-optimizer", "--num-virtual-stages-per-pipeline-rank",
+    "--num-distributed-optimizer-instances"))
 KNOWN = _WRITTEN | frozenset(MEGATRON_ARGUMENT.values()) | {"--group-query-attention", "--tokenizer-type",
                                                              "--tokenizer-model"}
 
@@ -331,26 +319,6 @@ def _recompute(options: dict[str, Any]) -> dict[str, Any]:
     if granularity == "full" and options.get("--recompute-method") == "block":
         layers = _int(options, "--recompute-num-layers", 0)
     return {"recompute": granularity, "recompute_layers": layers, "recompute_modules": modules}
-
-
-def _optimizer(options: dict[str, Any]) -> str:
-    """The optimizer of ``--optimizer``, ``--sgd-momentum`` and the precision-aware optimizer's moment dtypes."""
-    name = options.get("--optimizer", "adam")
-    if name == "sgd":
-        try:
-            momentum = float(options.get("--sgd-momentum", 0.9))
-        except ValueError:
-            raise SpecError(f"megatron config: --sgd-momentum {options['--sgd-momentum']} must be a number") from None
-        return "sgd" if momentum == 0 else "sgd-momentum"
-    if name != "adam":
-        raise refuse(_NAME, "optimizer", name, "meshplan reads adam and sgd")
-    if "--use-precision-aware-optimizer" not in options:
-        return "adam"
-    dtypes = (options.get("--exp-avg-dtype", "fp32"), options.get("--exp-avg-sq-dtype", "fp32"))
-    moments = {("fp32", "fp32"): "adam", ("bf16", "bf16"): "adam-bf16"}
-    if dtypes not in moments:
-        raise refuse(_NAME, "exp_avg_dtype", "/".join(dtypes), "meshplan prices fp32 or bf16 moments, both alike")
-    return moments[dtypes]
 
 
 def _precision(options: dict[str, Any]) -> str:

@@ -2,7 +2,8 @@
 
 Symbols: Ψ parameters on a GPU before ZeRO sharding (cost/params.py), N_d = dp·cp the ranks that replicate them
 (Megatron reduces gradients over the data- and context-parallel ranks together), N_e = tp·cp·dp / (ep·etp) the
-expert-data-parallel ranks replicating expert weights, p pipeline stages, v chunks per stage.
+expert-data-parallel ranks replicating expert weights (each divided by the plan's distributed-optimizer instances
+where ZeRO shards within smaller groups: cost/zero_group.py), p pipeline stages, v chunks per stage.
 
 Model states with mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3 and Fig. 1), 2-byte gradients:
     stage 0: 2Ψ + 2Ψ + 12Ψ = 16Ψ;  stage 1: 4Ψ + 12Ψ/N;  stage 2: 2Ψ + 14Ψ/N;  stage 3: 16Ψ/N.
@@ -27,6 +28,7 @@ from meshplan.cost.params import (
 )
 from meshplan.cost.wrapper_work import BF16_OPTIMIZER_WORK, work_of
 from meshplan.cost.wrappers import partitioned_zero
+from meshplan.cost.zero_group import zero_groups
 from meshplan.pipeline.registry import schedule_of
 from meshplan.pipeline.rules import one_version
 from meshplan.specs.model import ModelSpec
@@ -124,8 +126,7 @@ def model_states(params: StageParams, plan: Plan, stack: Stack, last: bool = Fal
     5666d0d; sharded over dp in FSDP2's root unit, parallel.py:290-297 @5666d0d)."""
     if stack.replicated_embedding:
         params = replace(params, dense=params.dense + params.embedding * (plan.tp - 1))
-    n_dense = plan.dp * plan.cp
-    n_expert = plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
+    n_dense, n_expert = zero_groups(plan)  # N_d, N_e, or the ZeRO groups smaller than them (cost/zero_group.py)
     z = partitioned_zero(plan, stack)  # BF16_Optimizer partitions its states without ZeRO too (cost/wrappers.py)
 
     def sharded(stage: int, bytes_per_param: float, p: StageParams = params) -> Num:

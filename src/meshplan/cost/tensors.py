@@ -42,6 +42,7 @@ from meshplan.cost.params import (
     moe_fraction,
     qkv_linears,
 )
+from meshplan.cost.zero_group import zero_groups
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
@@ -174,7 +175,8 @@ def stepped(tensors: Tensors, plan: Plan, stack: Stack) -> Num:
     whole = tensors.dense + tensors.expert
     if not stack.tensor_sharded or stack.fsdp_mode.shards:
         return whole
-    experts_share = maximum(1.0, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp))  # memory.py's N_e
-    shard = (maximum(tensors.dense / (plan.dp * plan.cp), minimum(tensors.dense, 1.0))
+    group, experts = zero_groups(plan)  # memory.py's N_d and N_e, or the smaller ZeRO groups (cost/zero_group.py)
+    experts_share = maximum(1.0, experts)
+    shard = (maximum(tensors.dense / group, minimum(tensors.dense, 1.0))
              + maximum(tensors.expert / experts_share, minimum(tensors.expert, 1.0)))
     return where((plan.zero == 1) | (plan.zero == 2), shard, whole)

@@ -101,6 +101,13 @@ class Plan:
     # 0 none, 1 optimizer state (= Megatron distributed optimizer), 2 + gradients, 3 + weights; default 1, what
     # Megatron-LM runs at scale (--use-distributed-optimizer, in every Megatron-Bridge / NeMo pretraining recipe)
     zero: int = field(default=1, metadata=_opt("ZeRO stage 0-3 (1 = distributed optimizer)"))
+    # ZeRO 1 / 2 within groups smaller than the data-parallel ranks (cost/zero_group.py): the dp·cp ranks split into
+    # this many instances of the distributed optimizer, each sharding the optimizer state over its dp·cp/I ranks (the
+    # inner ones) and replicating it across instances (Megatron-Core --num-distributed-optimizer-instances; InternEvo's
+    # zero1 size is dp/I); 1: one group of every data-parallel rank
+    distributed_optimizer_instances: int = field(default=1, metadata=_opt(
+        "ZeRO 1 / 2 sharded within dp*cp/N ranks, replicated over N instances",
+        flag="num-distributed-optimizer-instances"))
     # default selective: Megatron-Core's --recompute-granularity selective (the attention core, Korthikanti et al. 2022)
     recompute: str = field(default="selective", metadata=_opt("activation recompute", choices=RECOMPUTE))
     # with recompute="full": layers per stage recomputed, 0 → all of them
@@ -252,6 +259,8 @@ class Plan:
         if recompute == "full" and self.recompute_layers:  # N layers a stage (Megatron's block method)
             recompute += f"({self.recompute_layers} layer{'s' * (self.recompute_layers > 1)})"
         parts += [f"mbs={self.micro_batch}", f"gbs={self.global_batch}", f"zero={self.zero}"]
+        if self.distributed_optimizer_instances > 1:
+            parts.append(f"zero-instances={self.distributed_optimizer_instances}")
         # per-rank recompute in place of the plan's own (step/ranks.rank_view)
         parts.append("stage-recompute=" + ",".join(self.stage_recompute) if self.stage_recompute
                      else f"recompute={recompute}")

@@ -119,6 +119,8 @@ class Stack:
         "reduces them once per update (step/channels.zero_traffic, accumulation_time)")
     param_sync: str = _choice("all_gather", ("all_gather", "shard_broadcasts"), "ZeRO 1 / 2's updated weights back "
                               "on every rank: all_gather or shard_broadcasts (one broadcast per rank: step/param_sync)")
+    grad_sync: str = _choice("reduce_scatter", ("reduce_scatter", "all_reduce"), "ZeRO 1 / 2's gradients: "
+        "reduce_scatter within the ZeRO group (then all-reduced across instances) or all_reduce over dp*cp")
     master_weights: bool = _flag(True, "an fp32 master copy of the 16-bit weights beside them (mixed precision); "
         "false: the model is cast to 16 bits and torch.optim updates it in place, its state and gradients in the "
         "weights' dtype (memory.model_states, step/channels.step_bytes, goodput.saved_state_bytes)")
@@ -131,9 +133,8 @@ class Stack:
                                        "as the torch of 2024 kept it): their compute-dtype weights beside the logits "
                                        "(step/memory.gathered_ends)")
     expandable_segments: bool = _flag(False, "the training loop's caching allocator runs with expandable segments "
-                                             "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, torchtitan's launch "
-                                             "script) and frees its 16-bit logits before the loss's backward: the "
-                                             "upcast eager loss's reserved hole (step/memory.logits_hole)")
+        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, torchtitan's launch script) and frees its 16-bit logits "
+        "before the loss's backward: the upcast eager loss's reserved hole (step/memory.logits_hole)")
     pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch and "
                                     "sends: megatron (Megatron-Core), torch (pipelining) or megatron-2021-01 "
                                     "(Megatron-LM before 2021-02: whole sends from every TP rank, no scatter/gather)")
@@ -153,9 +154,8 @@ class Stack:
                 "host_dispatch averages); 0: a kernel's (host_dispatch), or none with collective_host_stated"})
     collective_host_stated: bool = _flag(False, "collective_host as written, 0 too (0: the host issues no call)")
     compiled: bool = _flag(False, "each layer runs under torch.compile (Inductor's default mode: torchtitan's "
-                                  "[compile] enable): its element-wise kernels fused (fusion fused) but about eager "
-                                  "PyTorch's kernel count launched, each by the compiled region's wrapper "
-                                  "(cost/eager.py)")
+        "[compile] enable): its element-wise kernels fused (fusion fused) but about eager PyTorch's kernel count "
+        "launched, each by the compiled region's wrapper (cost/eager.py)")
     region_host: float = field(default=0.0, metadata={
         "help": "host CPU seconds per compiled region (a layer under torch.compile) and pass beyond its launches: "
                 "Dynamo's guards and AOTAutograd's runtime wrapper (TORCH_COMPILE_REGION_HOST); 0: no region"})

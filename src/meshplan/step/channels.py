@@ -55,11 +55,11 @@ from typing import NamedTuple
 
 from meshplan.collectives.comm import Layout
 from meshplan.collectives.contention import contended
-from meshplan.collectives.groups import axis_layout
 from meshplan.collectives.price import LIBRARIES, collective_time
 from meshplan.cost.fsdp import accumulation_bytes, lead_times
 from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, layers_on_rank, trainable
 from meshplan.cost.records import OpCost
+from meshplan.cost.zero_group import zero_groups
 from meshplan.memory import OPTIMIZER_STATE, WEIGHT_BYTES, offloaded_layers, per_parameter_byte
 from meshplan.pipeline.registry import schedule_of
 from meshplan.roofline import memory_time
@@ -68,7 +68,7 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.step.param_sync import weight_sync
+from meshplan.step.param_sync import dp_groups, gradient_sync, weight_sync
 from meshplan.xp import Num, maximum, minimum
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -119,8 +119,8 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     shape that broadcasts with the plan's (the search stacks the first and the last rank's). Their cadence is
     ``stack``'s: reduced once per update where it accumulates whole gradients (``zero_traffic``); lead: cost/fsdp."""
     params = trainable(params, plan)
-    dense_group, expert_group = plan.dp * plan.cp, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp)
-    layout_d, layout_e = axis_layout(plan, "dp"), axis_layout(plan, "edp")
+    groups = dp_groups(plan)  # over every replica, within the ZeRO group, across its instances (param_sync.py)
+    (dense_group, layout_d, _), (expert_group, _, _) = groups["whole"]
     if plan.dp_mode == "ps":
         return ps_collectives(cluster, plan, params.dense * (dense_group > 1) + params.expert * (expert_group > 1), eff)
 
@@ -129,16 +129,15 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     def one(kind: str, nbytes: Num, group: Num, layout: Layout) -> Num:
         return weight_sync(kind, nbytes, group, lambda k, n, g: collective_time(k, n, g, layout, cluster, eff, library))
 
-    def coll(kind: str, per_param: int) -> Num:
-        t = one(kind, params.dense * per_param, dense_group, layout_d)
-        if not model.is_moe:
-            return t
-        return t + one(kind, params.expert * per_param, expert_group, layout_e)
+    def coll(kind: str, per_param: int, where: str = "whole") -> Num:
+        (g_d, at_d, share_d), (g_e, at_e, share_e) = groups[where]
+        t = one(kind, params.dense * per_param * share_d, g_d, at_d)
+        return t + one(kind, params.expert * per_param * share_e, g_e, at_e) if model.is_moe else t
 
-    gather = coll(stack.param_sync if stack and plan.zero < 3 else "all_gather", WEIGHT_BYTES)  # param_sync.py
-    leads = lead_times(model, plan, stack, gather, lambda n: one("all_gather", n * WEIGHT_BYTES, dense_group,
-                                                                 layout_d))
-    return Collectives(coll("all_reduce", plan.grad_bytes), gather, coll("reduce_scatter", plan.grad_bytes),
+    gather = coll(stack.param_sync if stack and plan.zero < 3 else "all_gather", WEIGHT_BYTES, "zero")  # param_sync.py
+    leads = lead_times(model, plan, stack, gather, lambda n: one("all_gather", n * WEIGHT_BYTES, dense_group, layout_d))
+    scatter = gradient_sync(stack.grad_sync if stack and plan.zero < 3 else "reduce_scatter", plan, coll)
+    return Collectives(coll("all_reduce", plan.grad_bytes), gather, scatter,
                        bool(stack and stack.accumulate_unsharded), *leads)
 
 
@@ -204,8 +203,8 @@ def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Effic
     Trainable parameters only (LoRA: the adapters)."""
     params = trainable(params, plan)
     if plan.zero >= 1:
-        shard = params.dense / (plan.dp * plan.cp) + params.expert * plan.ep * plan.etp / (
-            plan.tp * plan.cp * plan.dp)
+        group_d, group_e = zero_groups(plan)  # the ZeRO group's ranks (cost/zero_group.py)
+        shard = params.dense / group_d + params.expert / group_e
     else:
         shard = params.total
     per_param = step_bytes(plan, stack)

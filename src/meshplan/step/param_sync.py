@@ -17,17 +17,33 @@ weights and every rank needs all n:
   step, before the next forward, and waits (``handle.wait()``): the validation maps that as overlap_param_gather false.
 
 Monotone: BC is non-increasing in every bandwidth and non-decreasing in every latency, and t is g of it; so t is.
-Left out: InternEvo's gradient side, an all-reduce per bucket (reduce_tensor with dst_rank None, the same file's
-_reduce_and_copy), which the plan's ZeRO-1 prices as a reduce-scatter.
+
+And how ZeRO 1 / 2 reduces the gradients (``Stack.grad_sync``), for n gradient bytes a rank, its N data-parallel
+replicas and its ZeRO group of g = N / I ranks (I instances: cost/zero_group.py, collectives/groups.zero_layouts):
+- reduce_scatter (the default; Megatron-Core's distributed optimizer, megatron/core/distributed/
+  param_and_grad_buffer.py ``start_grad_sync``, megatron-core 0.16.1): a reduce-scatter within the ZeRO group, then,
+  with I > 1, an all-reduce of the rank's n/g shard across the I instances, on the same stream after it:
+      t = RS(n, g) + AR(n/g, I)        (I = 1: RS(n, N), the plain ZeRO)
+- all_reduce (InternEvo's HybridZeroOptimizer @c628a8c87411, ``_reduce_and_copy``: reduce_tensor with dst_rank None,
+  an all-reduce of each bucket over ParallelMode.DATA whatever its zero1 size): t = AR(n, N); each rank keeps its
+  shard of the result.
+The weights come back within the ZeRO group: AG(n_w, g), or the g broadcasts above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from meshplan.collectives.comm import Layout
+from meshplan.collectives.groups import axis_layout, zero_layouts
+from meshplan.cost.zero_group import weight_replicas, zero_groups
+from meshplan.specs.plan import Plan
 from meshplan.xp import Num, maximum
 
 PARAM_SYNCS = ("all_gather", "shard_broadcasts")  # Stack.param_sync's choices
+GRAD_SYNCS = ("reduce_scatter", "all_reduce")  # Stack.grad_sync's choices
+# where a data-parallel collective runs: over every replica, within the ZeRO group, across the instances
+WHERE = ("whole", "zero", "across")
 
 
 def weight_sync(kind: str, nbytes: Num, group: Num, price: Callable[[str, Num, Num], Num]) -> Num:
@@ -38,3 +54,27 @@ def weight_sync(kind: str, nbytes: Num, group: Num, price: Callable[[str, Num, N
         return price(kind, nbytes, group)
     g = maximum(group, 1)
     return g * price("broadcast", nbytes / g, group)
+
+
+def gradient_sync(kind: str, plan: Plan, coll: Callable[[str, int, str], Num]) -> Num:
+    """Seconds of ZeRO 1 / 2's gradient reduction by ``Stack.grad_sync`` ``kind`` (module docstring) of ``plan``'s
+    gradient bytes, from ``coll(collective, bytes per parameter, where)``: the collective over the rank's parameters,
+    ``where`` one of WHERE (``dp_groups``); nothing across a single instance."""
+    if kind == "all_reduce":
+        return coll("all_reduce", plan.grad_bytes, "whole")
+    within = coll("reduce_scatter", plan.grad_bytes, "zero")
+    if plan.distributed_optimizer_instances == 1:
+        return within
+    return within + coll("all_reduce", plan.grad_bytes, "across")
+
+
+def dp_groups(plan: Plan) -> dict[str, tuple[tuple[Num, Layout, Num], tuple[Num, Layout, Num]]]:
+    """For each of WHERE: (ranks, layout, share of the rank's parameters it carries) of a dense and of an expert
+    weight's collective: every replica (N, the dp·cp or edp layout, 1), the ZeRO group (g, its layout, 1), the
+    instances (I, their layout, 1/g: each rank's shard)."""
+    (n_d, n_e), (g_d, g_e) = weight_replicas(plan), zero_groups(plan)
+    zero_d, across_d, zero_e, across_e = zero_layouts(plan)
+    i = plan.distributed_optimizer_instances
+    return {"whole": ((n_d, axis_layout(plan, "dp"), 1.0), (n_e, axis_layout(plan, "edp"), 1.0)),
+            "zero": ((g_d, zero_d, 1.0), (g_e, zero_e, 1.0)),
+            "across": ((i, across_d, 1 / g_d), (i, across_e, 1 / g_e))}
