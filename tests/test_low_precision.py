@@ -210,3 +210,19 @@ def test_the_nvfp4_speedup_rises_with_the_fp4_peak_and_never_beyond_it():
     assert np.all(np.diff(speedups) > 0)  # a faster FP4 peak is never slower
     assert np.all(speedups <= ratios + 1e-12)  # and never more than its peak gain
     assert np.all(speedups < 1 / (1 - 0.67119) + 1e-3)  # bounded by the share FP4 cannot shorten
+
+
+@pytest.mark.parametrize(("m", "n", "k", "measured"), [(1024, 7168, 4608, 3370.4), (16384, 6144, 4096, 3904.3)])
+def test_b200_nvfp4_gemms_read_near_the_cutlass_kernels_measured_on_one(m, n, k, measured):
+    # B200, operands pre-quantized NVFP4: TensorRT-LLM's CUTLASS FP4 GEMM as flashinfer's mm_fp4 "cutlass" backend,
+    # 0.020 ms = 3,370 TFLOP/s at 1,024 x 7,168 x 4,608 (flashinfer-ai/flashinfer#1979); vLLM's CUTLASS NVFP4 GEMM
+    # "nvfp4-noquant" 3,904 TFLOP/s at M 16,384, N 6,144, K 4,096 (vllm-project/vllm#20646). Priced 3,590 and 4,290
+    # (+6.5 %, +9.9 %) with the NVFP4 rate by Amdahl's law; 4,160 and 5,140 (+23 %, +32 %) at the B300's 1.81 x FP8
+    from meshplan.cost.decode import gemm
+    from meshplan.serve.efficiency import SERVE_DEFAULT
+    from meshplan.serve.precision import Quant, compute_accelerator
+
+    acc = compute_accelerator(load_system("b200").accelerator, Quant(weights="fp4", activations="fp4"))
+    op = gemm("g", m, k, n, 0.5625, 0.5625)  # 4 bits and an E4M3 scale per 16 elements
+    tflops = 2 * m * n * k / float(op_time(op, acc, "fp4", SERVE_DEFAULT)) / 1e12
+    assert 1.0 < tflops / measured < 1.12
