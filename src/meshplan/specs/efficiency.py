@@ -34,9 +34,10 @@ The k / (k + k_0) factor is the fixed per-tile cost (pipeline prologue, epilogue
 reduction. The roofline (roofline.py) separately caps a skinny GEMM by its HBM traffic. MXFP8 GEMMs (Blackwell's
 block-scaled FP8: the kernel reads and applies one scale per 32 elements of every operand row and column) run at
 ``block_scaled`` × the per-tensor FP8 rate, as Transformer Engine's GEMM profiling measures (0.95 on a B300); NVFP4
-GEMMs at ``nvfp4_gemm`` = 1.81 × that rate (same measurement), at most the FP4 peak. Quantizing an operand to either
-block-scaled format (an amax and a scale per block, row-wise and column-wise) takes ``block_scaled_cast`` = 1.8 × the
-time per byte of a per-tensor cast (same measurement, autocast minus pre-quantized).
+GEMMs at ``nvfp4_gemm`` = 1.81 × that rate on the B300 (same measurement, FP4 peak 3 × FP8), elsewhere by Amdahl's
+law (``nvfp4_speedup``: 1.51 × where the FP4 peak is 2 × FP8). Quantizing an operand to either block-scaled format
+(an amax and a scale per block, row-wise and column-wise) takes ``block_scaled_cast`` = 1.8 × the time per byte of a
+per-tensor cast (same measurement, autocast minus pre-quantized).
 
 Alignment (``unaligned_gemm``, ``unaligned_gemm_async``, ``unaligned_wide_gain``): specs/alignment.py.
 
@@ -233,9 +234,11 @@ class Efficiency:
     # (Transformer Engine docs, docs/examples/gemm_profiling/gemm_profiling.rst, B300).
     block_scaled: float = 163.5 / 171.9
     # NVFP4 GEMMs vs per-tensor FP8 on the same shapes: 90.3 ms against 163.5 ms (same tutorial, B300), 1.81x the FP8
-    # rate where the B300's FP4 peak is 3x. Applied on every GPU as that ratio over its FP8 rate, at most its FP4
-    # peak: on B200 / GB200 (FP4 peak 2x FP8) an assumption, the B300 being the only part measured
+    # rate where the FP4 peak is 3x (``nvfp4_peaks``, b300.toml 13.5 / 4.5); elsewhere by Amdahl (``nvfp4_speedup``).
+    # B200 (1.51x): TensorRT-LLM's CUTLASS NVFP4 GEMM (flashinfer-ai/flashinfer#1979) 3,370 TFLOP/s at 1,024 x 7,168 x
+    # 4,608 (1.51x: 3,590, 1.81x: 4,160); vLLM CUTLASS NVFP4 / FP8, 16,384 x 6,144 x 4,096 (vllm#20646, #19566) 1.53x
     nvfp4_gemm: float = 163.493 / 90.337
+    nvfp4_peaks: float = 13.5 / 4.5
     # Quantizing to a block-scaled format (MXFP8, NVFP4: an amax and a scale per block, row-wise and column-wise)
     # takes this many times as long per byte as a per-tensor cast. Same tutorial, B300, autocast minus
     # pre-quantized GEMM time for the 24-layer model: MXFP8 215.6 - 171.9 = 43.7 ms, FP8 delayed scaling
@@ -262,13 +265,21 @@ class Efficiency:
 
     def format_rate(self, accelerator: object, precision: str) -> float:
         """A block-scaled format's GEMM rate as a fraction of (its peak × the FP8 MAMF): MXFP8 ``block_scaled``;
-        NVFP4 ``nvfp4_gemm`` × the FP8 rate, as a fraction of the FP4 peak, at most 1; 1 for the rest."""
+        NVFP4 ``nvfp4_speedup`` of the part's FP4 / FP8 peak ratio × the FP8 rate, as a fraction of the FP4 peak;
+        1 for the rest."""
         if precision == "mxfp8":
             return self.block_scaled
         peaks = getattr(accelerator, "peak_flops", {}) or {}
         if precision == "fp4" and peaks.get("fp4") and peaks.get("fp8"):
-            return min(1.0, self.nvfp4_gemm * peaks["fp8"] / peaks["fp4"])
+            return self.nvfp4_speedup(peaks["fp4"] / peaks["fp8"]) * peaks["fp8"] / peaks["fp4"]  # never above 1
         return 1.0
+
+    def nvfp4_speedup(self, ratio: float) -> float:
+        """An NVFP4 GEMM's rate over the FP8 one's where the FP4 peak is r = ``ratio`` × the FP8 peak: the FP4 tensor
+        cores shorten only their share a of the time (the rest: scale-factor loads, the epilogue, the pipeline's fill),
+        1 / (1 − a + a/r), a = (1 − 1/1.81) / (1 − 1/3) = 0.67 from ``nvfp4_gemm`` at ``nvfp4_peaks``."""
+        share = (1 - 1 / self.nvfp4_gemm) / (1 - 1 / self.nvfp4_peaks)
+        return 1 / (1 - share + share / ratio)
 
     def gemm_efficiency(self, m: Num, n: Num, k: Num, num_sms: int = 132, groups: Num = 1.0) -> Num:
         """Shape efficiency of an (m×k)·(k×n) GEMM on ``num_sms`` SMs: ``gemm`` × quantization × depth, the kernel
