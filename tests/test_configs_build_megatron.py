@@ -243,8 +243,8 @@ def test_megatron_bridge_overrides_build_the_priced_model(tmp_path, monkeypatch,
         + _padding(model, padded)
 
 
-# the flex dispatcher's two backends as meshplan emits them (Stack.flex_backend): DeepEP, and HybridEP at Megatron-Core's
-# 16 SMs (no --moe-hybridep-num-sms written) and at Megatron-Bridge's harness's 32 (written)
+# the flex dispatcher's two backends as meshplan emits them (Stack.flex_backend): DeepEP, and HybridEP at
+# Megatron-Core's 16 SMs (no --moe-hybridep-num-sms written) and at Megatron-Bridge's harness's 32 (written)
 FLEX = {"deepep": ("deepep", None), "hybridep": ("hybridep", None), "hybridep-32sm": ("hybridep", 32)}
 
 

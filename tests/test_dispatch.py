@@ -213,9 +213,9 @@ def test_ep64_on_gb300_stays_in_one_nvlink_domain_at_hybrideps_36_rank_rate():
     so an EP 64 group never leaves its rack, which HybridEP runs as one node (csrc/hybrid_ep/config.cuh @ 94a9f8f:
     MAX_NUM_OF_RANKS_PER_NODE 72). The README measures up to 36 ranks; at 64 the 36-rank point holds (32 SMs: (479.02
     + 447.89) / 2 = 463.455 GB/s of rows), no network tier is crossed, and the time is the rows over that rate."""
-    from meshplan.collectives.dispatch import nvlink_rate
-
     from dataclasses import replace
+
+    from meshplan.collectives.dispatch import nvlink_rate
 
     system = load_system("gb300")
     assert system.network.nvlink_domain == 72
@@ -230,8 +230,8 @@ def test_ep64_on_gb300_stays_in_one_nvlink_domain_at_hybrideps_36_rank_rate():
 def test_inside_a_b200_node_the_backends_kernel_not_nvlink_sets_the_rate():
     """EP8 on one B200 node (NVLink 900 GB/s x 0.8 = 720): 5.29 rows a token over the 8 ranks, 7/8 of them on the
     link, would take 470 MB x 5.29/8 x 7/8 / 720 GB/s = 0.378 ms; HybridEP's kernels move the rows at 544.27 GB/s,
-    470 MB x 5.29/8 / 544.27 GB/s = 0.572 ms, DeepEP's at 391 (20 SMs): 0.796 ms; the H100 node's link (360 GB/s, 0.756 ms)
-    is slower than either kernel, which leaves it unchanged."""
+    470 MB x 5.29/8 / 544.27 GB/s = 0.572 ms, DeepEP's at 391 (20 SMs): 0.796 ms; the H100 node's link (360 GB/s,
+    0.756 ms) is slower than HybridEP's kernels, which leaves it unchanged."""
     from meshplan.collectives.dispatch import nvlink_rate
 
     cluster = load_system("b200").cluster(8)
