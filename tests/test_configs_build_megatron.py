@@ -131,12 +131,15 @@ def build_gpt(config, args: dict[str, object], vocab_size: int):
 def model_parallel():
     """Megatron-Core's process groups on one CPU process (gloo)."""
     import os
+    import socket
 
     import torch.distributed as dist
     from megatron.core import parallel_state
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
+    with socket.socket() as probe:  # a free port: a fixed one collides with another checkout's run of this test
+        probe.bind(("127.0.0.1", 0))
+        os.environ.setdefault("MASTER_PORT", str(probe.getsockname()[1]))
     started = not dist.is_initialized()
     if started:
         dist.init_process_group("gloo", rank=0, world_size=1)
