@@ -131,12 +131,15 @@ def build_gpt(config, args: dict[str, object], vocab_size: int):
 def model_parallel():
     """Megatron-Core's process groups on one CPU process (gloo)."""
     import os
+    import socket
 
     import torch.distributed as dist
     from megatron.core import parallel_state
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
+    with socket.socket() as probe:  # a free port: a fixed one collides with another checkout's run of this test
+        probe.bind(("127.0.0.1", 0))
+        os.environ.setdefault("MASTER_PORT", str(probe.getsockname()[1]))
     started = not dist.is_initialized()
     if started:
         dist.init_process_group("gloo", rank=0, world_size=1)
@@ -241,3 +244,53 @@ def test_megatron_bridge_overrides_build_the_priced_model(tmp_path, monkeypatch,
     built = build_gpt(config, args, padded)
     assert sum(p.numel() for p in built.parameters()) == model.params() + model.mtp_params() - _expert_bias(model) \
         + _padding(model, padded)
+
+
+# the flex dispatcher's two backends as meshplan emits them (Stack.flex_backend): DeepEP, and HybridEP at
+# Megatron-Core's 16 SMs (no --moe-hybridep-num-sms written) and at Megatron-Bridge's harness's 32 (written)
+FLEX = {"deepep": ("deepep", None), "hybridep": ("hybridep", None), "hybridep-32sm": ("hybridep", 32)}
+
+
+@pytest.mark.parametrize("backend", list(FLEX))
+def test_megatron_core_accepts_the_emitted_flex_dispatcher(tmp_path, monkeypatch, model_parallel, backend):
+    """The emitted flex dispatcher runs as written: the script's --moe-token-dispatcher-type flex,
+    --moe-flex-dispatcher-backend and --moe-hybridep-num-sms are TransformerConfig fields of the installed
+    Megatron-Core (0.16.1: moe_flex_dispatcher_backend 'deepep' | 'hybridep', moe_hybridep_num_sms default 16), its
+    __post_init__ accepts them with the emitted layout (flex needs tp x ep > 1; deepep refuses padding to capacity),
+    and the model it builds has the priced weights (the build itself runs allgather: module docstring). The
+    Megatron-Bridge overrides (model.moe_flex_dispatcher_backend, model.moe_hybridep_num_sms) are the same fields."""
+    import torch
+    from megatron.core.transformer import multi_latent_attention
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    monkeypatch.setattr(multi_latent_attention, "HAVE_TE", False)
+    model, plan = load_model("deepseek-v3"), PLAN["deepseek-v3"]
+    argument, sms = FLEX[backend]
+    stack = load_stack("megatron-core").with_(moe_dispatcher="flex", flex_backend=backend)
+    args = _arguments(launched_arguments(tmp_path, emit("megatron", model, plan, stack)))
+    assert (args["moe_token_dispatcher_type"], args["moe_flex_dispatcher_backend"]) == ("flex", argument)
+    assert args.get("moe_hybridep_num_sms") == sms
+    config = transformer_config(args)
+    assert (config.moe_token_dispatcher_type, config.moe_flex_dispatcher_backend) == ("flex", argument)
+    assert config.moe_hybridep_num_sms == (sms or 16)  # Megatron-Core's default where none is written
+    assert config.moe_deepep_num_sms == 20  # DeepEP's SMs: Megatron-Core's default, the one meshplan prices
+    built = build_gpt(config, args, padded := _padded(model, args))
+    assert sum(p.numel() for p in built.parameters()) == model.params() + model.mtp_params() - _expert_bias(model) \
+        + _padding(model, padded)
+    values = _overrides(emit("nemo", model, plan, load_stack("megatron-bridge").with_(moe_dispatcher="flex",
+                                                                                       flex_backend=backend)))
+    assert (values["moe_token_dispatcher_type"], values["moe_flex_dispatcher_backend"]) == ("flex", argument)
+    assert values.get("moe_hybridep_num_sms") == sms
+
+
+def test_megatron_core_refuses_a_flex_backend_it_does_not_have(model_parallel):
+    """The check above can fail: TransformerConfig's own validation refuses what it does not run (DeepEP with the
+    expert inputs padded to capacity, transformer_config.py __post_init__ @ core_v0.16.1)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    base = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_moe_experts": 8,
+            "moe_router_topk": 2, "moe_token_dispatcher_type": "flex", "expert_model_parallel_size": 2,
+            "moe_expert_capacity_factor": 1.0, "moe_pad_expert_input_to_capacity": True}
+    with pytest.raises(ValueError, match="deepep"):
+        TransformerConfig(**base, moe_flex_dispatcher_backend="deepep")
+    assert TransformerConfig(**base, moe_flex_dispatcher_backend="hybridep").moe_hybridep_num_sms == 16

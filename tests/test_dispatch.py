@@ -176,22 +176,25 @@ def test_a_backends_share_never_falls_as_nodes_are_added(backend, nic):
 def test_inside_one_node_forwarding_sends_one_copy_a_rank():
     """EP8 on one node: no network. The plain all-to-all sends 7/8 of its 470 MB of copies over NVLink at 360 GB/s;
     DeepEP and HybridEP send a token once to each of the 5.29 ranks its 8 experts hit (32 experts a rank), 7/8 of them
-    other GPUs: 470 MB x 5.29/8 x 7/8 / 360 GB/s, 0.662 of the plain time beside the same 7 x 3 us of latency."""
+    other GPUs: 470 MB x 5.29/8 x 7/8 / 360 GB/s, 0.662 of the plain time beside the same 7 x 3 us of latency
+    (HybridEP's kernels, 544 GB/s of rows, outrun the link's 360 x 8/7 = 411); DeepEP's at Megatron-Core's 20 SMs move
+    391 GB/s of rows, below the link's 411: 470 MB x 5.29/8 / 391 GB/s, 0.696 of the plain time."""
     cluster = H100.cluster(8)
     latency = 7 * 3e-6
     plain = collective_time("all_to_all", SENT, 8, 1, cluster)
     assert plain == pytest.approx(SENT * 7 / 8 / 360e9 + latency)
-    for backend in ("deepep", "hybridep"):
+    for backend, rate, share in (("hybridep", 360e9 * 8 / 7, 0.662), ("deepep", 391e9, 0.696)):
         forwarded = forwarded_time(a2a(8, E, backend), 1, cluster)
-        assert forwarded == pytest.approx(SENT * rank_copies(E, K, 32) / 8 * 7 / 8 / 360e9 + latency)
-        assert (forwarded - latency) / (plain - latency) == pytest.approx(0.662, abs=1e-3)
+        assert forwarded == pytest.approx(SENT * rank_copies(E, K, 32) / 8 / rate + latency)
+        assert (forwarded - latency) / (plain - latency) == pytest.approx(share, abs=1e-3)
 
 
 def test_a_backends_intra_node_kernel_rate_is_interpolated_in_log2_ranks():
     """HybridEP's GB200 points (16 SMs, BF16 dispatch / combine averaged): 8 ranks (550.10 + 538.44) / 2 = 544.27
     GB/s, 16 ranks (472.84 + 474.48) / 2 = 473.66; 12 ranks between them at log2(1.5) of the way; below 8 and above
-    36 the nearest (64 ranks of an NVL72 rack: 444.115). DeepEP's one point, B200 8 ranks at 24 SMs:
-    (494 + 420) / 2 = 457 GB/s, at every size."""
+    36 the nearest (64 ranks of an NVL72 rack: 444.115). DeepEP's one point, B200 8 ranks at Megatron-Core's 20 SMs
+    (moe_deepep_num_sms), halfway between the 16- and 24-SM rows: ((348 + 494) / 2 + (302 + 420) / 2) / 2 = 391 GB/s,
+    at every size."""
     from meshplan.collectives.dispatch import nvlink_rate
 
     assert nvlink_rate(8, "hybridep") == pytest.approx((550.10 + 538.44) / 2 * 1e9)
@@ -199,22 +202,43 @@ def test_a_backends_intra_node_kernel_rate_is_interpolated_in_log2_ranks():
     assert nvlink_rate(12, "hybridep") == pytest.approx((544.27 + (473.66 - 544.27) * np.log2(1.5)) * 1e9)
     assert nvlink_rate(64, "hybridep") == nvlink_rate(36, "hybridep") == pytest.approx(444.115e9)
     assert nvlink_rate(4, "hybridep") == nvlink_rate(8, "hybridep")
-    assert nvlink_rate(8, "deepep") == nvlink_rate(64, "deepep") == pytest.approx((494 + 420) / 2 * 1e9)
+    deepep = ((348 + 494) / 2 + (302 + 420) / 2) / 2 * 1e9  # 391 GB/s
+    assert nvlink_rate(8, "deepep") == nvlink_rate(64, "deepep") == pytest.approx(deepep)
     assert list(nvlink_rate(np.array([8.0, 64.0]), "hybridep")) == pytest.approx([544.27e9, 444.115e9])
+
+
+def test_ep64_on_gb300_stays_in_one_nvlink_domain_at_hybrideps_36_rank_rate():
+    """Issue 79: 256 GB300s are 4 NVLink domains of 64 (the NVL72 rack, nvlink_domain 72, holds 64 of a 256-GPU job:
+    meshplan_validation.map_system's largest divisor of the GPU count within one domain),
+    so an EP 64 group never leaves its rack, which HybridEP runs as one node (csrc/hybrid_ep/config.cuh @ 94a9f8f:
+    MAX_NUM_OF_RANKS_PER_NODE 72). The README measures up to 36 ranks; at 64 the 36-rank point holds (32 SMs: (479.02
+    + 447.89) / 2 = 463.455 GB/s of rows), no network tier is crossed, and the time is the rows over that rate."""
+    from dataclasses import replace
+
+    from meshplan.collectives.dispatch import nvlink_rate
+
+    system = load_system("gb300")
+    assert system.network.nvlink_domain == 72
+    cluster = replace(system, network=replace(system.network, nvlink_domain=64)).cluster(256)  # map_system's 64
+    assert cluster.tiers[0].size == 64
+    rows = SENT * rank_copies(E, K, E / 64) / K
+    forwarded = forwarded_time(a2a(64, E, "hybridep-32sm"), 1, cluster)
+    assert nvlink_rate(64, "hybridep-32sm") == pytest.approx(463.455e9)
+    assert forwarded == pytest.approx(rows / 463.455e9 + 63 * cluster.tiers[0].latency)
 
 
 def test_inside_a_b200_node_the_backends_kernel_not_nvlink_sets_the_rate():
     """EP8 on one B200 node (NVLink 900 GB/s x 0.8 = 720): 5.29 rows a token over the 8 ranks, 7/8 of them on the
     link, would take 470 MB x 5.29/8 x 7/8 / 720 GB/s = 0.378 ms; HybridEP's kernels move the rows at 544.27 GB/s,
-    470 MB x 5.29/8 / 544.27 GB/s = 0.572 ms, DeepEP's at 457: 0.681 ms; the H100 node's link (360 GB/s, 0.756 ms)
-    is slower than either kernel, which leaves it unchanged."""
+    470 MB x 5.29/8 / 544.27 GB/s = 0.572 ms, DeepEP's at 391 (20 SMs): 0.796 ms; the H100 node's link (360 GB/s,
+    0.756 ms) is slower than HybridEP's kernels, which leaves it unchanged."""
     from meshplan.collectives.dispatch import nvlink_rate
 
     cluster = load_system("b200").cluster(8)
     latency = 7 * cluster.tiers[0].latency
     rows = SENT * rank_copies(E, K, 32) / 8
     assert rows * 7 / 8 / 720e9 == pytest.approx(0.378e-3, abs=1e-6)
-    for backend, ms in (("hybridep", 0.572), ("deepep", 0.681)):
+    for backend, ms in (("hybridep", 0.572), ("deepep", 0.796)):
         forwarded = forwarded_time(a2a(8, E, backend), 1, cluster)
         assert forwarded == pytest.approx(rows / nvlink_rate(8, backend) + latency)
         assert forwarded - latency == pytest.approx(ms * 1e-3, abs=1e-6)
@@ -301,8 +325,8 @@ def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
     ep 32 over 4 B200 nodes sends a token over the network 3 x (1 - 0.0964) = 2.71 times, at DeepEP's 0.863 of the NIC
     against NCCL's 0.90, where the plain all-to-all sends 8 x 24/32 = 6 copies (each beside 7 x 3 + 3 x 5 us of
     latency); on one node (ep 8) DeepEP sends one row to each of the 5.29 ranks a token hits, not 8 copies, but at
-    its kernels' 457 GB/s of rows (24 SMs), where NCCL's all-to-all is priced at 720 GB/s on the link, 7/8 of its
-    rows: 5.29/8 x 8/7 x 720/457 = 1.19 x the all-to-all's time."""
+    its kernels' 391 GB/s of rows (20 SMs), where NCCL's all-to-all is priced at 720 GB/s on the link, 7/8 of its
+    rows: 5.29/8 x 8/7 x 720/391 = 1.39 x the all-to-all's time."""
     from meshplan.collectives.price import collective_seconds
     from meshplan.cost.layers import moe_layer
     from meshplan.specs.plan import Plan
@@ -311,7 +335,7 @@ def test_training_flex_dispatcher_forwards_its_dispatch_and_combine():
     model = load_model("deepseek-v3")
     deepep = 0.9 / 0.863  # NCCL's share of the NIC over DeepEP's over 4 nodes (its "flex_backend" entry)
     across = (32, 3 * (1 - node_miss(E, K, 64)) / 6 * deepep, 7 * 3e-6 + 3 * 5e-6)
-    for ep, ratio, latency in (across, (8, rank_copies(E, K, 32) / 8 * 8 / 7 * 720e9 / 457e9, 7 * 3e-6)):
+    for ep, ratio, latency in (across, (8, rank_copies(E, K, 32) / 8 * 8 / 7 * 720e9 / 391e9, 7 * 3e-6)):
         cluster = load_system("b200").cluster(ep)
         times = {}
         for name in ("alltoall", "flex"):

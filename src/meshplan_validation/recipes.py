@@ -183,7 +183,8 @@ def expert_gemm(record: dict[str, Any], model: ModelSpec) -> tuple[str, str]:
 
 
 # Megatron-Bridge performance recipes that drop tokens (Plan.moe_expert_capacity_factor, specs/token_drop.py): the
-# 25.09 scripts (scripts/performance/run_script.py @ v0.1.0rc3 bf71eba07, the 25.09 NeMo container's) call
+# 25.09 scripts (scripts/performance/run_script.py @ v0.1.0rc3 bf71eba07 and v0.1.0rc5 684a68616, whose DeepSeek-V3
+# perf_matrix rows, B200 tp 1 / pp 16 / vp null and GB200 pp 4 / vp 4, are the 25.09 table's; rc3's are not) call
 # ``apply_moe_token_drop(recipe.model)`` for Qwen3 30B-A3B and 235B-A22B on every GPU and for DeepSeek-V3 where
 # ``use_tokendrop`` defaults on, B200 and GB200 (H100 runs DeepEP, dropless); its defaults are capacity factor 1.0 with
 # the experts' input padded to capacity (src/megatron/bridge/training/utils/moe_token_drop.py @ bf71eba07:

@@ -51,9 +51,12 @@ Inside one NVLink domain a group's exchange runs at most at the backend's intra-
 its registry entry's ``nvlink`` points): logical bytes/s over the rows a rank receives, one a token and rank, its own
 included (branch hybrid-ep @ 94a9f8f DeepEP/tests/test_hybrid_ep.py nvl_recv_bytes, dispatched_hidden's bytes;
 docs/README_Hybrid-EP.md's B200 and GB200 tables). HybridEP at Megatron-Core's 16 SMs reads 544 GB/s over 8 GB200
-ranks, 444 over 36 (B200's 8: 533); DeepEP at 24 SMs 457 over 8 B200 ranks. On NVLink 5 (900 GB/s a GPU, 720 priced:
-823 GB/s of rows over 8 ranks, 7/8 of them on the link) the kernel binds; on an H100's (360 priced, 411 over 8) the
-link does. Across nodes the backends' network tables already time the whole exchange.
+ranks, 444 over 36 (B200's 8: 533); DeepEP at Megatron-Core's 20 SMs 391 over 8 B200 ranks (halfway between its
+16- and 24-SM rows). On NVLink 5 (900 GB/s a GPU, 720 priced: 823 GB/s of rows over 8 ranks, 7/8 of them on the
+link) the kernel binds; on an H100's (360 priced, 411 over 8) the link does for HybridEP, DeepEP's 391 for DeepEP.
+Past 36 ranks HybridEP's rate holds at its 36-rank point: its kernels run up to 72 ranks in one NVLink domain
+(csrc/hybrid_ep/config.cuh @ 94a9f8f: MAX_NUM_OF_RANKS_PER_NODE 72, "up to 72(GB200) ranks per node"), which the
+README does not measure. Across nodes the backends' network tables already time the whole exchange.
 
 Example: DeepSeek-V3 (E = 256, k = 8) over 32 H100s in 4 nodes: a token misses a given other node with probability
 Π_{j<8} (192 − j)/(256 − j) = 0.0964, so it crosses the network 3 × 0.904 = 2.71 times, not 8 × 24/32 = 6; it

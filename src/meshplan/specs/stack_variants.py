@@ -330,12 +330,13 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # node groups), dispatch / combine averaged: EP 16 (2 nodes) 43 / 43 GB/s logical, half of it on the NIC
         # (21.5 GB/s, 0.43), where a NIC-bound kernel would read ~87: the kernel's limit; EP 32 and 64 58 / 57 and
         # 51 / 50 GB/s, of which the NIC carries 3/4 and 3.5/4: 0.863 and 0.884 of it, NCCL's 0.90 nearly: the NIC's
-        # inside one node: B200, 8 ranks, 24 SMs (the internode table's), Torch API BF16 dispatch / combine 494 / 420
-        # GB/s logical (DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md, B200 table)
+        # inside one node at its 20 SMs (Megatron-Core moe_deepep_num_sms = 20 @ core_v0.16.1, DeepEP's Buffer.num_sms;
+        # Bridge sets none): B200, 8 ranks, Torch API BF16 dispatch / combine 348 / 302 GB/s at 16 SMs, 494 / 420 at
+        # 24, halfway 391 logical (README_Hybrid-EP.md @ 94a9f8f); across nodes only 24 SMs measured (held)
         FlexBackend(name="deepep", argument="deepep", kernel=((2.0, 43e9),),
-                    nic=((4.0, 0.863), (8.0, 0.884)), nvlink=((8.0, 457e9),),
-                    source="deepseek-ai/DeepEP docs/legacy.md @ dd758ca (README.md @ 3b1045d), normal kernels, "
-                           "DeepEP/tests/test_internode.py @ 3b1045d (num_sms = 24; lines 39-43, 158-173)"),
+                    nic=((4.0, 0.863), (8.0, 0.884)), nvlink=((8.0, 391e9),),
+                    source="deepseek-ai/DeepEP README.md, tests/test_internode.py @ 3b1045d (num_sms = 24; lines "
+                           "39-43, 158-173); README_Hybrid-EP.md @ 94a9f8f B200 table (16, 24 SMs)"),
         # H100 + 400 Gb/s, Megatron-Core's 16 SMs (moe_hybridep_num_sms), 4096 tokens, hidden 7168, top-8 of 8
         # experts a rank, uniform: Torch API (what Megatron-Core calls) BF16 dispatch / combine 54.47 / 53.35,
         # 47.36 / 52.53 and 41.24 / 46.57 GB/s logical over 16, 32 and 64 ranks (2, 4, 8 nodes), 0.54, 0.75 and
@@ -359,10 +360,9 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # :71 @ v0.4.0, :75 @ v0.5.1, :89 @ v0.6.0; v0.6.0 src/megatron/bridge/perf_recipes/_common.py:87).
         # Inside one NVLink domain: GB200, 32 SMs, Torch API BF16 dispatch / combine 545.71 / 568.94, 523.48 /
         # 521.55, 507.32 / 483.76, 484.22 / 464.54 and 479.02 / 447.89 GB/s logical over 8, 16, 24, 32 and 36 ranks
-        # (README_Hybrid-EP.md @ 94a9f8f, GB200 table). Across nodes the README measures H100 at 4, 8 and 16 SMs
-        # only, and 8 SMs already reach 16's (BF16 Torch API 57.74 / 56.96 against 54.47 / 53.35 GB/s over 16
-        # ranks, 41.46 / 47.68 against 41.24 / 46.57 over 64): the NIC binds, so the 16-SM kernel and NIC points
-        # hold at 32 (the nearest measured, no faster)
+        # (README_Hybrid-EP.md @ 94a9f8f, GB200 table). Across nodes the README measures H100 at 4, 8, 16 SMs only,
+        # and 8 reach 16's (BF16 Torch API 57.74 / 56.96 against 54.47 / 53.35 GB/s over 16 ranks, 41.46 / 47.68
+        # against 41.24 / 46.57 over 64): the NIC binds, so the 16-SM points hold at 32 (the nearest, no faster)
         FlexBackend(name="hybridep-32sm", argument="hybridep", num_sms=32,
                     kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
                     nic=((4.0, 0.8636), (8.0, 0.8727)), pads_for_quantization=True,
