@@ -14,8 +14,8 @@ PACKAGE = Path(__file__).parents[1] / "src" / "meshplan_validation"
 # summaries, the output, the command
 LAYERS = ("skip", "patterns", "records", "record_fields", "recipes", "source_vtrain", "source_megatron_jan2021",
           "source_automodel", "source_internevo", "sources", "robust_loss",  # the fits' loss, which refit imports
-          "provenance", "fitted", "refit", "recipes_dispatch", "recipes_off", "recipes_remat", "layouts",
-          "map_model", "map_system", "map_layout",
+          "provenance", "fitted", "untuned_bound", "refit", "recipes_dispatch", "recipes_off", "recipes_remat",
+          "layouts", "map_model", "map_system", "map_layout",
           "map_training", "map_kernels", "map_plan", "flops", "measurement", "case", "selection", "result",
           "evaluate", "loso_training", "trtllm_bench", "serving_map", "serving_eval", "loso_serving", "serving_runs",
           "rl_eval", "summary", "render",

@@ -90,18 +90,24 @@ def _headroom() -> float:
 # sources). No other published run of the hipBLASLt build prices it: without Argonne's runs it falls to the bound
 # Nscale's vLLM runs on MI300X set: they gain "up to 7.2x" from GEMM tuning (Nscale blog, "AMD MI300X GPUs with GEMM
 # tuning improves throughput and latency by up to 7.2x", 2024), and a step's GEMMs gain at least what the whole step
-# gains, so an untuned GEMM runs at most 1 / 7.2 = 0.1389 of the tuned rate. rocBLAS's rate is that bound too, chosen
+# gains, so an untuned GEMM runs at most 1 / 7.2 = 0.1389 of the tuned rate; read with what the model prices outside
+# the GEMMs, which tuning leaves as it is (the host, the gaps between kernels, the memory-bound ops), at most 0.1012:
+# the untuned rate at which Llama 3 70B's decode step of 256 sequences on one MI300X, the most GEMM-bound step a V0
+# run there takes, is 7.2x its tuned step, every fitted constant of it at its prior (meshplan_validation/
+# untuned_bound.py; tests/test_untuned_bound.py: 91.0 ms tuned, 655 ms at 0.1012). rocBLAS's rate is 1 / 7.2, chosen
 # with dstack's runs of upstream vLLM 0.6.3.dev on torch 2.4.1 in view (data/serving/dstack_mi300x.jsonl: 10.6 % median
 # |error| of their time per output token with the shared gap, 55 % too slow at hipBLASLt's 0.0665; fitted freely 0.21,
-# beyond the bound; benchmarks/measure/dstack_mi300x.py). The gap is the ROCm 6.1 runtime's with its HIP-graph patch,
-# in both builds: without Argonne's runs it falls to the 4.5 us per kernel Kog AI measured launching kernels on 8x
-# MI300X (Kog AI, "Building a single-kernel, latency-optimized LLM inference engine on AMD MI300X GPUs", blog.kog.ai,
-# 2026-05-28, as quoted by news.creeta.com's report of it), a floor for the gap a 2024 HIP graph leaves between its
-# nodes (HIP graphs then replayed no faster than stream launches: HIP docs "currently in Beta", ROCm/clr#77,
-# PyFR/PyFR#312); dstack's runs read 2.8 % at the two priors (the rate and gap fitted on them alone: 0.1357 and 4.54 us,
-# 2.3 %)
+# beyond either bound: rocBLAS's default solutions were not what Nscale's untuned runs ran, so the step's bound, which
+# would read them slower still, is not taken for it; benchmarks/measure/dstack_mi300x.py). The gap is the ROCm 6.1
+# runtime's with its HIP-graph patch, in both builds: without Argonne's runs it falls to the 4.5 us per kernel Kog AI
+# measured launching kernels on 8x MI300X (Kog AI, "Building a single-kernel, latency-optimized LLM inference engine on
+# AMD MI300X GPUs", blog.kog.ai, 2026-05-28, as quoted by news.creeta.com's report of it), a floor for the gap a 2024
+# HIP graph leaves between its nodes (HIP graphs then replayed no faster than stream launches: HIP docs "currently in
+# Beta", ROCm/clr#77, PyFR/PyFR#312); dstack's runs read 2.8 % at the two priors (the rate and gap fitted on them alone:
+# 0.1357 and 4.54 us, 2.3 %)
 UNTUNED_GEMM_SPEEDUP = 7.2
 UNTUNED_GEMM_PRIOR = round(1 / UNTUNED_GEMM_SPEEDUP, 4)
+UNTUNED_GEMM_STEP_PRIOR = 0.1012  # untuned_bound.loosest(): the 7.2x with the step's time outside its GEMMs
 MI300X_LAUNCH_GAP_US = 4.5
 KERNEL_GAP_PRIOR = MI300X_LAUNCH_GAP_US * 1e-6
 
@@ -188,7 +194,7 @@ FITTED: tuple[Fitted, ...] = (
            _engine("vllm-v0.6-rocm", "skinny_gemm_rate"),
            "the released half of Argonne's LLM-Inference-Bench, MI300X runs (one model against the other)",
            frozenset({"argonne_bench"}),
-           "benchmarks/measure/fit_llm_inference_bench.py", UNTUNED_GEMM_PRIOR),
+           "benchmarks/measure/fit_llm_inference_bench.py", UNTUNED_GEMM_STEP_PRIOR),
     Fitted("vLLM ROCm skinny_gemm_rate, rocBLAS",
            "src/meshplan/presets/engines/vllm-v0.6.2-rocm-rocblas.toml skinny_gemm_rate (PyTorch 2.4)", "serving",
            _engine("vllm-v0.6.2-rocm-rocblas", "skinny_gemm_rate"),
