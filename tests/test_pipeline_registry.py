@@ -184,6 +184,7 @@ def test_one_record_per_fusion_says_what_differs():
     assert all(f.counted != f.fused for f in fusion.FUSIONS.values())
     assert [f.name for f in fusion.FUSIONS.values() if f.per_op] == ["eager", "eager-te"]
     assert [f.name for f in fusion.FUSIONS.values() if f.library_norm] == ["eager-te"]
+    assert [f.name for f in fusion.FUSIONS.values() if f.expert_bias_loop] == ["eager-te"]  # AutoModel's _apply_bias
     assert [f.name for f in fusion.FUSIONS.values() if f.jit] == ["jit"]
     assert fusion.hybrid_names() == ("fused",)
     assert load_stack("megatron-deepspeed").fusion_mode is fusion.fusion_of("jit")
