@@ -216,9 +216,10 @@ def looped_expert_biases(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, lo
       probabilities' gradient (a product, read H write H, and its row sum, read H) and the split's cat (2H): 5H;
       the bias gradient (a product and its column sum): 3H (grouped_mlp_eager's count of Megatron-Core's fc2 bias).
     Launched per local expert by the host after the split's sync (``BIAS_KERNELS`` for fc2, one add and one column
-    sum for fc1; the cats once), at the stack's cost per kernel, a floor as ``host_launched``'s. Neglected: the
-    probabilities' fp32 where the router keeps them (b·p and the add then in fp32, and a cast back), and the
-    ``.tolist()`` syncs themselves (two a layer, forward)."""
+    sum for fc1; the cats once), at the stack's cost per kernel, a floor as ``host_launched``'s. The probabilities
+    are 16-bit (the benchmarks' FakeBalancedGate returns ``weights.type_as(x)``, layers.py:559). Neglected: a
+    router's fp32 probabilities (b·p and the add then in fp32, and a cast back), and the ``.tolist()`` syncs
+    themselves (two a layer, forward)."""
     if not (model.linear_bias and stack.fusion_mode.expert_bias_loop):
         return []
     a, h, f = ACT_BYTES, model.moe_width, (2 if model.gated else 1) * ffn
