@@ -184,6 +184,7 @@ def test_one_record_per_fusion_says_what_differs():
     assert all(f.counted != f.fused for f in fusion.FUSIONS.values())
     assert [f.name for f in fusion.FUSIONS.values() if f.per_op] == ["eager", "eager-te"]
     assert [f.name for f in fusion.FUSIONS.values() if f.library_norm] == ["eager-te"]
+    assert [f.name for f in fusion.FUSIONS.values() if f.expert_bias_loop] == ["eager-te"]  # AutoModel's _apply_bias
     assert [f.name for f in fusion.FUSIONS.values() if f.jit] == ["jit"]
     assert [f.name for f in fusion.FUSIONS.values() if f.eager_activation] == ["fused-eager-act"]
     assert fusion.hybrid_names() == ("fused",)
@@ -271,13 +272,15 @@ def test_one_record_per_smaller_choice_says_what_differs():
         "attention_kernel": ("fused", "fa2", "fp8"), "cp_comm": ("ring", "allgather"),
         "moe_permute": ("fused", "gather_scatter", "sort_gather"), "moe_dispatcher": ("alltoall", "allgather", "flex"),
         "flex_backend": ("deepep", "hybridep", "hybridep-32sm"),
-        "pipeline_runtime": ("megatron", "torch", "megatron-2021-01")}
+        "pipeline_runtime": ("megatron", "torch", "torch-reduce-after", "megatron-2021-01")}
     flagged = {f: [(r.name, k) for r in c.values() for k in r.__slots__ if k != "name" and getattr(r, k)]
                for f, c in choices.items() if f != "flex_backend"}  # the backends: each a table (test_dispatch.py)
     assert flagged == {"attention_kernel": [("fp8", "fp8")], "cp_comm": [("ring", "ring")],
                        "moe_permute": [("fused", "fused"), ("sort_gather", "fp32_unpermute")],
                        "moe_dispatcher": [("allgather", "gathers_tokens"), ("flex", "forwards")],
                        "pipeline_runtime": [("torch", "keeps_microbatches"), ("torch", "fsdp_nosync"),
+                                            ("torch-reduce-after", "fsdp_nosync"),
+                                            ("torch-reduce-after", "reduces_after"),
                                             ("megatron-2021-01", "sends_whole")]}
     assert load_stack("torchtitan").pipeline_runtime_mode.keeps_microbatches
     with pytest.raises(KeyError, match="cp_comm 'ulysses' is none of ring, allgather"):

@@ -16,7 +16,7 @@ from meshplan.specs.hardware import Accelerator, Cluster, Tier, build_cluster, l
 from meshplan.specs.model_load import load_model
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import load_stack
-from meshplan.step.channels import ps_push
+from meshplan.step.param_server import ps_push
 
 PERFECT = Efficiency(nvlink=1.0, network=1.0)
 ANY = load_stack("any")

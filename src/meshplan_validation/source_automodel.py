@@ -23,7 +23,14 @@ row, which EP's even split puts on one node where a node holds k or more of them
 nodes a uniform router's top-8 of 256 hits over 8 nodes. Every config sets backend.rms_norm te, which builds each norm
 as Transformer Engine's RMSNorm module (components/moe/utils.py initialize_rms_norm_module), one fused kernel each
 way, in an otherwise eager model (its RoPE, activations and residuals eager ops): ``Stack.fusion`` "eager-te"
-(specs/fusion.py). The framework text of
+(specs/fusion.py). Their pipelines (DeepSeek-V3, Kimi K2) run torch.distributed.pipelining with AutoModel's own
+copy of the stage's backward (components/moe/fsdp_mixin.py patched_backward_maybe_with_nosync @01926a5c, which
+the DeepSeek-V3 configs' enable_fsdp_optimizations installs: distributed/pipelining/functional.py:523-526) or, in
+Kimi K2's config, which leaves it unset, torch's own (pyproject.toml: torch<=2.9.0), whose FSDP branch the copy
+keeps ("it manually triggers post-backward hooks", the MoEFSDPSyncMixin docstring): a stage's last backward of a run
+runs with FSDP2's sync off, then every param group's post_backward reduce-scatters by hand and
+_root_post_backward_final_callback makes the compute stream wait for them: ``Stack.pipeline_runtime``
+"torch-reduce-after" (specs/pipeline_runtime.py), each run's reduce-scatter exposed. The framework text of
 these rows names the expert-parallel path ("+ EP", DeepEP); its dense rows (Llama 3 70B through transformers) keep the
 generic FSDP2 profile.
 """
@@ -45,7 +52,8 @@ AUTOMODEL_MOE_WHY = ("NeMo AutoModel's own MoE models (DeepSeek-V3, Kimi K2, Qwe
 # configs' step_scheduler.local_batch_size, 8 in every one that pipelines (deepseek_v3_te_deepep{,_1024}.yaml,
 # kimi_k2_te_deepep.yaml @01926a5c), the sequences of one run of the pipeline schedule (step/stages.schedule_runs)
 AUTOMODEL_MOE_STACK = {"fsdp": "fsdp2", "master_weights": False, "moe_dispatcher": "flex", "flex_backend": "deepep",
-                       "moe_routing": "contiguous", "schedule_batch": 8, "fusion": "eager-te"}
+                       "moe_routing": "contiguous", "schedule_batch": 8, "fusion": "eager-te",
+                       "pipeline_runtime": "torch-reduce-after"}
 # (regex on "group model gpu num_gpus" (recipes.recipe_key), autopipeline.layers_per_stage, the config): the
 # benchmark configs @01926a5c that pipeline, each named by its model and its benchmark.num_nodes x 8 GPUs
 LAYERS_PER_STAGE = ((r"^nemo_automodel\S* deepseek-v3 .* 256$", 2, "deepseek_v3_te_deepep.yaml"),

@@ -150,7 +150,8 @@ def _experts(model: ModelSpec, plan: Plan, d: Dims, routed: Num, rows: Num, h: N
     synced = not token_drop.host_known(plan)  # padded to capacity: the split sizes are the host's (token_drop.py)
     experts = host_launched(mlp_gemms("moe/experts", model, rows, ffn, d, groups=local, width=h), stack, local, synced)
     ops += dglu_regressed(experts, stack)
-    ops += grouped_mlp_eager(model, stack, rows, ffn, local, synced)
+    ops += grouped_mlp_eager(model, stack, rows, ffn, local, synced) + looped_expert_biases(model, stack, rows, ffn,
+                                                                                           local, synced)
     return ops + experts_eager(model, d, rows, ffn)
 
 
@@ -209,6 +210,40 @@ def grouped_mlp_eager(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local
                        launches=BIAS_KERNELS[phase][0] * local + BIAS_KERNELS[phase][1], launch_host=per_kernel)
                 for phase, n in (("fwd", 6), ("bwd_x", 5), ("bwd_w", 3))]
     return ops
+
+
+def looped_expert_biases(model: ModelSpec, stack: Stack, rows: Num, ffn: Num, local: Num = 1.0,
+                         synced: bool = True) -> list[OpCost]:
+    """The experts' biases (``linear_bias``: gpt-oss) where the stack's MoE module adds them in eager PyTorch
+    (``stack.fusion_mode.expert_bias_loop``): NeMo AutoModel's GroupedExpertsDeepEP (nemo_automodel/components/moe/
+    layers.py @01926a5c), whose grouped GEMMs (grouped_gemm's ops.gmm) take no bias, adds fc1's after its GEMM and
+    fc2's, scaled by each row's routing probability, after its own, each by ``_apply_bias``: one ``t + b`` (or
+    ``t + b·p``) per local expert over the rows torch.split cuts by ``tokens_per_expert.tolist()``, then a torch.cat.
+    Per routed row (``rows`` on this GPU), in 16-bit elements, F = fc1's output width (2·``ffn`` gated), H the
+    experts' model width:
+    - fc1's bias: forward the add (read F, write F) and the cat (read F, write F): 4F; backward the split's gradient,
+      a cat (read F, write F): 2F; the bias gradient, a column sum per expert (read F): F;
+    - fc2's bias: forward b·p (write H), the add (read 2H, write H), the cat (read H, write H): 6H; backward the
+      probabilities' gradient (a product, read H write H, and its row sum, read H) and the split's cat (2H): 5H;
+      the bias gradient (a product and its column sum): 3H (grouped_mlp_eager's count of Megatron-Core's fc2 bias).
+    Launched per local expert by the host after the split's sync (``BIAS_KERNELS`` for fc2, one add and one column
+    sum for fc1; the cats once), at the stack's cost per kernel, a floor as ``host_launched``'s. The probabilities
+    are 16-bit (the benchmarks' FakeBalancedGate returns ``weights.type_as(x)``, layers.py:559). Neglected: a
+    router's fp32 probabilities (b·p and the add then in fp32, and a cast back), and the ``.tolist()`` syncs
+    themselves (two a layer, forward)."""
+    if not (model.linear_bias and stack.fusion_mode.expert_bias_loop):
+        return []
+    a, h, f = ACT_BYTES, model.moe_width, (2 if model.gated else 1) * ffn
+    per_kernel = stack.host.per_kernel if synced else 0.0
+    return [OpCost("moe/experts/bias", phase, "memory", 0.0, (nf * f + nh * h) * rows * a,
+                   launches=(BIAS_KERNELS[phase][0] + FC1_BIAS_KERNELS[phase][0]) * local + BIAS_KERNELS[phase][1]
+                   + FC1_BIAS_KERNELS[phase][1], launch_host=per_kernel)
+            for phase, nf, nh in (("fwd", 4, 6), ("bwd_x", 2, 5), ("bwd_w", 1, 3))]
+
+
+# Kernels of fc1's bias in GroupedExpertsDeepEP._apply_bias by pass: (per local expert, once): forward the add per
+# expert and the cat; backward the split's cat once and the bias gradient's column sum per expert
+FC1_BIAS_KERNELS = {"fwd": (1.0, 1.0), "bwd_x": (0.0, 1.0), "bwd_w": (1.0, 0.0)}
 
 
 # Kernels of TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py @ core_v0.16.1) by pass: (per local

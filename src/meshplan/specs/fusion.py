@@ -9,7 +9,8 @@ never compare the fusion's name (tests/test_pipeline_registry.py checks the core
   softmax and LayerNorm kernels and TorchScript-fused bias-GeLU and bias-dropout-add (cost/eager.py jit_rows).
 - ``eager-te``: eager PyTorch whose norms are Transformer Engine's RMSNorm module, one fused kernel each way, as NeMo
   AutoModel's own models build them with backend.rms_norm "te" (components/moe/utils.py initialize_rms_norm_module
-  @01926a5c: transformer_engine.pytorch RMSNorm); every other element-wise op as ``eager``.
+  @01926a5c: transformer_engine.pytorch RMSNorm); every other element-wise op as ``eager``, the experts' biases
+  added per local expert (components/moe/layers.py GroupedExpertsDeepEP._apply_bias).
 - ``fused-eager-act``: ``fused``, but a squared-ReLU MLP's activation runs as the model code's eager PyTorch ops, as
   NeMo 2 builds Nemotron (NemotronConfig.activation_func = nemo/collections/llm/fn/activation.py squared_relu,
   ``torch.pow(F.relu(x), 2)`` with its ``@torch.jit.script`` commented out, @ v2.2.0 and v2.3.0, the 25.02 and 25.04
@@ -46,13 +47,18 @@ class Fusion:
     # a squared-ReLU MLP's activation as relu then pow, and autograd's four backward kernels (cost/eager.py
     # EAGER["relu2"]), under an otherwise fused stack (cost/mlp_moe.py model_code_activation)
     eager_activation: bool = False
+    # the experts' biases added by a Python loop per local expert over the rows split by tokens_per_expert, then
+    # concatenated, on fc1 and fc2 both: NeMo AutoModel's GroupedExpertsDeepEP._apply_bias (cost/mlp_moe.py
+    # looped_expert_biases)
+    expert_bias_loop: bool = False
 
 
 FUSIONS: dict[str, Fusion] = {f.name: f for f in (
     Fusion(name="fused", fused=True, counted=False, per_op=False, jit=False, hybrid=True),
     Fusion(name="eager", fused=False, counted=True, per_op=True, jit=False, hybrid=False),
     Fusion(name="jit", fused=False, counted=True, per_op=False, jit=True, hybrid=False),
-    Fusion(name="eager-te", fused=False, counted=True, per_op=True, jit=False, hybrid=False, library_norm=True),
+    Fusion(name="eager-te", fused=False, counted=True, per_op=True, jit=False, hybrid=False, library_norm=True,
+           expert_bias_loop=True),
     Fusion(name="fused-eager-act", fused=True, counted=False, per_op=False, jit=False, hybrid=False,
            eager_activation=True),
 )}

@@ -43,7 +43,7 @@ SCHEDULES = ALL
 PRECISION = ("bf16", "fp16", "fp8", "mxfp8", "fp4")
 FINETUNE = ("full", "lora")
 # how the data-parallel gradients meet: NCCL-style collectives over the dp group, or a parameter server (seed 004:
-# workers push gradients to and pull weights from server shards over the network; channels.ps_collectives)
+# workers push gradients to and pull weights from server shards over the network; step/param_server.py)
 DP_MODES = ("allreduce", "ps")
 # the collective library's algorithms: NCCL's (ring, double binary tree, chain), or MPICH's per-message choice that
 # adds the minimum spanning tree for small messages (comm.fastest_time; Thakur et al. 2005)

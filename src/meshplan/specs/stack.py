@@ -135,9 +135,9 @@ class Stack:
     expandable_segments: bool = _flag(False, "the training loop's caching allocator runs with expandable segments "
         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, torchtitan's launch script) and frees its 16-bit logits "
         "before the loss's backward: the upcast eager loss's reserved hole (step/memory.logits_hole)")
-    pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps per micro-batch and "
-                                    "sends: megatron (Megatron-Core), torch (pipelining) or megatron-2021-01 "
-                                    "(Megatron-LM before 2021-02: whole sends from every TP rank, no scatter/gather)")
+    pipeline_runtime: str = _choice("megatron", PIPELINE_RUNTIMES, "what the pipeline keeps, sends and reduces: "
+                                    "megatron, torch (pipelining), torch-reduce-after or megatron-2021-01 "
+                                    "(specs/pipeline_runtime.py)")
     schedule_batch: int = field(default=0, metadata={"help": "sequences per data-parallel rank in one run of the "
         "pipeline schedule: a step runs it once per this many (NeMo AutoModel: local_batch_size), each run with its "
         "own fill, drain and gradient sync (step/stages.schedule_runs); 0: the step's batch in one run"})

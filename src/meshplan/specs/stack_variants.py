@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from meshplan.specs.pipeline_runtime import PIPELINE_RUNTIME_RECORDS, PipelineRuntime  # noqa: F401  (Stack reads it)
+
 
 def _record(field: str, registry: dict[str, Any], name: str) -> Any:
     """Variant ``name`` of the stack's ``field`` from its registry; a KeyError naming the known ones otherwise."""
@@ -291,26 +293,6 @@ class FlexBackend:
     pads_for_quantization: bool = False
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PipelineRuntime:
-    """The pipeline runtime (``Stack.pipeline_runtime``): megatron (Megatron-Core), torch
-    (torch.distributed.pipelining) or megatron-2021-01 (Megatron-LM of January 2021, before its scatter/gather)."""
-
-    name: str
-    # keeps its boundary tensors per micro-batch to the step's end (memory.pipeline_runtime_memory, step/grid.py) and
-    # runs each chunk as its own FSDP2 module (memory.chunk_gradient_share)
-    keeps_microbatches: bool = False
-    # holds FSDP's gradient sync until a stage's last micro-batch (torch 2.13.0 torch/distributed/pipelining/stage.py
-    # backward_maybe_with_nosync, perform_reduce_grad): its units stay gathered over the step, ZeRO-1
-    # (specs/check.fsdp_has_zero)
-    fsdp_nosync: bool = False
-    # each TP rank sends its whole (replicated) activation and gradient to the next stage, with no scatter/gather
-    # (cost/pipeline.py): Megatron-LM before 27fc4689 (2021-02-09, "Break up tensors sent between pipeline stages into
-    # smaller chunks that can be all-gathered"; Narayanan et al. 2021 §4.1), whose training.py communicate() of
-    # 152aab30 (2021-01-11) sends the (seq, micro-batch, hidden) tensor from every TP rank
-    sends_whole: bool = False
-
-
 # Megatron-Core's moe_hybridep_num_sms default (megatron/core/transformer/transformer_config.py @ core_v0.17.0:
 # "moe_hybridep_num_sms: int = 16"), the --moe-hybridep-num-sms a config that sets none runs
 HYBRIDEP_DEFAULT_SMS = 16
@@ -371,9 +353,7 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
                     source="deepseek-ai/DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md (GB200 table, "
                            "32 SMs; H100 table, 16 SMs), NVIDIA-NeMo/Megatron-Bridge scripts/performance/utils/"
                            "overrides.py @ v0.3.0-v0.6.0 (moe_hybridep_num_sms = 32)")),
-    "pipeline_runtime": _named(PipelineRuntime(name="megatron"),
-                               PipelineRuntime(name="torch", keeps_microbatches=True, fsdp_nosync=True),
-                               PipelineRuntime(name="megatron-2021-01", sends_whole=True)),
+    "pipeline_runtime": _named(*PIPELINE_RUNTIME_RECORDS),
 }
 
 

@@ -189,7 +189,7 @@ def _weight_side(model: ModelSpec, cluster: Cluster, plan: Plan, stack: Stack, n
 
     def spread_all(c: Collectives) -> Collectives:  # the seconds spread, the cadence (``once``) as it was
         return Collectives(spread(c.all_reduce), spread(c.gather), spread(c.scatter), c.once, spread(c.lead_f),
-                           spread(c.lead_b))
+                           spread(c.lead_b), spread(c.after))
 
     params = StageParams(*(spread(getattr(few[0], f)) for f in StageParams.__slots__))
     return (params, spread_all(few[1]), cast(np.ndarray, spread(few[2])), spread_all(few[3]),

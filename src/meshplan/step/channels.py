@@ -68,8 +68,9 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
+from meshplan.step.param_server import ps_collectives
 from meshplan.step.param_sync import dp_groups, gradient_sync, weight_sync
-from meshplan.xp import Num, maximum, minimum
+from meshplan.xp import Num, maximum, minimum, where
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -102,7 +103,8 @@ class Offload:
 class Collectives(NamedTuple):
     """Seconds of one gradient all-reduce, parameter all-gather and gradient reduce-scatter of a rank's weights, whether
     the gradients are reduced beside the last backward pass alone at every ZeRO stage (``once``: ``zero_traffic``),
-    and the gathers a drained forward / backward pass runs alone (``lead_f``, ``lead_b``: ``dp_collectives``)."""
+    the gathers a drained forward / backward pass runs alone (``lead_f``, ``lead_b``: ``dp_collectives``), and the
+    seconds of the reduction that runs after the last backward pass, exposed (``after``: ``dp_collectives``)."""
 
     all_reduce: Num
     gather: Num
@@ -110,6 +112,7 @@ class Collectives(NamedTuple):
     once: bool = False
     lead_f: Num = 0.0
     lead_b: Num = 0.0
+    after: Num = 0.0
 
 
 def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency,
@@ -117,28 +120,32 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     """The data-parallel collectives of a rank holding ``params``, over the dp·cp ranks (and the expert-data-parallel
     ranks for expert weights); trainable parameters only (LoRA: the adapters). ``params`` may hold arrays of any
     shape that broadcasts with the plan's (the search stacks the first and the last rank's). Their cadence is
-    ``stack``'s: reduced once per update where it accumulates whole gradients (``zero_traffic``); lead: cost/fsdp."""
+    ``stack``'s: reduced once per update where it accumulates whole gradients (``zero_traffic``); lead: cost/fsdp;
+    after: the reduce-scatter, where a pipeline's runtime reduces a stage's gradients after its last backward
+    (specs/pipeline_runtime.PipelineRuntime.reduces_after; ``step_channels``)."""
     params = trainable(params, plan)
     groups = dp_groups(plan)  # over every replica, within the ZeRO group, across its instances (param_sync.py)
     (dense_group, layout_d, _), (expert_group, _, _) = groups["whole"]
     if plan.dp_mode == "ps":
-        return ps_collectives(cluster, plan, params.dense * (dense_group > 1) + params.expert * (expert_group > 1), eff)
+        return Collectives(*ps_collectives(cluster, plan, params.dense * (dense_group > 1)
+                                           + params.expert * (expert_group > 1), eff))
 
     library = LIBRARIES[plan.collectives]  # NCCL's, or MPICH's per-message choice with the minimum spanning tree
 
     def one(kind: str, nbytes: Num, group: Num, layout: Layout) -> Num:
         return weight_sync(kind, nbytes, group, lambda k, n, g: collective_time(k, n, g, layout, cluster, eff, library))
 
-    def coll(kind: str, per_param: int, where: str = "whole") -> Num:
-        (g_d, at_d, share_d), (g_e, at_e, share_e) = groups[where]
+    def coll(kind: str, per_param: int, span: str = "whole") -> Num:
+        (g_d, at_d, share_d), (g_e, at_e, share_e) = groups[span]
         t = one(kind, params.dense * per_param * share_d, g_d, at_d)
         return t + one(kind, params.expert * per_param * share_e, g_e, at_e) if model.is_moe else t
 
     gather = coll(stack.param_sync if stack and plan.zero < 3 else "all_gather", WEIGHT_BYTES, "zero")  # param_sync.py
     leads = lead_times(model, plan, stack, gather, lambda n: one("all_gather", n * WEIGHT_BYTES, dense_group, layout_d))
     scatter = gradient_sync(stack.grad_sync if stack and plan.zero < 3 else "reduce_scatter", plan, coll)
+    after = where(plan.pp > 1, scatter, 0.0) if stack and stack.pipeline_runtime_mode.reduces_after else 0.0
     return Collectives(coll("all_reduce", plan.grad_bytes), gather, scatter,
-                       bool(stack and stack.accumulate_unsharded), *leads)
+                       bool(stack and stack.accumulate_unsharded), *leads, after)
 
 
 def embedding_sync(model: ModelSpec, cluster: Cluster, plan: Plan, eff: Efficiency) -> tuple[Num, Num, Num]:
@@ -165,32 +172,6 @@ def tied_gradient_bytes(model: ModelSpec, plan: Plan) -> Num:
     if not (model.tied_embeddings or model.mtp_layers > 0) or plan.finetune == "lora":
         return 0.0
     return model.vocab_size * model.hidden_size / plan.tp * plan.grad_bytes
-
-
-def ps_push(cluster: Cluster, plan: Plan, nbytes: Num, eff: Efficiency) -> Num:
-    """Seconds for every GPU to push ``nbytes`` to (or pull them from) the parameter servers (seed 004's parameter
-    server; Li et al. 2014, "Scaling distributed machine learning with the parameter server", OSDI, §3: the keys are
-    sharded over the servers, each worker exchanges each shard with the server that holds it). Over the network tier
-    (the outermost: latency α, bandwidth B per GPU and per server, at the mesh's NCCL efficiency), N GPUs each send n
-    bytes, S server shards each take N·n/S; the exchange runs at the slower of a worker's link and a server's:
-        t = α + n/B · max(1, N/S)
-    S = ``plan.servers``, 0: one per GPU (N/S = 1, every link at full rate)."""
-    tiers = cluster.tiers
-    last = len(tiers) - 1
-    workers = plan.num_gpus
-    load = workers / (plan.servers or workers)
-    return (tiers[last].latency + nbytes / (tiers[last].bandwidth * eff.link(last)) * maximum(1.0, load)) * (nbytes > 0)
-
-
-def ps_collectives(cluster: Cluster, plan: Plan, params: Num, eff: Efficiency) -> Collectives:
-    """The data-parallel exchange of a parameter server for the ``params`` this GPU exchanges (``ps_push``): the push
-    of the gradients stands for the reduce-scatter, the pull of the updated bf16 weights for the all-gather, and the
-    two in turn for the all-reduce; so the ZeRO stages keep their schedule of ``ZERO_TRAFFIC`` (stage 0: push and
-    pull after the last backward; 1: the pull beside the next step's first forward, as a parameter server's workers
-    prefetch; 3: a pull per pass, the workers holding no weights between passes)."""
-    push = ps_push(cluster, plan, params * plan.grad_bytes, eff)
-    pull = ps_push(cluster, plan, params * WEIGHT_BYTES, eff)
-    return Collectives(push + pull, pull, push)
 
 
 def optimizer_time(cluster: Cluster, plan: Plan, params: StageParams, eff: Efficiency, stack: Stack | None = None
@@ -357,7 +338,8 @@ def step_channels(p: Passes, m: Num, c: Collectives | tuple[Collectives, Collect
     their seconds on the tiers the layers' own traffic shares (contention.py: overlapped, the two flows share those
     tiers' bandwidth). Passes that carry the same traffic are priced once (the search asks for every stage at once),
     and terms that are the constant 0.0 cost nothing. ``forward``: a memo of forward passes without copies, shared by
-    callers whose ranks differ only in their recompute mode (which changes the backward pass only)."""
+    callers whose ranks differ only in their recompute mode (which changes the backward pass only). The part of the
+    last backward's reduce-scatter that runs after the pass (``Collectives.after``) adds whole, beside nothing."""
     c, shared = (c, None) if isinstance(c, Collectives) else c
     bare = {"f": p.t_f - slowdown * p.h_f, "b": p.t_b - slowdown * p.h_b}
     priced: dict[tuple[str, int, int, int], tuple[Num, Num, tuple[Num, Num]]] = {}
@@ -382,8 +364,12 @@ def step_channels(p: Passes, m: Num, c: Collectives | tuple[Collectives, Collect
         sharing = (0.0,) * 4 if shared is None else _stage_traffic(shared, zero, c.once)
         leads = ((c.lead_f if ph == "f" else c.lead_b) if "gather" in k else 0.0  # a drained pass's first gathers
                  for ph, k in zip("ffbb", zero_traffic(zero, c.once), strict=True))
+        after = c.after if "scatter" in zero_traffic(zero, c.once)[2] else 0.0  # the last backward's reduction
+        if not (type(after) is float and after == 0.0):  # after the pass, exposed: none of it beside the pass
+            traffic = (*traffic[:2], traffic[2] - after, traffic[3])
+            sharing = sharing if shared is None else (*sharing[:2], minimum(sharing[2], traffic[2]), sharing[3])
         f1, f, b1, b = (one(*args) for args in zip("ffbb", traffic, sharing, leads, strict=True))
-        terms = ((1, f1), (m - 1, f), (1, b1), (m - 1, b))
+        terms = ((1, f1), (m - 1, f), (1, (b1[0] + after, b1[1])), (m - 1, b))
         out[zero] = (_sum((n, part[0]) for n, part in terms), _sum((n, part[1]) for n, part in terms))
     return out
 

@@ -24,7 +24,7 @@ def shared_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: S
     """S of the module docstring for each data-parallel collective (all-reduce, all-gather, reduce-scatter) of a
     rank holding ``params``, priced ``full`` by channels.dp_collectives: its bandwidth terms on the tiers a
     layer-level group also spans, at most the collective's own time. A parameter server's exchange runs on the
-    network tier (channels.ps_push)."""
+    network tier (param_server.ps_push)."""
     spans = layer_tiers(cluster, plan)
     if all(type(s) is float and s == 0.0 for s in spans):
         return 0.0, 0.0, 0.0
