@@ -53,10 +53,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from meshplan.collectives.comm import Layout
 from meshplan.collectives.contention import contended
 from meshplan.collectives.groups import axis_layout
-from meshplan.collectives.price import LIBRARIES, collective_time
+from meshplan.collectives.price import LIBRARIES, collective_time, priced_on
 from meshplan.cost.fsdp import accumulation_bytes, lead_times
 from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, layers_on_rank, trainable
 from meshplan.cost.records import OpCost
@@ -125,19 +124,17 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
         return ps_collectives(cluster, plan, params.dense * (dense_group > 1) + params.expert * (expert_group > 1), eff)
 
     library = LIBRARIES[plan.collectives]  # NCCL's, or MPICH's per-message choice with the minimum spanning tree
-
-    def one(kind: str, nbytes: Num, group: Num, layout: Layout) -> Num:
-        return weight_sync(kind, nbytes, group, lambda k, n, g: collective_time(k, n, g, layout, cluster, eff, library))
+    dense = priced_on(dense_group, layout_d, cluster, eff, library)  # each group split over the tiers once
+    expert = priced_on(expert_group, layout_e, cluster, eff, library) if model.is_moe else dense
 
     def coll(kind: str, per_param: int) -> Num:
-        t = one(kind, params.dense * per_param, dense_group, layout_d)
+        t = weight_sync(kind, params.dense * per_param, dense_group, dense)
         if not model.is_moe:
             return t
-        return t + one(kind, params.expert * per_param, expert_group, layout_e)
+        return t + weight_sync(kind, params.expert * per_param, expert_group, expert)
 
     gather = coll(stack.param_sync if stack and plan.zero < 3 else "all_gather", WEIGHT_BYTES)  # param_sync.py
-    leads = lead_times(model, plan, stack, gather, lambda n: one("all_gather", n * WEIGHT_BYTES, dense_group,
-                                                                 layout_d))
+    leads = lead_times(model, plan, stack, gather, lambda n: dense("all_gather", n * WEIGHT_BYTES, dense_group))
     return Collectives(coll("all_reduce", plan.grad_bytes), gather, coll("reduce_scatter", plan.grad_bytes),
                        bool(stack and stack.accumulate_unsharded), *leads)
 
