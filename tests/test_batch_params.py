@@ -75,3 +75,23 @@ def test_distinct_rows_are_none_where_packing_cannot_tell_them_apart_or_gains_no
     assert grid._distinct_rows([a.astype(float)]) is None
     assert grid._distinct_rows([a - 2]) is None
     assert grid._distinct_rows([np.arange(6)]) is None  # 6 distinct of 6
+
+
+@pytest.mark.parametrize("name", ["llama3-70b", "deepseek-v3", "mixtral-8x7b"])
+def test_a_batchs_kind_params_are_kept_read_only_and_each_rows_own(name):
+    """cost/params.kind_params of a batch is kept for the same model, batch and kind (the ranks' parameters ask for
+    each kind 7-8 times): the same object again, its arrays read-only, each row's numbers those of its own plan."""
+    from meshplan.cost.params import kind_params  # noqa: PLC0415
+
+    model = load_model(name)
+    plans = batch(model)
+    for kind in ("dense", "moe"):
+        once = kind_params(model, plans, kind)
+        assert kind_params(model, plans, kind) is once
+        for f in FIELDS:
+            value = getattr(once, f)
+            if isinstance(value, np.ndarray):
+                assert not value.flags.writeable
+                for i in (0, len(plans) // 2, len(plans) - 1):
+                    assert same(value[i], np.float64(getattr(kind_params(model, plans.plan(i), kind), f)))
+    assert kind_params(model, batch(model), "moe") is not kind_params(model, plans, "moe")  # another batch: its own

@@ -99,3 +99,31 @@ def test_slower_network_never_shortens_a_step():
     plan = Plan(dp=16, tp=8, global_batch=512, zero=3, offload_activations=True, sequence_parallel=True)
     times = [estimate(model, _scaled("h100", nic_latency=lat)(128), plan).step_time for lat in (5e-6, 5e-5, 5e-4)]
     assert times == sorted(times)
+
+
+def test_the_dp_groups_split_once_price_as_each_collective_alone():
+    """dp_collectives prices a group's collectives from one split over the tiers (price.priced_on): each the same
+    number, bit for bit, as collective_time splitting the group itself, for a batch's arrays and a plan's numbers,
+    under NCCL and MPICH; a call for another group is priced as collective_time prices it."""
+    import numpy as np  # noqa: PLC0415
+
+    from meshplan.collectives.groups import axis_layout  # noqa: PLC0415
+    from meshplan.collectives.price import LIBRARIES, collective_time, priced_on  # noqa: PLC0415
+    from meshplan.search.batch import PlanBatch  # noqa: PLC0415
+    from meshplan.specs.efficiency import DEFAULT  # noqa: PLC0415
+
+    cluster = load_system("h100").cluster(1024)
+    plans = [Plan(dp=dp, tp=tp, pp=pp, cp=cp, placement=placement)
+             for dp, tp, pp, cp in ((128, 8, 1, 1), (32, 4, 8, 1), (16, 8, 4, 2), (256, 2, 2, 1))
+             for placement in (("tp", "cp", "pp", "dp"), ("tp", "dp", "cp", "pp"))]
+    for plan in (PlanBatch.of(plans), *plans):
+        group, layout = plan.dp * plan.cp, axis_layout(plan, "dp")
+        for name, library in LIBRARIES.items():
+            price = priced_on(group, layout, cluster, DEFAULT, library)
+            for kind in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+                for nbytes in (2e9, 1e6 + 0 * plan.dp):
+                    alone = collective_time(kind, nbytes, group, layout, cluster, DEFAULT, library)
+                    assert np.array_equal(price(kind, nbytes, group), alone), (name, kind)
+            other = plan.tp * 1
+            assert np.array_equal(price("all_gather", 1e6, other), collective_time(
+                "all_gather", 1e6, other, layout, cluster, DEFAULT, library))

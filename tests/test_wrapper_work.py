@@ -192,6 +192,23 @@ def test_the_grids_settings_group_by_the_work_they_run():
                       "zero3-fp32": [(2, 3, 0, False), (2, 3, 1, True)]}
 
 
+@pytest.mark.parametrize("stack", ["megatron-core", "generic", "torchtitan"])
+@pytest.mark.parametrize("zeros, offloads", [((1, 2, 3), (False, True)), ((0,), (False,)), ((), (False,))])
+def test_a_stated_wrapper_groups_every_setting_under_no_work(stack, zeros, offloads):
+    # a stack whose wrapper is not the plan's (per_plan false) skips making each setting's plan: the same groups as
+    # work_of over every setting gives (each "": one group, the settings in the grid's order; none for an empty grid)
+    chosen = load_stack(stack)
+    assert not chosen.wrapper.per_plan
+    plan = Plan(dp=8, grad_bytes=4)
+    every: dict[str, list] = {}
+    for z, zero in enumerate(zeros):
+        for o, offload in enumerate(offloads):
+            work = work_of(replace(plan, zero=zero, offload_optimizer=offload), chosen)
+            every.setdefault(work, []).append((z, zero, o, offload))
+    assert by_work(plan, chosen, zeros, offloads) == list(every.items())
+    assert set(every) <= {""}
+
+
 def test_one_grid_prices_each_setting_as_estimate_does():
     """compose prices a plan under every (ZeRO, offload) setting from one set of units, each setting the twin its
     wrapper runs: every step equals estimate() of the plan with that setting."""

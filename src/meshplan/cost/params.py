@@ -225,7 +225,27 @@ def kind_params(model: ModelSpec, plan: Plan, kind: str) -> StageParams:
     """Parameters of one layer of ``kind`` on one GPU (``layer_weights``, the routed experts over ep·etp). A SUMMA
     grid (summa.py) or a tp2d grid (tp2d.py) splits every weight of the block over its t = tp·tp2 ranks, the norms
     with the features (tp2d: h over tp, replicated over tp2; counted as split over t, a norm's h weights being
-    negligible beside the block's)."""
+    negligible beside the block's). A batch's kept for the same objects a while (``_KINDS``): the three ranks'
+    parameters (step/grid.rank_params) ask 7-8 times for a model's 2 kinds (each end's and the middle's average of
+    the other layers and its MoE layer), each time a dozen array operations over the batch; the kept answer's arrays
+    read-only (no caller may change what the next one reads)."""
+    if type(plan) is Plan:
+        return _kind_params(model, plan, kind)
+    return recent(_KINDS, (model, plan, kind), lambda: _frozen(_kind_params(model, plan, kind)))
+
+
+_KINDS: list[tuple[tuple[object, ...], StageParams]] = []  # ``kind_params``' last answers for batches (xp.recent)
+
+
+def _frozen(params: StageParams) -> StageParams:
+    for name in StageParams.__slots__:
+        value = getattr(params, name)
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    return params
+
+
+def _kind_params(model: ModelSpec, plan: Plan, kind: str) -> StageParams:
     t = plan.tp * plan.tp2
     w = layer_weights(model, kind, t, plan.ep * plan.etp)
     dense = w.split + w.whole + w.kept

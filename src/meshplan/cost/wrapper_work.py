@@ -110,7 +110,14 @@ def possible_work(plan: Plan, stack: Stack) -> tuple[str, ...]:
 def by_work(plan: Plan, stack: Stack, zeros: tuple[int, ...], offloads: tuple[bool, ...]
             ) -> list[tuple[str, list[tuple[int, int, int, bool]]]]:
     """The (ZeRO stage, optimizer offload) settings of a grid, each as (index, stage, index, offload), grouped by
-    the work their wrapper does every micro-batch (``work_of``), which changes the backward passes."""
+    the work their wrapper does every micro-batch (``work_of``), which changes the backward passes. A stack whose
+    wrapper is not the plan's (``stack.wrapper.per_plan`` false: Megatron-Core, the generic stack) does none under
+    any setting (``work_of`` answers "" before it reads the plan): one group, without the plan of each setting (a
+    search batch's ``replace`` copies every column's reference: 14 % of the 8-count strong-scaling plan's
+    ``grid_times``, three times a chunk)."""
+    if not stack.wrapper.per_plan:
+        every = [(z, zero, o, offload) for z, zero in enumerate(zeros) for o, offload in enumerate(offloads)]
+        return [("", every)] if every else []
     groups: dict[str, list[tuple[int, int, int, bool]]] = {}
     for z, zero in enumerate(zeros):
         for o, offload in enumerate(offloads):

@@ -49,13 +49,12 @@ Not modelled: on DGX-class nodes GPUDirect RDMA and host copies share the GPU's 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from meshplan.collectives.comm import Layout
 from meshplan.collectives.contention import contended
-from meshplan.collectives.price import LIBRARIES, collective_time
+from meshplan.collectives.price import LIBRARIES, collective_time, priced_on
 from meshplan.cost.fsdp import accumulation_bytes, lead_times
 from meshplan.cost.params import StageParams, layers_on_first, layers_on_last, layers_on_rank, trainable
 from meshplan.cost.records import OpCost
@@ -131,17 +130,23 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
                                            + params.expert * (expert_group > 1), eff))
 
     library = LIBRARIES[plan.collectives]  # NCCL's, or MPICH's per-message choice with the minimum spanning tree
+    priced: dict[tuple[str, int], Callable[[str, Num, Num], Num]] = {}
 
-    def one(kind: str, nbytes: Num, group: Num, layout: Layout) -> Num:
-        return weight_sync(kind, nbytes, group, lambda k, n, g: collective_time(k, n, g, layout, cluster, eff, library))
+    def price(span: str, i: int) -> Callable[[str, Num, Num], Num]:  # each group split over the tiers once
+        span = "whole" if groups[span] is groups["whole"] else span  # one instance: the ZeRO group is every replica
+        if (span, i) not in priced:
+            group, layout, _ = groups[span][i]
+            priced[span, i] = priced_on(group, layout, cluster, eff, library)
+        return priced[span, i]
 
     def coll(kind: str, per_param: int, span: str = "whole") -> Num:
-        (g_d, at_d, share_d), (g_e, at_e, share_e) = groups[span]
-        t = one(kind, params.dense * per_param * share_d, g_d, at_d)
-        return t + one(kind, params.expert * per_param * share_e, g_e, at_e) if model.is_moe else t
+        (g_d, _, share_d), (g_e, _, share_e) = groups[span]
+        t = weight_sync(kind, params.dense * per_param * share_d, g_d, price(span, 0))
+        return t + weight_sync(kind, params.expert * per_param * share_e, g_e, price(span, 1)) if model.is_moe else t
 
     gather = coll(stack.param_sync if stack and plan.zero < 3 else "all_gather", WEIGHT_BYTES, "zero")  # param_sync.py
-    leads = lead_times(model, plan, stack, gather, lambda n: one("all_gather", n * WEIGHT_BYTES, dense_group, layout_d))
+    leads = lead_times(model, plan, stack, gather, lambda n: price("whole", 0)("all_gather", n * WEIGHT_BYTES,
+                                                                              dense_group))
     scatter = gradient_sync(stack.grad_sync if stack and plan.zero < 3 else "reduce_scatter", plan, coll)
     after = where(plan.pp > 1, scatter, 0.0) if stack and stack.pipeline_runtime_mode.reduces_after else 0.0
     return Collectives(coll("all_reduce", plan.grad_bytes), gather, scatter,

@@ -75,6 +75,7 @@ def dp_groups(plan: Plan) -> dict[str, tuple[tuple[Num, Layout, Num], tuple[Num,
     (n_d, n_e), (g_d, g_e) = weight_replicas(plan), zero_groups(plan)
     zero_d, across_d, zero_e, across_e = zero_layouts(plan)
     i = plan.distributed_optimizer_instances
-    return {"whole": ((n_d, axis_layout(plan, "dp"), 1.0), (n_e, axis_layout(plan, "edp"), 1.0)),
-            "zero": ((g_d, zero_d, 1.0), (g_e, zero_e, 1.0)),
-            "across": ((i, across_d, 1 / g_d), (i, across_e, 1 / g_e))}
+    whole = ((n_d, axis_layout(plan, "dp"), 1.0), (n_e, axis_layout(plan, "edp"), 1.0))
+    # one instance: the ZeRO group is every replica, the same objects (price.priced_on splits a group once, by identity)
+    zero = whole if isinstance(i, int) and i == 1 else ((g_d, zero_d, 1.0), (g_e, zero_e, 1.0))
+    return {"whole": whole, "zero": zero, "across": ((i, across_d, 1 / g_d), (i, across_e, 1 / g_e))}

@@ -36,10 +36,11 @@ def shared_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: S
     if model.is_moe:
         groups.append((params.expert, plan.tp * plan.cp * plan.dp / (plan.ep * plan.etp), axis_layout(plan, "edp")))
 
+    split = [(count, split_group(cluster, group, layout)) for count, group, layout in groups]  # once for the kinds
+
     def one(kind: str, per_param: int) -> Num:
         total: Num = 0.0
-        for count, group, layout in groups:
-            parts = split_group(cluster, group, layout)
+        for count, parts in split:
             for span, term in zip(spans, tier_bandwidth_terms(kind, count * per_param, parts, cluster, eff),
                                   strict=True):
                 total = total + span * term

@@ -164,12 +164,14 @@ def units_for_recomputes(model: ModelSpec, plan: Plan, stack: Stack, parts: Part
     return {rc: replace(u, wrapped={w: t[rc] for w, t in twins.items()}) for rc, u in units.items()}
 
 
-# the units of kept parts (``Parts.kept``) by (key, stack, efficiency, recompute mode): no unit reads what the parts'
-# key leaves out of the plan (a rank's layers and setting, the optimizer's offload, dp: ``_units_for`` reads the
-# recompute modules and what sets the op shapes; tests/test_parts_kept.py), so the variants of a plan that the
-# refinements price (search/stage_dp.py: 9 a GPU count) and the --mtbf search's plans of one shape share them
-_UNITS: dict[tuple[object, ...], Units] = {}
-_UNITS_KEPT = 1024
+# the units of kept parts (``Parts.kept``) by (key, model, stack, efficiency), then by recompute mode: no unit reads
+# what the parts' key leaves out of the plan (a rank's layers and setting, the optimizer's offload, dp: ``_units_for``
+# reads the recompute modules and what sets the op shapes; tests/test_parts_kept.py), so the variants of a plan that
+# the refinements price (search/stage_dp.py: 9 a GPU count) and the --mtbf search's plans of one shape share them.
+# The modes under one key: the key (specs hashed field by field, a tuple's hash not kept) hashed once a call, not
+# twice per mode asked
+_UNITS: dict[tuple[object, ...], dict[str, Units]] = {}
+_UNITS_KEPT = 512  # keys
 
 
 def _kept_units(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomputes: tuple[str, ...],
@@ -177,13 +179,16 @@ def _kept_units(model: ModelSpec, plan: Plan, stack: Stack, parts: Parts, recomp
     """``units_for_recomputes`` of kept parts, each mode's units computed once (``_UNITS``): the modes not yet known
     computed together, as ``units_for_recomputes`` computes them (each mode's from the shared plain layer and ends)."""
     key = (parts.kept, model, stack, eff)
-    known = {rc: _UNITS[(key, rc)] for rc in recomputes if (key, rc) in _UNITS}  # read before a full store clears
+    modes = _UNITS.get(key)
+    known = {} if modes is None else {rc: modes[rc] for rc in recomputes if rc in modes}  # before a full store clears
     missing = tuple(dict.fromkeys(rc for rc in recomputes if rc not in known))
     if missing:
-        if len(_UNITS) >= _UNITS_KEPT:
-            _UNITS.clear()
         fresh = units_for_recomputes(model, plan, stack, replace(parts, kept=None), missing, eff)
-        _UNITS.update({(key, rc): u for rc, u in fresh.items()})
+        if modes is None or len(_UNITS) >= _UNITS_KEPT:
+            if len(_UNITS) >= _UNITS_KEPT:
+                _UNITS.clear()
+            modes = _UNITS[key] = dict(known)
+        modes.update(fresh)
         known.update(fresh)
     return {rc: known[rc] for rc in recomputes}
 
