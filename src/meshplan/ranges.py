@@ -105,7 +105,8 @@ RANGES: dict[str, Range] = {
     "python_host": Range(0.1, 100, "", "host CPU time for PyTorch's Python-side work against an x86 DGX host: 1, "
                          "Grace 2.5-2.8 (TransformerEngine issue #2053); 100x is past any server CPU"),
     "interpreter_host": Range(0.1, 100, "", "host CPU time for interpreter-bound Python against an x86 DGX host: 1, "
-                              "Grace 1 (its cores' scalar throughput); 100x is past any server CPU", "python_host"),
+                              "Grace 1.15 (dgxc-benchmarking cpu_overhead); 100x is past any server CPU",
+                              "python_host"),
     "host_memory": Range(1e6, 1e15, "B", "host memory per GPU for offload: presets 64-256 GB; 1 PB is 4,000x"),
     "size": Range(1, MAX_GPUS, "", "Tier: GPUs per group of a mesh dimension, at most the cluster",
                   "the rest (a system file's outermost tier)"),

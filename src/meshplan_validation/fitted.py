@@ -54,12 +54,6 @@ def _engine(preset: str, name: str) -> Callable[[], float]:
     return value
 
 
-def _interpreter_host() -> float:
-    from meshplan.specs.hardware import load_system  # noqa: PLC0415
-
-    return float(load_system("gh200").cluster(1).interpreter_host)
-
-
 def _ci_microbatch() -> float:
     from meshplan_validation.sources import MEGATRON_LM_CI_MICROBATCH  # noqa: PLC0415
 
@@ -205,11 +199,6 @@ FITTED: tuple[Fitted, ...] = (
            "vllm-*-rocm*)", "serving", _engine("vllm-v0.6-rocm", "kernel_gap"), "as skinny_gemm_rate, jointly",
            frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py", KERNEL_GAP_PRIOR,
            "s per kernel"),
-    Fitted("Grace interpreter_host", "src/meshplan/presets/hardware/gh200.toml interpreter_host (gb200, gb300)",
-           "serving", _interpreter_host, "chosen with the GH200 runs of Argonne's released half in view (no published "
-           "benchmark of interpreted CPython on Grace against an x86 core found: gh200.toml)",
-           frozenset({"argonne_bench"}), "benchmarks/measure/fit_llm_inference_bench.py", 0.0,
-           "x the DGX x86 host (0: python_host)"),
 )
 
 

@@ -50,12 +50,14 @@ SINGLE = (("vLLM V0 iteration_latency", ("vllm-v0.5", "vllm-v0", *ROCM, *ROCBLAS
 # engine version and model. (registry name -> the fit's bounds: fit_llm_inference_bench.py BOUNDS)
 ALTERNATE = {"vLLM V0 iteration_latency": (0.0, 4e-3)}
 GRID, GOLDEN_ROUNDS = 16, 12  # 0.25 ms a cell, then 0.618**12 of two cells: 1.6 us
-GRACE = "Grace interpreter_host"  # a cluster field: the hosts at python_host >= 2 (specs/regime.py SLOW_HOST)
+# a cluster field a trial may set on the hosts at python_host >= 2 (specs/regime.py SLOW_HOST): Grace's interpreter
+# speed, a measurement since 2026-12-01 (hardware/gh200.toml), no longer in the registry: never refitted out of source
+GRACE = "Grace interpreter_host"
 
 
 def priced(records: list[dict[str, Any]], values: dict[str, float] | None = None) -> list[ServingResult]:
     """serving_eval.results at ``values`` (the shipped constants where a name is absent; a single-source constant of
-    ``SINGLE`` or ``GRACE`` by its registry name)."""
+    ``SINGLE`` by its registry name, the slow hosts' interpreter speed by ``GRACE``)."""
     values = values or {}
     eff = replace(SERVE_DEFAULT, **{c.name: values[c.name] for c in EFFICIENCY if c.name in values})
     engines: dict[str, dict[str, float]] = {engine: {field: values[engine]} for engine, (field, *_) in
@@ -114,7 +116,7 @@ def single_without(source: str, records: Sequence[dict[str, Any]] = ()) -> dict[
     other sources in ``records`` where ``ALTERNATE`` allows and one of them prices it, else at their priors."""
     out = {}
     others = [r for r in records if record_source(r) != source]
-    for name in (*(n for n, _, _ in SINGLE), GRACE):
+    for name in (n for n, _, _ in SINGLE):
         if by_name(name).sources == {source}:
             fitted = alternate_fit(name, others) if name in ALTERNATE else None
             out[name] = by_name(name).prior if fitted is None else fitted

@@ -190,7 +190,7 @@ class Engine:
     # host CPU's Python speed (Cluster.python_host: Grace 2.5-2.8x an x86 DGX host)
     host_in_python: bool = False
     # the host loop is interpreter-bound Python (vLLM V0's scheduler, sequence objects and output processing): its time
-    # scales with the host CPU's interpreter speed (Cluster.interpreter_host: Grace as an x86 host) instead
+    # scales with the host CPU's interpreter speed (Cluster.interpreter_host: Grace 1.15x an x86 DGX host) instead
     host_interpreted: bool = False
     # the engine build's GEMM library runs a GEMM of at most ``skinny_gemm_rows`` rows (decode's) at
     # ``skinny_gemm_rate`` of the modelled rate (untuned solutions: vLLM's ROCm build of 2024, F.linear through
