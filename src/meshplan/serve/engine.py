@@ -23,8 +23,7 @@ counted them (gpt-fast's compiled layer: 14.25 on an H200 and an H100, docs/DECO
 at the accelerator's fixed time per kernel. ``kv_overflow``: a static batch its KV cache cannot hold (metrics._static).
 
 Presets: ``presets/engines/<name>.toml``, each number beside its source, a preset that ``extends`` another holding
-what differs (files.derived); a record's engine string picks its version's preset through
-``presets/engine_versions.toml`` (engine_version.py).
+what differs (files.derived); a record's engine string picks its preset by engine_versions.toml (engine_version.py).
 """
 
 from __future__ import annotations
@@ -235,6 +234,10 @@ class Engine:
     # the first output token from (TurboMind v0.1: LlamaBatch::ContextDecode decodes ``missing - 1`` tokens, "-1 since
     # we skip last token", and a one-token prompt has no context step); False: the prefill samples the first token
     last_prompt_token_decoded: bool = False
+    # a static batch's first request runs its first iteration alone, the others joining at the next (metrics._static:
+    # TurboMind v0.1's idle engine wakes on the first enqueued request, Request.h RequestQueue::dequeue; its
+    # benchmark's threads issue theirs one after another, benchmark/profile_generation.py); False: all together
+    static_first_alone: bool = False
 
     def __post_init__(self) -> None:
         where = f"engine {self.name}: " if isinstance(self.name, str) else ""
@@ -358,8 +361,7 @@ DEFAULT = Engine()
 
 
 def engine_names() -> list[str]:
-    root = PRESETS / "engines"
-    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+    return sorted(p.name.removesuffix(".toml") for p in (PRESETS / "engines").iterdir() if p.name.endswith(".toml"))
 
 
 def engine_from_dict(data: dict[str, Any], where: str) -> Engine:
@@ -371,12 +373,10 @@ def engine_from_dict(data: dict[str, Any], where: str) -> Engine:
     if isinstance(data.get("batch_table"), list):
         data["batch_table"] = tuple(tuple(pair) if isinstance(pair, list) else pair for pair in data["batch_table"])
     known = {f.name for f in fields(Engine)}
-    unknown = sorted(set(data) - known)
-    if unknown:
+    if unknown := sorted(set(data) - known):
         raise unknown_field(where, unknown[0], known, "Engine's (meshplan/serve/engine.py)")
     if isinstance(data.get("workspace"), str):
         from meshplan.units import parse_quantity
-
         data["workspace"] = parse_quantity(data["workspace"], f"{where}.workspace", "B")
     return Engine(**data)
 

@@ -22,7 +22,8 @@ fixed concurrency; queueing before admission is not modelled). How they enter (e
 - a static batch (``Workload.static``, FasterTransformer-style latency tables): B prompts prefilled together, then
   O − 1 decode steps: E2E = T_prefill(B) + (O − 1)·T(B). An engine whose context step leaves each prompt's last token
   to the decode step (``Engine.last_prompt_token_decoded``, TurboMind v0.1) samples the first tokens there: TTFT =
-  T_context(B prompts of I − 1) + T(B), and O decode steps in all.
+  T_context(B prompts of I − 1) + T(B), and O decode steps in all; one that runs the first request alone
+  (``Engine.static_first_alone``, TurboMind v0.1 under LMDeploy's benchmark) starts the other B − 1 after it.
 - disaggregated (DistServe, Zhong et al. 2024, §2.3 and §4; Splitwise, Patel et al. 2024, §4): prefill instances run
   the prompts (separate mode) and ship their KV cache to the decode instances, which only decode: TPOT = T(D) with
   no prefill in it; the system serves min(prefill capacity, decode capacity) requests/s; TTFT adds the KV transfer.
@@ -312,6 +313,21 @@ def first_token_step(s: Setting, n: Num) -> Num:
     return context + s.time(n) if s.engine.last_prompt_token_decoded else context
 
 
+def arrivals(s: Setting, n: Num, together: Num) -> Num:
+    """The mean time to first token of ``n`` requests of a static batch that start together (``together``: their
+    first-token step), or, where the engine runs the first alone (``Engine.static_first_alone``: TurboMind v0.1's
+    idle engine takes the first request the benchmark's threads enqueue, InternLM/lmdeploy v0.1.0a1
+    src/turbomind/models/llama/Request.h RequestQueue::dequeue, blocking while the batch is empty), its first-token
+    step alone, S₁, and the other n − 1, issued while it runs, at the next iteration (LlamaBatch::InternalThreadEntry
+    dequeues once an iteration): they wait for S₁ to end, then their context step and the decode step of all n:
+    (S₁ + (n − 1)·(S₁ + context(n − 1) + T(n))) / n."""
+    if not s.engine.static_first_alone:
+        return together
+    alone, rest = first_token_step(s, 1.0), np.maximum(np.asarray(n, dtype=float) - 1.0, 0.0)
+    group = alone + context_step(s, np.maximum(rest, 1.0)) + s.time(n)
+    return (alone + rest * group) / np.maximum(n, 1.0)
+
+
 def static_capacity(s: Setting) -> Num:
     """Sequences per micro-batch whose KV cache holds to the last token of a static batch (I + O tokens each, in
     whole pages): the KV-cache pool over one such sequence's pages, per lane (memory.py)."""
@@ -336,7 +352,8 @@ def _static(s: Setting) -> Instance:
     prompts as their prompt pages allow, ⌊pool / I⌋, and the prefill of those beyond C is lost: charged once more.
     vLLM V0 (kv_overflow "recompute_kept": the preempted keep their output) is priced as its scheduler runs the
     batch instead, not in waves (serve/preemption.py).
-    TTFT is the mean request's (a later wave's wait for the earlier ones included), TPOT the running wave's step.
+    TTFT is the mean request's (a later wave's wait for the earlier ones included; the first wave's as its requests
+    arrive, ``arrivals``), TPOT the running wave's step.
     Neither the waves nor vLLM V0's own scheduler are monotone in KV memory while the batch overflows; a pool that
     holds the batch is never slower than a smaller one (tests/test_static_overflow_properties.py; data/measured/
     2026-12-01-vllm-v0-static-overflow-not-monotone.md). Below one sequence per lane, or short of the batch where the
@@ -364,7 +381,9 @@ def _static(s: Setting) -> Instance:
         lost = np.floor(admitted) - cap
         whole = whole + where((full > 0) & (lost > 0), full * prompts(np.maximum(lost, 0.0)), 0.0)
     waiting = (cap * full * (full - 1) / 2 * wave + rest * full * wave + full * cap * prefill) / b
-    ttft = where(fits, where(full > 0, waiting + where(rest > 0, rest * prompts(rest), 0.0) / b, prefill), np.inf)
+    arrive = arrivals(s, first, prefill)  # the first wave's mean first token: its requests' arrivals
+    waiting = waiting + (arrive - prefill) * first / b
+    ttft = where(fits, where(full > 0, waiting + where(rest > 0, rest * prompts(rest), 0.0) / b, arrive), np.inf)
     tpot = where(fits, decode, np.inf)
     rate = where(fits, b * s.lanes * out / whole, 0.0)
     return Instance(ttft=ttft, tpot=tpot, running=first * s.lanes, tokens_per_s=rate, decode_step=decode,
