@@ -317,8 +317,8 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # 24, halfway 391 logical (README_Hybrid-EP.md @ 94a9f8f); across nodes only 24 SMs measured (held)
         FlexBackend(name="deepep", argument="deepep", kernel=((2.0, 43e9),),
                     nic=((4.0, 0.863), (8.0, 0.884)), nvlink=((8.0, 391e9),),
-                    source="deepseek-ai/DeepEP README.md, tests/test_internode.py @ 3b1045d (num_sms = 24; lines "
-                           "39-43, 158-173); README_Hybrid-EP.md @ 94a9f8f B200 table (16, 24 SMs)"),
+                    source="deepseek-ai/DeepEP README.md, DeepEP/tests/test_internode.py @ 3b1045d (num_sms = 24; "
+                           "lines 39-43, 158-173); README_Hybrid-EP.md @ 94a9f8f B200 table (16, 24 SMs)"),
         # H100 + 400 Gb/s, Megatron-Core's 16 SMs (moe_hybridep_num_sms), 4096 tokens, hidden 7168, top-8 of 8
         # experts a rank, uniform: Torch API (what Megatron-Core calls) BF16 dispatch / combine 54.47 / 53.35,
         # 47.36 / 52.53 and 41.24 / 46.57 GB/s logical over 16, 32 and 64 ranks (2, 4, 8 nodes), 0.54, 0.75 and
