@@ -95,3 +95,16 @@ def test_a_batchs_kind_params_are_kept_read_only_and_each_rows_own(name):
                 for i in (0, len(plans) // 2, len(plans) - 1):
                     assert same(value[i], np.float64(getattr(kind_params(model, plans.plan(i), kind), f)))
     assert kind_params(model, batch(model), "moe") is not kind_params(model, plans, "moe")  # another batch: its own
+
+
+def test_a_kept_answer_that_views_a_batch_column_freezes_a_copy_not_the_column():
+    """cost/params._frozen: a field that is a view of another array (a plan's column returned as it is) is kept as a
+    read-only copy, so the column's owner stays writeable for its other readers; an array of its own is frozen as it
+    is (the same object)."""
+    from meshplan.cost.params import _frozen  # noqa: PLC0415
+
+    column, own = np.arange(4.0), np.ones(4)
+    kept = _frozen(StageParams(dense=column[:], expert=own, adapters=0.0))
+    assert column.flags.writeable and kept.dense is not column and not kept.dense.flags.writeable
+    assert list(kept.dense) == [0.0, 1.0, 2.0, 3.0]
+    assert kept.expert is own and not own.flags.writeable and kept.adapters == 0.0

@@ -27,7 +27,9 @@ way, in an otherwise eager model (its RoPE, activations and residuals eager ops)
 copy of the stage's backward (components/moe/fsdp_mixin.py patched_backward_maybe_with_nosync @01926a5c, which
 the DeepSeek-V3 configs' enable_fsdp_optimizations installs: distributed/pipelining/functional.py:523-526) or, in
 Kimi K2's config, which leaves it unset, torch's own (pyproject.toml: torch<=2.9.0), whose FSDP branch the copy
-keeps ("it manually triggers post-backward hooks", the MoEFSDPSyncMixin docstring): a stage's last backward of a run
+keeps ("it manually triggers post-backward hooks", the MoEFSDPSyncMixin docstring; the FSDPModule branch, not the
+MoEFSDPSyncMixin one that reduces once an optimizer step, since components/moe/parallelizer.py:216-217 also
+fully_shards the outer *ForCausalLM, so the stage's submod is an FSDPModule): a stage's last backward of a run
 runs with FSDP2's sync off, then every param group's post_backward reduce-scatters by hand and
 _root_post_backward_final_callback makes the compute stream wait for them: ``Stack.pipeline_runtime``
 "torch-reduce-after" (specs/pipeline_runtime.py), each run's reduce-scatter exposed. The framework text of

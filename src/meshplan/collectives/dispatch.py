@@ -53,7 +53,11 @@ included (branch hybrid-ep @ 94a9f8f DeepEP/tests/test_hybrid_ep.py nvl_recv_byt
 docs/README_Hybrid-EP.md's B200 and GB200 tables). HybridEP at Megatron-Core's 16 SMs reads 544 GB/s over 8 GB200
 ranks, 444 over 36 (B200's 8: 533); DeepEP at Megatron-Core's 20 SMs 391 over 8 B200 ranks (halfway between its
 16- and 24-SM rows). On NVLink 5 (900 GB/s a GPU, 720 priced: 823 GB/s of rows over 8 ranks, 7/8 of them on the
-link) the kernel binds; on an H100's (360 priced, 411 over 8) the link does for HybridEP, DeepEP's 391 for DeepEP.
+link) the kernel binds. Every point is a Blackwell measurement, and a kernel's SM-bound copy rate is its GPU's (SM
+count, clock, NVLink generation), so the points hold on the architectures they were measured on (``nvlink_on``)
+only; elsewhere the link prices the exchange. On Hopper that is what DeepEP's README measures: H800's 8 ranks at 24
+SMs run link-bound, 153 / 158 GB/s of rows (FP8 dispatch / combine) of its ~160 (README.md @ 3b1045d, "Normal
+kernels"); an H100's link (360 priced, 411 GB/s of rows over 8) was not measured against DeepEP's kernels.
 Past 36 ranks HybridEP's rate holds at its 36-rank point: its kernels run up to 72 ranks in one NVLink domain
 (csrc/hybrid_ep/config.cuh @ 94a9f8f: MAX_NUM_OF_RANKS_PER_NODE 72, "up to 72(GB200) ranks per node"), which the
 README does not measure. Across nodes the backends' network tables already time the whole exchange.
@@ -102,12 +106,14 @@ def _points(backend: str, nic: float) -> tuple[list[float], list[float]]:
     return [math.log2(n) for n in nodes], [share[n] for n in nodes]
 
 
-def nvlink_rate(ranks: Num, backend: str = "deepep") -> Num:
-    """The flex ``backend``'s intra-node kernels' logical bytes/s over ``ranks`` GPUs of one NVLink domain (its
-    registry entry's ``nvlink`` points, linear in log2(ranks) between them, the nearest outside; inf where it has
-    none): the rate a dispatch inside one domain runs at where its NVLink would carry more (module docstring)."""
-    points = choice_of("flex_backend", backend).nvlink
-    if not points:
+def nvlink_rate(ranks: Num, backend: str, architecture: str) -> Num:
+    """The flex ``backend``'s intra-node kernels' logical bytes/s over ``ranks`` GPUs of one NVLink domain of
+    ``architecture`` GPUs (its registry entry's ``nvlink`` points, linear in log2(ranks) between them, the nearest
+    outside; inf where it has none or measured them on another architecture, ``nvlink_on``): the rate a dispatch
+    inside one domain runs at where its NVLink would carry more (module docstring)."""
+    record = choice_of("flex_backend", backend)
+    points = record.nvlink
+    if not points or architecture not in record.nvlink_on:
         return math.inf
     log_ranks, rates = [math.log2(n) for n, _ in points], [r for _, r in points]
     if isinstance(ranks, np.ndarray):
@@ -164,7 +170,8 @@ def forwarded_split(c: Collective, parts: list[Num], cluster: Cluster, eff: Effi
     # a group inside one NVLink domain: at most the backend's intra-node kernel rate, over every rank's rows
     inside = (node >= group) & (node > 1)
     inside = bool(inside) if isinstance(inside, np.bool_) else inside  # a scalar plan stays a float
-    slowest = where(inside, maximum(slowest, nbytes * fanned / nvlink_rate(node, c.backend)), slowest)
+    kernel = nvlink_rate(node, c.backend, cluster.accelerator.architecture)
+    slowest = where(inside, maximum(slowest, nbytes * fanned / kernel), slowest)
     latency: Num = (node - 1) * tiers[0].latency
     inner: Num = node
     for g, b, tier in zip(parts[1:], bandwidths[1:], tiers[1:], strict=True):

@@ -110,14 +110,15 @@ def collective_time(kind: str, nbytes: Num, group: Num, layout: Layout, cluster:
     return collective_seconds(Collective(kind, nbytes, "", group), layout, cluster, eff, library)
 
 
-
 def priced_on(group: Num, layout: Layout, cluster: Cluster, eff: Efficiency = DEFAULT, library: Library = NCCL
               ) -> Callable[[str, Num, Num], Num]:
     """``collective_time`` of the collectives over one ``group`` laid out as ``layout``, as price(kind, nbytes, group),
     the group split over the tiers once for them all (comm.split_group, a pure function: the same parts each call
     would make; a batch's groups are arrays, which its cache does not keep). A call for another group is priced as
-    ``collective_time`` prices it. The data-parallel collectives of a search chunk split their group once, not once
-    a kind (step/channels.dp_collectives)."""
+    ``collective_time`` prices it; "another" is an identity test (``of is not group``), so an equal group held in
+    another object (a recomputed float or array) is priced that way too: the same answer, without the saved split.
+    The data-parallel collectives of a search chunk split their group once, not once a kind
+    (step/channels.dp_collectives)."""
     parts = split_group(cluster, group, layout)
 
     def price(kind: str, nbytes: Num, of: Num) -> Num:
@@ -126,6 +127,7 @@ def priced_on(group: Num, layout: Layout, cluster: Cluster, eff: Efficiency = DE
         return split_seconds(Collective(kind, nbytes, "", of), parts, cluster, eff, library)
 
     return price
+
 
 class PricedOnce:
     """``split_seconds`` for the collectives of one group of ops on one cluster, plan and library (passes.time_ops),

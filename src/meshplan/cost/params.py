@@ -238,11 +238,13 @@ _KINDS: list[tuple[tuple[object, ...], StageParams]] = []  # ``kind_params``' la
 
 
 def _frozen(params: StageParams) -> StageParams:
-    for name in StageParams.__slots__:
-        value = getattr(params, name)
-        if isinstance(value, np.ndarray):
-            value.flags.writeable = False
-    return params
+    """``params`` with its arrays read-only: each its own array (``base`` None), or a copy where it is a view of
+    another (a plan's column returned as it is), whose owner must stay writeable for its other readers."""
+    owned = {name: value if value.base is None else value.copy()
+             for name in StageParams.__slots__ if isinstance(value := getattr(params, name), np.ndarray)}
+    for value in owned.values():
+        value.flags.writeable = False
+    return replace(params, **owned) if owned else params
 
 
 def _kind_params(model: ModelSpec, plan: Plan, kind: str) -> StageParams:

@@ -85,11 +85,18 @@ ZERO3_HOOKS = {"module": 535e-6, "tensor": 151e-6, "microbatch": 0.791e-3}
 LAYER_CONTAINERS = 3
 
 
+def _plans_wrapper(stack: Stack) -> bool:
+    """Whether ``stack``'s wrapper is the plan's (``stack.wrapper.per_plan``), whose work follows the plan's ZeRO
+    stage and offload; a stated wrapper (Megatron-Core, the generic stack) does none under any (``work_of``,
+    ``by_work``: one rule for both)."""
+    return bool(stack.wrapper.per_plan)
+
+
 def work_of(plan: Plan, stack: Stack) -> str:
     """The per-micro-batch work of the wrapper ``plan`` runs under its own ZeRO stage and offload (a ``WORK`` key),
     or "": none beyond autograd's, a stated wrapper's (the stack's own), or under LoRA (the frozen weights have no
     gradients; the adapters' are left out)."""
-    if not stack.wrapper.per_plan or plan.finetune == "lora":
+    if not _plans_wrapper(stack) or plan.finetune == "lora":
         return ""
     wrapper = deepspeed_wrapper(plan, stack.wrapper.pipeline_engine)
     if wrapper == "bf16":  # its gradient buffer in the plan's gradient dtype (fp32, or bf16 without ZeRO)
@@ -115,7 +122,7 @@ def by_work(plan: Plan, stack: Stack, zeros: tuple[int, ...], offloads: tuple[bo
     any setting (``work_of`` answers "" before it reads the plan): one group, without the plan of each setting (a
     search batch's ``replace`` copies every column's reference: 14 % of the 8-count strong-scaling plan's
     ``grid_times``, three times a chunk)."""
-    if not stack.wrapper.per_plan:
+    if not _plans_wrapper(stack):
         every = [(z, zero, o, offload) for z, zero in enumerate(zeros) for o, offload in enumerate(offloads)]
         return [("", every)] if every else []
     groups: dict[str, list[tuple[int, int, int, bool]]] = {}

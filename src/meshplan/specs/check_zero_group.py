@@ -5,7 +5,7 @@ I instances split the dp·cp ranks into I ZeRO groups of the inner dp/I data-par
 (Megatron-Core 0.16.1 parallel_state.py asserts that I divides dp·cp, and the expert-data-parallel size alike). Only
 ZeRO 1 and 2 shard within a group: stage 0 shards nothing (Megatron-Core: "Partial DistOpt cannot be used without
 DistOpt", distributed_data_parallel.py), and ZeRO-3 within groups is FSDP's hybrid sharding, which no field prices;
-nor a parameter server's exchange (channels.ps_collectives) or an FSDP stack's.
+nor a parameter server's exchange (step/param_server.ps_collectives) or an FSDP stack's.
 """
 
 from __future__ import annotations

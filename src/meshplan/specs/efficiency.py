@@ -238,7 +238,7 @@ class Efficiency:
     # B200 (1.51x): TensorRT-LLM's CUTLASS NVFP4 GEMM (flashinfer-ai/flashinfer#1979) 3,370 TFLOP/s at 1,024 x 7,168 x
     # 4,608 (1.51x: 3,590, 1.81x: 4,160); vLLM CUTLASS NVFP4 / FP8, 16,384 x 6,144 x 4,096 (vllm#20646, #19566) 1.53x
     nvfp4_gemm: float = 163.493 / 90.337
-    nvfp4_peaks: float = 13.5 / 4.5
+    nvfp4_peaks: float = 13.5 / 4.5  # b300.toml's dense FP4 / FP8 peaks (tests/test_low_precision.py holds them equal)
     # Quantizing to a block-scaled format (MXFP8, NVFP4: an amax and a scale per block, row-wise and column-wise)
     # takes this many times as long per byte as a per-tensor cast. Same tutorial, B300, autocast minus
     # pre-quantized GEMM time for the 24-layer model: MXFP8 215.6 - 171.9 = 43.7 ms, FP8 delayed scaling

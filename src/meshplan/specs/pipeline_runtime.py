@@ -42,7 +42,11 @@ class PipelineRuntime:
     # an earlier torch ran the last backward with the hooks on instead (stage.py backward_maybe_with_nosync:
     # set_requires_gradient_sync(last_backward) around stage_backward, in the 2024 fork tianyu-l/pytorch_intern24
     # @421add67), so the runtime ``torch`` (torchtitan's, at an unverified torch) keeps the overlapped reduction.
-    # Priced by step/channels.step_channels (Collectives.after).
+    # AutoModel's copy takes its FSDPModule branch (fsdp_mixin.py:254), not the MoEFSDPSyncMixin one (:277-281, which
+    # reduces once an optimizer step): moe/parallelizer.py:216-217 @01926a5c also fully_shards the outer
+    # *ForCausalLM ("if model != _model: fully_shard_default(model)"), so the stage's submod is an FSDPModule and the
+    # elif order picks that branch. Priced by step/channels.step_channels (Collectives.after), added whole to every
+    # rank's last backward (the drain's overlap for stages s > 0 ignored: step_channels).
     reduces_after: bool = False
     # each TP rank sends its whole (replicated) activation and gradient to the next stage, with no scatter/gather
     # (cost/pipeline.py): Megatron-LM before 27fc4689 (2021-02-09, "Break up tensors sent between pipeline stages into

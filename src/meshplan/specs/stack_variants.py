@@ -277,8 +277,9 @@ class FlexBackend:
     counted, its own included, on the ``source``'s GPUs and SM count); ``nic``: (nodes, share of the NIC peak) where
     the NIC bound (the cap a kernel point meets on a slower NIC); ``nvlink``: (ranks, logical bytes/s) of its
     intra-node kernels inside one NVLink domain, every rank a token hits counted once, its own included (a kernel
-    limit in absolute bytes/s, as ``kernel``); ``argument``: its --moe-flex-dispatcher-backend value; ``num_sms``:
-    the --moe-hybridep-num-sms it runs (0: not HybridEP's)."""
+    limit in absolute bytes/s, as ``kernel``), measured on ``nvlink_on``'s GPU architectures only (elsewhere the
+    link prices the exchange); ``argument``: its --moe-flex-dispatcher-backend value; ``num_sms``: the
+    --moe-hybridep-num-sms it runs (0: not HybridEP's)."""
 
     name: str
     argument: str
@@ -287,6 +288,7 @@ class FlexBackend:
     nic: tuple[tuple[float, float], ...]
     source: str
     nvlink: tuple[tuple[float, float], ...] = ()
+    nvlink_on: tuple[str, ...] = ()  # the architectures (architectures.ARCHITECTURES) ``nvlink`` was measured on
     # pads each local expert's rows to the fp8 / fp4 GEMMs' alignment inside its dispatch (hybrid_ep_dispatch's
     # pad_multiple, Megatron-LM core_v0.16.1 token_dispatcher.py _HybridEPManager:1042-1047), so TEGroupedMLP's
     # Fp8Padding finds every count aligned and copies nothing (cost/moe_permute.py fp8_padding)
@@ -313,12 +315,15 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
         # (21.5 GB/s, 0.43), where a NIC-bound kernel would read ~87: the kernel's limit; EP 32 and 64 58 / 57 and
         # 51 / 50 GB/s, of which the NIC carries 3/4 and 3.5/4: 0.863 and 0.884 of it, NCCL's 0.90 nearly: the NIC's
         # inside one node at its 20 SMs (Megatron-Core moe_deepep_num_sms = 20 @ core_v0.16.1, DeepEP's Buffer.num_sms;
-        # Bridge sets none): B200, 8 ranks, Torch API BF16 dispatch / combine 348 / 302 GB/s at 16 SMs, 494 / 420 at
-        # 24, halfway 391 logical (README_Hybrid-EP.md @ 94a9f8f); across nodes only 24 SMs measured (held)
+        # Bridge sets none; AutoModel sets 20 itself, Automodel@01926a5c nemo_automodel/components/moe/megatron/
+        # fused_a2a.py:27, DEEP_EP_SM_NUMS default 20): B200, 8 ranks, Torch API BF16 dispatch / combine 348 / 302
+        # GB/s at 16 SMs, 494 / 420 at 24, halfway 391 logical (README_Hybrid-EP.md @ 94a9f8f), a Blackwell kernel
+        # rate; on Hopper DeepEP's README measures H800's 8 ranks link-bound at 24 SMs (153 / 158 GB/s of its ~160),
+        # no kernel cap, so there the link binds; across nodes only 24 SMs measured (held)
         FlexBackend(name="deepep", argument="deepep", kernel=((2.0, 43e9),),
-                    nic=((4.0, 0.863), (8.0, 0.884)), nvlink=((8.0, 391e9),),
-                    source="deepseek-ai/DeepEP README.md, tests/test_internode.py @ 3b1045d (num_sms = 24; lines "
-                           "39-43, 158-173); README_Hybrid-EP.md @ 94a9f8f B200 table (16, 24 SMs)"),
+                    nic=((4.0, 0.863), (8.0, 0.884)), nvlink=((8.0, 391e9),), nvlink_on=("blackwell",),
+                    source="deepseek-ai/DeepEP README.md, DeepEP/tests/test_internode.py @ 3b1045d (num_sms = 24; "
+                           "lines 39-43, 158-173); README_Hybrid-EP.md @ 94a9f8f B200 table (16, 24 SMs)"),
         # H100 + 400 Gb/s, Megatron-Core's 16 SMs (moe_hybridep_num_sms), 4096 tokens, hidden 7168, top-8 of 8
         # experts a rank, uniform: Torch API (what Megatron-Core calls) BF16 dispatch / combine 54.47 / 53.35,
         # 47.36 / 52.53 and 41.24 / 46.57 GB/s logical over 16, 32 and 64 ranks (2, 4, 8 nodes), 0.54, 0.75 and
@@ -333,7 +338,7 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
                     kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
                     nic=((4.0, 0.8636), (8.0, 0.8727)), pads_for_quantization=True,
                     nvlink=((8.0, 544.27e9), (16.0, 473.66e9), (24.0, 443.145e9), (32.0, 454.345e9),
-                            (36.0, 444.115e9)),
+                            (36.0, 444.115e9)), nvlink_on=("blackwell",),
                     source="deepseek-ai/DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md (H100 table), "
                            "DeepEP/tests/test_hybrid_ep.py, DeepEP/tests/utils.py count_rdma_send_from_routing_map "
                            "(the sender's own node counted)"),
@@ -349,7 +354,7 @@ STACK_CHOICES: dict[str, dict[str, Any]] = {
                     kernel=((2.0, 53.91e9), (4.0, 49.945e9), (8.0, 43.905e9)),
                     nic=((4.0, 0.8636), (8.0, 0.8727)), pads_for_quantization=True,
                     nvlink=((8.0, 557.325e9), (16.0, 522.515e9), (24.0, 495.54e9), (32.0, 474.38e9),
-                            (36.0, 463.455e9)),
+                            (36.0, 463.455e9)), nvlink_on=("blackwell",),
                     source="deepseek-ai/DeepEP branch hybrid-ep @ 94a9f8f docs/README_Hybrid-EP.md (GB200 table, "
                            "32 SMs; H100 table, 16 SMs), NVIDIA-NeMo/Megatron-Bridge scripts/performance/utils/"
                            "overrides.py @ v0.3.0-v0.6.0 (moe_hybridep_num_sms = 32)")),

@@ -344,7 +344,10 @@ def step_channels(p: Passes, m: Num, c: Collectives | tuple[Collectives, Collect
     tiers' bandwidth). Passes that carry the same traffic are priced once (the search asks for every stage at once),
     and terms that are the constant 0.0 cost nothing. ``forward``: a memo of forward passes without copies, shared by
     callers whose ranks differ only in their recompute mode (which changes the backward pass only). The part of the
-    last backward's reduce-scatter that runs after the pass (``Collectives.after``) adds whole, beside nothing."""
+    last backward's reduce-scatter that runs after the pass (``Collectives.after``) adds whole, beside nothing, to
+    every rank's last backward: a simplification, since in a 1F1B drain stage s > 0 ends its last backward about
+    s·t_b before stage 0, so part of its reduction hides in the drain and only stage 0's is wholly on the step's path;
+    the step's max over the first and the last rank hides the difference where the two hold similar parameters."""
     c, shared = (c, None) if isinstance(c, Collectives) else c
     bare = {"f": p.t_f - slowdown * p.h_f, "b": p.t_b - slowdown * p.h_b}
     priced: dict[tuple[str, int, int, int], tuple[Num, Num, tuple[Num, Num]]] = {}

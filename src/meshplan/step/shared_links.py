@@ -24,7 +24,10 @@ def shared_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: S
     """S of the module docstring for each data-parallel collective (all-reduce, all-gather, reduce-scatter) of a
     rank holding ``params``, priced ``full`` by channels.dp_collectives: its bandwidth terms on the tiers a
     layer-level group also spans, at most the collective's own time. A parameter server's exchange runs on the
-    network tier (param_server.ps_push)."""
+    network tier (param_server.ps_push).
+
+    TODO: at ``distributed_optimizer_instances`` I > 1 the collectives run within a ZeRO group and across its
+    instances (step/param_sync.dp_groups), but their contention is still priced over the whole dp·cp group here."""
     spans = layer_tiers(cluster, plan)
     if all(type(s) is float and s == 0.0 for s in spans):
         return 0.0, 0.0, 0.0
