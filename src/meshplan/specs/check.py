@@ -14,7 +14,6 @@ from meshplan.errors import PlanError
 from meshplan.pipeline.registry import schedule_of
 from meshplan.specs import token_drop
 from meshplan.specs.check_pipeline import check_first_stage, check_stage_layers, check_stage_settings
-from meshplan.specs.check_zero_group import zero_group_refusals
 from meshplan.specs.fsdp_modes import fsdp_of
 from meshplan.specs.fusion import hybrid_names
 from meshplan.specs.layouts import TENSOR_LAYOUTS, layout_of, names_where
@@ -370,7 +369,10 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack:
         reasons.append(f"servers={plan.servers!r} must be a count of parameter-server shards, 0 (one per GPU) or more")
     if plan.grad_bytes not in (2, 4):
         reasons.append(f"grad_bytes={plan.grad_bytes} must be 2 or 4")
-    reasons += zero_group_refusals(model, plan, stack)
+    instances = plan.distributed_optimizer_instances
+    if type(instances) is not int or instances != 1:  # the rules' module only where they apply (start-up, issue 83)
+        from meshplan.specs.check_zero_group import zero_group_refusals
+        reasons += zero_group_refusals(model, plan, stack)
     if sorted(plan.placement) != sorted(DENSE_AXES):
         reasons.append(f"placement={','.join(plan.placement)} must order each of {', '.join(DENSE_AXES)} once")
     return reasons

@@ -67,7 +67,6 @@ from meshplan.specs.hardware import Cluster
 from meshplan.specs.model import ModelSpec
 from meshplan.specs.plan import Plan
 from meshplan.specs.stack import Stack
-from meshplan.step.param_server import ps_collectives
 from meshplan.step.param_sync import dp_groups, gradient_sync, weight_sync
 from meshplan.xp import Num, maximum, minimum, where
 
@@ -125,7 +124,8 @@ def dp_collectives(model: ModelSpec, cluster: Cluster, plan: Plan, params: Stage
     params = trainable(params, plan)
     groups = dp_groups(plan)  # over every replica, within the ZeRO group, across its instances (param_sync.py)
     (dense_group, layout_d, _), (expert_group, _, _) = groups["whole"]
-    if plan.dp_mode == "ps":
+    if plan.dp_mode == "ps":  # the parameter server's module only where a plan runs one (start-up, issue 83)
+        from meshplan.step.param_server import ps_collectives
         return Collectives(*ps_collectives(cluster, plan, params.dense * (dense_group > 1)
                                            + params.expert * (expert_group > 1), eff))
 
