@@ -369,8 +369,7 @@ def _check_options(model: ModelSpec, cluster: Cluster | None, plan: Plan, stack:
         reasons.append(f"servers={plan.servers!r} must be a count of parameter-server shards, 0 (one per GPU) or more")
     if plan.grad_bytes not in (2, 4):
         reasons.append(f"grad_bytes={plan.grad_bytes} must be 2 or 4")
-    instances = plan.distributed_optimizer_instances
-    if type(instances) is not int or instances != 1:  # the rules' module only where they apply (start-up, issue 83)
+    if type(i := plan.distributed_optimizer_instances) is not int or i != 1:  # its rules' module only where they apply
         from meshplan.specs.check_zero_group import zero_group_refusals
         reasons += zero_group_refusals(model, plan, stack)
     if sorted(plan.placement) != sorted(DENSE_AXES):
