@@ -178,18 +178,19 @@ def test_the_comparison_check_sees_a_comparison(tmp_path):
 
 
 def test_one_record_per_fusion_says_what_differs():
-    assert fusion.FUSION_NAMES == ("fused", "eager", "jit", "eager-te", "fused-eager-act")  # Stack.fusion's choices
+    assert fusion.FUSION_NAMES == ("fused", "eager", "jit", "eager-te", "fused-eager-act", "eager-apex")  # choices
     assert [f.name for f in fusion.FUSIONS.values() if f.fused] == ["fused", "fused-eager-act"]
-    assert [f.name for f in fusion.FUSIONS.values() if f.counted] == ["eager", "jit", "eager-te"]  # eager rows
+    assert [f.name for f in fusion.FUSIONS.values() if f.counted] == ["eager", "jit", "eager-te", "eager-apex"]
     assert all(f.counted != f.fused for f in fusion.FUSIONS.values())
-    assert [f.name for f in fusion.FUSIONS.values() if f.per_op] == ["eager", "eager-te"]
-    assert [f.name for f in fusion.FUSIONS.values() if f.library_norm] == ["eager-te"]
+    assert [f.name for f in fusion.FUSIONS.values() if f.per_op] == ["eager", "eager-te", "eager-apex"]
+    assert [f.name for f in fusion.FUSIONS.values() if f.library_norm] == ["eager-te", "eager-apex"]
+    assert [f.name for f in fusion.FUSIONS.values() if f.norm_upcast or f.rope != "rope"] == ["eager-apex"]
     assert [f.name for f in fusion.FUSIONS.values() if f.expert_bias_loop] == ["eager-te"]  # AutoModel's _apply_bias
     assert [f.name for f in fusion.FUSIONS.values() if f.jit] == ["jit"]
     assert [f.name for f in fusion.FUSIONS.values() if f.eager_activation] == ["fused-eager-act"]
     assert fusion.hybrid_names() == ("fused",)
     assert load_stack("megatron-deepspeed").fusion_mode is fusion.fusion_of("jit")
-    with pytest.raises(KeyError, match="is none of fused, eager, jit, eager-te, fused-eager-act"):
+    with pytest.raises(KeyError, match="is none of fused, eager, jit, eager-te, fused-eager-act, eager-apex"):
         fusion.fusion_of("compiled")
 
 

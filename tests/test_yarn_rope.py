@@ -1,4 +1,4 @@
-"""YaRN-scaled RoPE in Megatron-Core's modules runs unfused (cost/eager.py unfused_rope): Transformer Engine's fused
+"""YaRN-scaled RoPE in Megatron-Core's modules runs unfused (cost/attention.py unfused_rope): Transformer Engine's fused
 RoPE takes no mscale, and Megatron-Bridge keeps the fusion for position type "rope" only, so GPT-OSS's q and k go
 through rope_utils._apply_rotary_pos_emb_bshd's separate kernels."""
 

@@ -144,6 +144,9 @@ def kernels(record: dict[str, Any], model: ModelSpec, src: SourceDefaults, notes
     elif fusion == "fused" and model.mlp == "relu2" and (why := recipes_off.eager_activation(record)):
         fusion = "fused-eager-act"
         notes.append(f"squared-ReLU activation as eager PyTorch ops, relu then pow ({why})")
+    elif src.stack.fusion_mode.norm_upcast:
+        notes.append("element-wise kernels in eager PyTorch (one kernel per aten op), the norms apex's fused RMSNorm "
+                     "on fp32 upcasts of the residual, RoPE flash-attn's rotary kernel (the source's stack)")
     elif src.stack.fusion_mode.library_norm:
         notes.append("element-wise kernels in eager PyTorch (one kernel per aten op), the norms Transformer Engine's "
                      "fused RMSNorm (the source's stack)")

@@ -148,7 +148,7 @@ def stack_notes(plan: Plan, stack: Stack, src: SourceDefaults, model: ModelSpec)
         (stack.fsdp != "none", f"{stack.fsdp.upper()} prepares each micro-batch's gradients for the reduce-scatter",
          f"{src.name}; fsdp.fsdp_grad_bytes"),
         (stack.train_metrics > 0, f"{stack.train_metrics} training-metric cross-entropies over the logits per "
-         "micro-batch", f"{src.name}: Composer evaluates the model's train metrics after every backward pass"),
+         "micro-batch", f"{src.name}: its trainer evaluates training metrics over every micro-batch's logits"),
         (model.is_moe, "MoE routing balanced", "the NVIDIA tables force-balance it"),
         (plan.pp > 1 and stack.pipeline_runtime == "torch", "torch.distributed.pipelining keeps every micro-batch's "
          "receive buffers and stage outputs (the last stage's logits) until the step ends",

@@ -15,13 +15,37 @@ node", doc/en/train_performance.md).
   group, async on that group, after the step, waited for unless overlap_sync_param, which the 7B configuration leaves
   off (configs/7B_sft.py: hybrid_zero_optimizer overlap_sync_param=False): the "shard_broadcasts" weight sync
   (step/param_sync.py) within the group, exposed before the next forward (overlap_param_gather false).
+
+The layers and the loop (sources.py's InternEvo profile, ``INTERNEVO_STACK``), at the same commit:
+
+- Element-wise work: eager PyTorch module code with apex's fused RMSNorm run on an fp32 upcast of the residual and
+  flash-attn's rotary kernel (internlm/model/modeling_internlm.py PackedFlashBaseLayer1D, modules/mlp.py
+  FeedForward's ``Silu(w1_o, w3_o)``, modules/embedding.py ApplyRotaryEmbQKV_): ``Stack.fusion`` "eager-apex"
+  (specs/fusion.py).
+- The loss: flash-attn's CrossEntropyLoss (model/losses/ce_loss.py FlashGPTLMLoss, use_flash_attn and
+  parallel_output): ``cross_entropy`` "flash". The attention: flash_attn.modules.mha FlashSelfAttention on the packed
+  qkv with cu_seqlens (model/modules/multi_head_attention.py), FlashAttention-2: ``attention_kernel`` "fa2".
+- The training metric: train.py builds AccPerplex and get_scheduler_hooks (train/pipeline.py) hands it to
+  SchedulerMetricHook, which updates it on every micro-batch's logits (model/metrics.py AccPerplex.update): flash-attn's
+  cross-entropy forward with reduction "none" (LossWithTypeId: 4 bytes a logit), two max and one argmax over the
+  vocabulary (6), the max subtracted (4), exp_ in place (4) and the sum (2): 20 + 4 bytes a 16-bit logit against the
+  22 of one priced metric cross-entropy (cost/embed_head.train_metrics): ``train_metrics`` 1.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from meshplan.specs.stack import Stack
 from meshplan_validation.patterns import INTERNEVO, ZERO1_SIZE
+
+INTERNEVO_STACK = Stack(name="internevo", family="internevo", fusion="eager-apex", cross_entropy="flash",
+                        attention_kernel="fa2", train_metrics=1,
+                        source="InternLM/InternEvo @c628a8c87411 (source_internevo.py)")
+INTERNEVO_WHY = ("InternEvo @c628a8c87411 (source_internevo.py): eager module code with apex's RMSNorm on fp32 "
+                 "upcasts and flash-attn's rotary kernel, flash-attn's cross-entropy and FlashAttention-2 on packed "
+                 "sequences, AccPerplex over every micro-batch's logits, ZeRO-1 with bf16 gradients, no sequence "
+                 "parallelism (tensor mode mtp), no recompute unless stated")
 
 
 def zero1_size(record: dict[str, Any], zero: int) -> int | None:

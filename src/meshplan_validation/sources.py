@@ -14,6 +14,7 @@ from meshplan.cost.wrappers import DEEPSPEED_FP16
 from meshplan.specs.allreduce_table import AllReduceTable
 from meshplan.specs.stack import Stack, load_stack
 from meshplan_validation.source_automodel import AUTOMODEL_MOE, AUTOMODEL_MOE_STACK, AUTOMODEL_MOE_WHY
+from meshplan_validation.source_internevo import INTERNEVO_STACK, INTERNEVO_WHY
 from meshplan_validation.source_megatron_jan2021 import JAN2021_RUNTIME, JAN2021_SOURCE, JAN2021_WHY
 from meshplan_validation.source_vtrain import VTRAIN_ALLREDUCE, VTRAIN_STACK, VTRAIN_WHY
 
@@ -154,7 +155,6 @@ MEGATRON_DEEPSPEED = SourceDefaults(
     "DeepSpeed's pipeline engine and ZeRO-1)", memory_peak="device")  # BLOOM's memory column: nvidia-smi's
 # (chronicles-prequel.md @053adafe: "pdsh -w jean-zay-iam01 ... nvidia-smi", the first node: the first stage's GPUs)
 
-
 # vTrain's measured runs (Bang et al. 2024; VIA-Research/vTrain f8dda847): "collected using Megatron-DeepSpeed codebase"
 # (data/README.md), with no DeepSpeed JSON or --deepspeed anywhere in the repository, and everything it states is
 # Megatron's own training path, not DeepSpeed's engine: its configs price "PyTorch DDP's gradient bucketing"
@@ -203,7 +203,7 @@ VTRAIN = SourceDefaults("vTrain (Megatron-DeepSpeed, Megatron's optimizer)", r"^
 
 
 SOURCES: tuple[SourceDefaults, ...] = (
-    VTRAIN,
+    VTRAIN, SourceDefaults("InternEvo", r"internevo", INTERNEVO_STACK, False, 1, 2, "none", INTERNEVO_WHY),
     SourceDefaults("Megatron-LM 2020", r"megatron_readme_2020|megatron2020", MEGATRON_2021, False, 0, 2, "full",
                    "Megatron-LM 2020 (before pipeline parallelism): --batch-size is the per-GPU batch, no "
                    "gradient accumulation; no sequence parallelism or TP overlap; fp16 gradients all-reduced after "

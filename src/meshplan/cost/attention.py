@@ -21,7 +21,7 @@ import numpy as np
 
 from meshplan.cost.blocks import collective, elementwise, gemm, norm, projections, residual, tp_enter, tp_exit
 from meshplan.cost.dsa import indexer_ops, selected_keys
-from meshplan.cost.eager import softmax_unfused, unfused_rope
+from meshplan.cost.eager import eager_op, softmax_unfused
 from meshplan.cost.records import ACT_BYTES, FP32, MASK_BYTES, Dims, OpCost
 from meshplan.cost.shapes import kv_up_shape, qkv_shapes
 from meshplan.specs.model import ModelSpec
@@ -303,3 +303,19 @@ def qkv_concat(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
         return []
     qkv, _ = attention_elems(model, d)
     return [OpCost("attn/qkv_concat", "bwd_x", "memory", 0.0, 2 * ACT_BYTES * qkv)]
+
+
+def unfused_rope(model: ModelSpec, d: Dims) -> list[OpCost]:
+    """YaRN-scaled RoPE (``model.yarn_rope``) in Megatron-Core's modules (``stack.fusion = "fused"``), applied to q
+    and k as separate eager kernels (``EAGER["rope_megatron"]``): Megatron-Core's apply_rotary_pos_emb uses Transformer
+    Engine's fused RoPE only at mscale 1 (models/common/embeddings/rope_utils.py @ core_v0.16.1: "mscale ... is not
+    supported by TE's fused RoPE. Using unfused implementation."), and YaRN's mscale is 0.1 ln(factor) + 1 where the
+    config states none (yarn_rotary_pos_embedding.py _yarn_get_mscale: 1.347 at GPT-OSS's factor 32); Megatron-Bridge
+    also turns the fusion off for any position type but "rope" (NVIDIA-NeMo/Megatron-Bridge
+    src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility @ 07eea52; its GPT-OSS bridge sets
+    position_embedding_type "yarn", gpt_oss_bridge.py). TE's fused kernel (read q and k, write them, each way) is
+    not priced where RoPE fuses; an eager stack's own RoPE is eager_layer's."""
+    if not model.yarn_rope or d.eager or not d.stack.fusion_mode.fused or model.is_mla:
+        return []
+    q, k = model.num_heads / d.tp * model.head_dim, model.num_kv_heads / d.tp * model.head_dim
+    return eager_op("attn/rope", "rope_megatron", d.tokens * (q + k), tensors=2)

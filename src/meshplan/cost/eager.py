@@ -37,6 +37,14 @@ EAGER: dict[str, dict[str, tuple[tuple[str, int, int], ...]]] = {
     # rotary embedding as torchtitan's apply_rotary_emb (complex multiply on fp32 views), per element of q and k
     "rope": {"fwd": (("to fp32", 2, 4), ("complex mul", 4, 4), ("type_as", 4, 2)),
              "bwd_x": (("to fp32", 2, 4), ("complex mul", 4, 4), ("to bf16", 4, 2))},
+    # flash-attn's rotary kernel (csrc/rotary apply_rotary, InternEvo's ApplyRotaryEmbQKV_ @c628a8c87411) in place on
+    # q's and k's two halves, per element each way: read, write (its [s, d/2] cos and sin neglected)
+    "rope_flash": {"fwd": (("apply_rotary", 2, 2),), "bwd_x": (("apply_rotary", 2, 2),)},
+    # a library norm run on x.float() of a 16-bit x (InternEvo's norm1(_residual.float())), per element beyond the
+    # norm counted in norm(): the upcast, the norm's read of fp32 (both ways) and its fp32 input gradient, whose cast
+    # back to 16 bits is the upcast's backward
+    "norm_upcast": {"fwd": (("to fp32", 2, 4), ("norm reads fp32", 2, 0)),
+                    "bwd_x": (("norm reads fp32", 2, 0), ("norm writes fp32", 0, 2), ("to bf16", 4, 2))},
     # Megatron-Core's unfused RoPE (rope_utils._apply_rotary_pos_emb_bshd @ core_v0.16.1), per element of q or k in
     # bf16: t * cos, rotate_half's neg of one half and its cat, * sin, the add, the cat with the empty unrotated
     # part; backward the two products' gradients, the neg's, the chunk's (a cat), the two paths to t added and the
@@ -99,22 +107,6 @@ def eager_norm(name: str, model: ModelSpec, elems: Num, stack: Stack) -> list[Op
     return [] if stack.fusion_mode.library_norm else eager_op(name, model.norm, elems)
 
 
-def unfused_rope(model: ModelSpec, d: Dims) -> list[OpCost]:
-    """YaRN-scaled RoPE (``model.yarn_rope``) in Megatron-Core's modules (``stack.fusion = "fused"``), applied to q
-    and k as separate eager kernels (``EAGER["rope_megatron"]``): Megatron-Core's apply_rotary_pos_emb uses Transformer
-    Engine's fused RoPE only at mscale 1 (models/common/embeddings/rope_utils.py @ core_v0.16.1: "mscale ... is not
-    supported by TE's fused RoPE. Using unfused implementation."), and YaRN's mscale is 0.1 ln(factor) + 1 where the
-    config states none (yarn_rotary_pos_embedding.py _yarn_get_mscale: 1.347 at GPT-OSS's factor 32); Megatron-Bridge
-    also turns the fusion off for any position type but "rope" (NVIDIA-NeMo/Megatron-Bridge
-    src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility @ 07eea52; its GPT-OSS bridge sets
-    position_embedding_type "yarn", gpt_oss_bridge.py). TE's fused kernel (read q and k, write them, each way) is
-    not priced where RoPE fuses; an eager stack's own RoPE is eager_layer's."""
-    if not model.yarn_rope or d.eager or not d.stack.fusion_mode.fused or model.is_mla:
-        return []
-    q, k = model.num_heads / d.tp * model.head_dim, model.num_kv_heads / d.tp * model.head_dim
-    return eager_op("attn/rope", "rope_megatron", d.tokens * (q + k), tensors=2)
-
-
 def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> list[OpCost]:
     """What eager PyTorch adds to one layer: decomposed norms, rotary embedding, GQA copies, two-kernel SwiGLU,
     bias gradients (``EAGER``). MoE experts are run by fused grouped kernels in every stack modelled here."""
@@ -124,8 +116,11 @@ def eager_layer(model: ModelSpec, plan: Plan, d: Dims, moe: bool = False) -> lis
     heads, kv_heads = model.num_heads / t, model.num_kv_heads / t
     ops = eager_norm("attn/norm", model, d.tokens_sp * h, d.stack) + eager_norm("mlp/norm", model, d.tokens_sp * h,
                                                                                d.stack)
-    if model.position_embedding == "rope" and not model.is_mla:
-        ops += eager_op("attn/rope", "rope", T * (heads + kv_heads) * model.head_dim)
+    if d.stack.fusion_mode.norm_upcast:  # the two norms' fp32 upcasts (EAGER["norm_upcast"])
+        ops += eager_op("attn/norm/upcast", "norm_upcast", d.tokens_sp * h) + eager_op(
+            "mlp/norm/upcast", "norm_upcast", d.tokens_sp * h)
+    if model.position_embedding == "rope" and not model.is_mla:  # its RoPE's row (Fusion.rope): q and k
+        ops += eager_op("attn/rope", d.stack.fusion_mode.rope, T * (heads + kv_heads) * model.head_dim)
     if model.num_kv_heads < model.num_heads and not model.is_mla:
         ops += eager_op("attn/repeat_kv", "repeat_kv", 2 * T * heads * model.head_dim)
     if model.qkv_bias and not model.is_mla:  # the bias of the fused projection's whole output
@@ -311,6 +306,8 @@ def eager_rows(model: ModelSpec, stack: Stack, fused: bool = True) -> dict[str, 
         core = EAGER_KERNELS["llama" if alone else "sdpa"]["attn/core"]
         rows = {**rows, "attn/qkv": EAGER_KERNELS["sdpa"]["attn/qkv"], "attn/core": core}
     drop = {"attn/core"} if llama and not stack.flash_attention else set()
+    if llama and (r := stack.fusion_mode.rope) != "rope":  # another RoPE than torchtitan's measured one: its row's
+        rows = {**rows, "attn/rope": (2 * eager_kernels(r, "fwd"), 2 * eager_kernels(r, "bwd_x"), 0, 0)}  # q and k
     if stack.fusion_mode.library_norm:  # the norms a library's kernel each way: cost/'s own count, as a fused stack's
         drop |= {"attn/norm", "mlp/norm"}
     if model.mlp != ("swiglu" if llama else "gelu"):

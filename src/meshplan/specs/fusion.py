@@ -17,6 +17,13 @@ never compare the fusion's name (tests/test_pipeline_registry.py checks the core
   containers; bias_activation_fusion left at Megatron-Core's False, whose MLP fuses only GeLU and SwiGLU). NeMo 1's
   copy (nemo/collections/nlp/modules/common/megatron/utils.py @ v2.0.0) and Megatron-Core's
   (megatron/core/activations.py) are under ``@jit_fuser`` (torch.compile): one kernel each way, ``fused``.
+- ``eager-apex``: InternEvo's module code (InternLM/InternEvo @c628a8c87411, internlm/model/modeling_internlm.py
+  PackedFlashBaseLayer1D): eager PyTorch (its SwiGLU ``F.silu(w1_o) * w3_o``, model/utils.py Silu; its residual adds),
+  its norms apex's MixedFusedRMSNorm, one library kernel each way (model/utils.py try_import_RMSNorm), run on an fp32
+  upcast of the bf16 residual (``self.norm1(_residual.float())``: a cast kernel each way, and the norm reading and
+  its input gradient written in fp32: cost/eager.py EAGER["norm_upcast"]), its RoPE flash-attn's rotary kernel in
+  place on q and k (model/modules/embedding.py ApplyRotaryEmbQKV_: rotary_emb.apply_rotary, one kernel each way
+  per tensor: EAGER["rope_flash"]) instead of torchtitan's complex multiply.
 """
 
 from __future__ import annotations
@@ -47,10 +54,17 @@ class Fusion:
     # a squared-ReLU MLP's activation as relu then pow, and autograd's four backward kernels (cost/eager.py
     # EAGER["relu2"]), under an otherwise fused stack (cost/mlp_moe.py model_code_activation)
     eager_activation: bool = False
+<<<<<<< HEAD
     # the experts' biases added by a Python loop per local expert over the rows split by tokens_per_expert, then
     # concatenated, on fc1 and fc2 both: NeMo AutoModel's GroupedExpertsDeepEP._apply_bias (cost/mlp_moe.py
     # looped_expert_biases)
     expert_bias_loop: bool = False
+=======
+    # the EAGER row an eager layer's RoPE runs as (cost/eager.py eager_layer)
+    rope: str = "rope"
+    # the norms run on an fp32 upcast of the 16-bit residual (EAGER["norm_upcast"], per norm)
+    norm_upcast: bool = False
+>>>>>>> ie23
 
 
 FUSIONS: dict[str, Fusion] = {f.name: f for f in (
@@ -61,6 +75,8 @@ FUSIONS: dict[str, Fusion] = {f.name: f for f in (
            expert_bias_loop=True),
     Fusion(name="fused-eager-act", fused=True, counted=False, per_op=False, jit=False, hybrid=False,
            eager_activation=True),
+    Fusion(name="eager-apex", fused=False, counted=True, per_op=True, jit=False, hybrid=False, library_norm=True,
+           rope="rope_flash", norm_upcast=True),
 )}
 FUSION_NAMES = tuple(FUSIONS)
 

@@ -63,7 +63,7 @@ class ModelSpec(extras.ModelExtras):
     position_embedding: str = "rope"
     # the RoPE base (HF ``rope_theta``; Llama 3 500,000): no cost depends on it, configs/ write it; 0: not stated
     rope_theta: float = field(default=0.0, compare=False)
-    yarn_rope: bool = False  # YaRN-scaled RoPE, cos / sin times its mscale (GPT-OSS): cost/eager.py unfused_rope
+    yarn_rope: bool = False  # YaRN-scaled RoPE, cos / sin times its mscale (GPT-OSS): cost/attention.py unfused_rope
     dropout: bool = False  # dropout after attention / MLP (GPT-3-era Megatron); adds masks to activations
     causal: bool = True  # causal (decoder) attention; False for encoders such as ViT
     # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, GPT-OSS): in ``window_layers`` of the attention layers a

@@ -72,10 +72,10 @@ class Stack:
         "vocab_parallel_eager (Megatron's vocabulary-parallel loss as its eager fp32 ops over upcast logits) or "
         "gathered_bf16 (F.cross_entropy on 16-bit logits all-gathered to every TP rank: KempnerForge)")
     fusion: str = _choice("fused", FUSION, "element-wise kernels: fused (Megatron / Transformer Engine, or "
-        "torch.compile), eager (one PyTorch kernel per aten op), eager-te (eager, its norms Transformer Engine's fused "
-        "RMSNorm: NeMo AutoModel's own models) or jit (Megatron-LM's module code of 2020-22, which Megatron-DeepSpeed "
-        "runs: eager PyTorch with its own fused softmax and LayerNorm kernels and TorchScript-fused bias-GeLU and "
-        "bias-dropout-add; cost/eager.py) or fused-eager-act (fused, NeMo 2's eager squared ReLU: specs/fusion.py)")
+        "torch.compile), eager (one PyTorch kernel per aten op), eager-te (eager, its norms TE's RMSNorm: NeMo "
+        "AutoModel's), jit (Megatron-LM's module code of 2020-22: eager PyTorch with its own fused softmax and "
+        "LayerNorm, TorchScript-fused bias-GeLU and bias-dropout-add; cost/eager.py), fused-eager-act (fused, NeMo "
+        "2's eager squared ReLU) or eager-apex (InternEvo's: apex norms on fp32 upcasts; specs/fusion.py)")
     expert_gemm: str = _choice("per_expert", EXPERT_GEMM, "MoE expert GEMMs: per_expert (launched by the host "
                                                           "after the tokens-per-expert sync) or grouped (one kernel)")
     dglu_slowdown: float = field(default=1.0, metadata={"help": "with expert_gemm grouped, the fused backward GLU "
