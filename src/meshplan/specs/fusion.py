@@ -54,17 +54,14 @@ class Fusion:
     # a squared-ReLU MLP's activation as relu then pow, and autograd's four backward kernels (cost/eager.py
     # EAGER["relu2"]), under an otherwise fused stack (cost/mlp_moe.py model_code_activation)
     eager_activation: bool = False
-<<<<<<< HEAD
     # the experts' biases added by a Python loop per local expert over the rows split by tokens_per_expert, then
     # concatenated, on fc1 and fc2 both: NeMo AutoModel's GroupedExpertsDeepEP._apply_bias (cost/mlp_moe.py
     # looped_expert_biases)
     expert_bias_loop: bool = False
-=======
     # the EAGER row an eager layer's RoPE runs as (cost/eager.py eager_layer)
     rope: str = "rope"
     # the norms run on an fp32 upcast of the 16-bit residual (EAGER["norm_upcast"], per norm)
     norm_upcast: bool = False
->>>>>>> ie23
 
 
 FUSIONS: dict[str, Fusion] = {f.name: f for f in (
