@@ -69,6 +69,7 @@ def _run(case: dict, environ: dict[str, str]) -> dict:
             "distributed_optimizer": args.use_distributed_optimizer, "offload": args.optimizer_cpu_offload,
             "overlaps": [args.overlap_grad_reduce, args.overlap_param_gather, args.overlap_p2p_comm],
             "num_layers": config.num_layers, "experts": config.num_moe_experts,
+            "activation": getattr(config.activation_func, "__name__", str(config.activation_func)),
             "dispatcher": [config.moe_token_dispatcher_type, config.moe_flex_dispatcher_backend],
             "capacity": [config.moe_expert_capacity_factor, config.moe_pad_expert_input_to_capacity]}
 

@@ -6,7 +6,8 @@ arguments are exactly those pretrain_gpt.py would get (no comment or line contin
 parser is not on PyPI (megatron-core 0.16.1's wheel ships megatron/core only; there is no megatron-lm package), so
 ``parse_args`` / ``validate_args`` / ``core_transformer_config_from_args`` (megatron/training/arguments.py) are the
 missing check: the arguments are turned into TransformerConfig fields as core_transformer_config_from_args does (every
-argument named as a field, plus its translations: ``--swiglu`` gated_linear_unit with SiLU, ``--disable-bias-linear``
+argument named as a field, plus its translations: ``--swiglu`` gated_linear_unit with SiLU, ``--squared-relu``
+Megatron-Core's squared_relu as activation_func, ``--disable-bias-linear``
 add_bias_linear False, ``--num-experts`` num_moe_experts, ``--multi-latent-attention`` MLATransformerConfig,
 ``--moe-layer-freq`` evaluated, ``--group-query-attention`` enabling num_query_groups), then Megatron-Core's
 TransformerConfig checks the emitted layout and GPTModel (local layer spec) is built on the meta device with every
@@ -90,6 +91,10 @@ def transformer_config(args: dict[str, object]):
         kw.pop("num_query_groups", None)
     if args.get("swiglu"):
         kw |= {"gated_linear_unit": True, "activation_func": torch.nn.functional.silu}
+    if args.get("squared_relu"):  # arguments.py:1673-1675 @ core_v0.17.0
+        from megatron.core.activations import squared_relu
+
+        kw["activation_func"] = squared_relu
     kw["add_bias_linear"] = not args.get("disable_bias_linear")
     if isinstance(kw.get("moe_layer_freq"), str):
         kw["moe_layer_freq"] = eval(kw["moe_layer_freq"])  # Megatron-LM's moe_freq_type evaluates it the same way
@@ -294,3 +299,28 @@ def test_megatron_core_refuses_a_flex_backend_it_does_not_have(model_parallel):
     with pytest.raises(ValueError, match="deepep"):
         TransformerConfig(**base, moe_flex_dispatcher_backend="deepep")
     assert TransformerConfig(**base, moe_flex_dispatcher_backend="hybridep").moe_hybridep_num_sms == 16
+
+
+def test_megatron_builds_nemotron4_15b_with_its_squared_relu(tmp_path, model_parallel):
+    """Nemotron-4 15B (mlp "relu2") runs as written: the script says --squared-relu, the TransformerConfig of its
+    arguments holds Megatron-Core's squared_relu (not the GeLU Megatron builds without it) and checks the layout
+    (tp 8: 48 / 8 = 6 query heads and 8 / 8 = 1 query group a rank), and GPTModel has the priced parameters. The
+    vocabulary 256,000 is a multiple of 128 x 8 = 1,024 (250 of them): nothing padded. Priced: 2 x 256,000 x 6,144
+    embedding and output (untied) = 3,145,728,000, 2 x 6,144 final norm, and 32 layers of 2 x 2 x 6,144 norms,
+    6,144 x (6,144 + 2 x 1,024) QKV, 6,144 x 6,144 out, 2 x 6,144 x 24,576 fc1 and fc2, no biases: 32 x 390,094,848 =
+    12,483,035,136; 15,628,775,424 in all."""
+    from megatron.core.activations import squared_relu
+
+    model, plan = load_model("nemotron4-15b"), Plan(dp=8, tp=8, global_batch=64)
+    argv = launched_arguments(tmp_path, emit("megatron", model, plan, load_stack("megatron-core")))
+    assert "--squared-relu" in argv and "--swiglu" not in argv
+    args = _arguments(argv)
+    config = transformer_config(args)
+    assert config.activation_func is squared_relu and not config.gated_linear_unit
+    assert (config.tensor_model_parallel_size, config.num_query_groups, config.normalization) == (8, 8, "LayerNorm")
+    assert _padded(model, args) == model.vocab_size == 250 * 1024
+    built = build_gpt(config, args, model.vocab_size)
+    params = sum(p.numel() for p in built.parameters())
+    layer = 2 * 2 * 6144 + 6144 * (6144 + 2 * 1024) + 6144 * 6144 + 2 * 6144 * 24576
+    assert params == model.params() == 2 * 256000 * 6144 + 2 * 6144 + 32 * layer == 15_628_775_424
+    assert built.decoder.layers[0].mlp.activation_func is squared_relu

@@ -116,7 +116,11 @@ FEATURES = [
     ("MLA, MTP and dense first layers", "deepseek-v3", {"pp": 4, "dp": 2, "ep": 2, "last_stage_layers": 13}, {}),
     ("MLA recompute of the up projections", "deepseek-v3",
      {"recompute": "selective", "recompute_modules": ("mla_up_proj",)}, {}),
+    ("squared ReLU", "nemotron4-15b", {}, {}),
 ]
+# the activation core_transformer_config_from_args builds (arguments.py:1667-1675 @ core_v0.17.0): SiLU with --swiglu
+# (gated), squared_relu with --squared-relu, else TransformerConfig's default GeLU
+ACTIVATION = {"swiglu": "silu", "relu2": "squared_relu", "gelu": "gelu"}
 
 
 def test_every_plan_feature_is_read_by_megatron_lm(tmp_path, megatron):
@@ -136,6 +140,8 @@ def test_every_plan_feature_is_read_by_megatron_lm(tmp_path, megatron):
         assert verdict["batch"] == [plan.micro_batch, plan.global_batch]
         assert verdict["offload"] == plan.offload_optimizer
         assert verdict["recompute"][0] == {"none": None}.get(plan.recompute, plan.recompute)
+    for (label, name, _, _), (_, verdict) in zip(FEATURES, pairs, strict=True):  # and the model's activation
+        assert verdict["activation"] == ACTIVATION[load_model(name).mlp], label
     for (label, name, _, _), (case, verdict) in zip(FEATURES, pairs, strict=True):  # and the reader reads it so
         plan, stack = read("megatron", load_model(name), case["world_size"], text=texts[label])
         assert [verdict["sequence_parallel"], verdict["distributed_optimizer"]] == [plan.sequence_parallel,

@@ -132,3 +132,26 @@ def test_the_megatron_arguments_known_are_those_the_module_writes_and_reads():
     named = {flag for module in (megatron, megatron_model)
              for flag in re.findall(r'"(--[a-z0-9-]+)"', Path(module.__file__).read_text(encoding="utf-8"))}
     assert named == megatron.KNOWN
+
+
+def test_a_megatron_script_whose_activation_is_not_the_models_is_refused():
+    """--squared-relu builds Megatron-Core's squared_relu (arguments.py:1673-1675 @ core_v0.17.0): read for llama3-8b
+    (SwiGLU) it is refused; a Nemotron script stating its MLP (--ffn-hidden-size) without it would build GeLU, and is
+    refused too; with it, it reads back to the plan it was written from."""
+    nemotron = load_model("nemotron4-15b")
+    text = emit("megatron", nemotron, BASE, load_stack("megatron-core"))
+    assert "  --squared-relu\n" in text
+    assert read("megatron", nemotron, 16, text=text)[0] == BASE
+    with pytest.raises(SpecError, match=r"--squared-relu does not build llama3-8b's MLP \(swiglu\)"):
+        read("megatron", MODEL, 16, text=text)  # 32 layers both
+    with pytest.raises(SpecError, match=r"no --squared-relu does not build nemotron4-15b's MLP \(relu2\)"):
+        read("megatron", nemotron, 16, text=text.replace("  --squared-relu\n", ""))
+
+
+def test_the_bridge_overrides_name_the_squared_relu_they_cannot_set():
+    """Megatron-Bridge takes no callable as an override: no model.activation_func line, and a note naming the provider
+    that sets squared ReLU (NemotronModelProvider @ v0.3.1)."""
+    text = emit("nemo", load_model("nemotron4-15b"), BASE, load_stack("megatron-bridge"))
+    assert not [line for line in text.splitlines() if line.startswith("model.activation_func")]
+    assert "# model.activation_func is the recipe's (a callable, not an override): squared ReLU priced" in text
+    assert "NemotronModelProvider" in text

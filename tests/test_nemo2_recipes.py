@@ -90,3 +90,39 @@ def test_mixtral_recipe_settings_move_its_price_by_a_fraction_of_a_percent():
                        stack=case.stack.with_(moe_permute="fused"))
     mapped, before = evaluate_case(case), evaluate_case(dropless)
     assert mapped.predicted / before.predicted == pytest.approx(1.001, abs=0.003)
+
+
+def test_an_eager_activation_never_makes_a_step_faster():
+    """Property (review23): on random valid draws (tests/draws.py) of every MLP kind, dense and MoE, the same plan under
+    ``fused-eager-act`` is never faster than under ``fused``: the eager rows only add bytes and kernels (EAGER[mlp]:
+    relu2 +4 / +14 bytes an element, swiglu +4 / +8, gelu nothing). Draws the fusion cannot take (hybrid layers:
+    specs/check.py) are skipped; most are kept."""
+    import random
+
+    from draws import draw_triple
+    from meshplan.specs.check import check
+
+    rng, kept, grew = random.Random(2323), 0, {"relu2": 0, "swiglu": 0, "gelu": 0}
+    for _ in range(40):
+        model, cluster, plan, stack = draw_triple(rng)
+        fused, eager = stack.with_(fusion="fused"), stack.with_(fusion="fused-eager-act")
+        if check(model, cluster, plan, fused) or check(model, cluster, plan, eager):
+            continue
+        kept += 1
+        base, slower = (estimate(model, cluster, plan, s).step_time for s in (fused, eager))
+        assert slower >= base * (1 - 1e-12), (model.name, plan.describe(), base, slower)
+        grew[model.mlp] += slower > base
+    assert kept >= 25 and grew["relu2"] and grew["swiglu"] and not grew["gelu"], (kept, grew)
+
+
+def test_the_eager_activation_prices_every_mlp_of_a_moe_model():
+    """Not relu2 alone (review23): Mixtral 8x7B's SwiGLU experts (no shared experts) under ``fused-eager-act`` get the
+    routed experts' eager rows over their rows x F_e/etp elements, 4 bytes forward and 8 backward each (silu r 2 w 2
+    and mul r 4 w 2 for one fused pass r 4 w 2; backward two muls and silu's r 4 w 2 each for one r 8 w 2)."""
+    case = _case("nemo2502-b200-mixtral-8x7b-64")
+    est = estimate(case.model, case.cluster, case.plan, case.stack.with_(fusion="fused-eager-act"), case.efficiency())
+    rows = {r.phase: r for r in est.ops if r.name == "moe/experts/act/eager"}
+    assert set(rows) == {"fwd", "bwd_x"} and rows["bwd_x"].nbytes == pytest.approx(2 * rows["fwd"].nbytes)
+    act = [r for r in est.ops if r.name == "moe/experts/act" and r.phase == "fwd"][0]
+    # the fused pass of mlp_gemms reads the 2F-wide fc1 output and writes F: 6 bytes an element of F, 2 x 3
+    assert rows["fwd"].nbytes == pytest.approx(4 / 6 * act.nbytes)

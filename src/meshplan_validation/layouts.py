@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from meshplan.specs.model import ModelSpec
-from meshplan_validation.recipes import recipe_key
+from meshplan_validation.recipes import first_source, recipe_key
 from meshplan_validation.records import positive_int
 from meshplan_validation.sources import source_defaults
 
@@ -62,7 +62,7 @@ def one_layer_chunks(record: dict[str, Any], model: ModelSpec, pp: int) -> tuple
     """(V, source) where the record's source runs one decoder layer a model chunk and the record leaves V out: the
     (L + 2) / pp slots a rank of EMBEDDING_LOSS_SPLIT; else (0, "")."""
     key = recipe_key(record)
-    why = next((why for pattern, why in ONE_LAYER_CHUNKS if re.search(pattern, key)), "")
+    why = first_source(ONE_LAYER_CHUNKS, key)
     if not why or pp == 1 or (record.get("parallel") or {}).get("vp") is not None or (model.num_layers + 2) % pp:
         return 0, ""
     return (model.num_layers + 2) // pp, why
@@ -128,7 +128,7 @@ def embedding_loss_split(record: dict[str, Any], model: ModelSpec, pp: int) -> t
         return 0, 0, ""
     last = slots // pp - 1
     key = recipe_key(record)
-    why = next((why for pattern, why in EMBEDDING_LOSS_SPLIT if re.search(pattern, key)), "")
+    why = first_source(EMBEDDING_LOSS_SPLIT, key)
     if not why and DEEPSPEED_EMBEDDING_PARTITION in json.dumps(record):
         why = f"the record names DeepSpeed's --pp-partition-method '{DEEPSPEED_EMBEDDING_PARTITION}'"
     chunks = pp * (positive_int((record.get("parallel") or {}).get("vp")) or 1)

@@ -22,6 +22,11 @@ def recipe_key(record: dict[str, Any], *extra: str) -> str:
     return " ".join(str(x) for x in fields).lower()
 
 
+def first_source(table: tuple[tuple[str, str], ...], key: str) -> str:
+    """The source of the first (pattern, source) row of ``table`` whose pattern ``key`` matches (re.search), or ""."""
+    return next((why for pattern, why in table if re.search(pattern, key)), "")
+
+
 def release(record: dict[str, Any]) -> tuple[int, ...] | None:
     """The Megatron-Bridge release (year, month) its group names, or None."""
     found = BRIDGE_RELEASE.search(str(record.get("group", "")))

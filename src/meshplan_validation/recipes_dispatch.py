@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from meshplan.specs.model import ModelSpec
-from meshplan_validation.recipes import recipe_key
+from meshplan_validation.recipes import first_source, recipe_key
 
 # Megatron-Bridge performance recipes that dispatch the MoE tokens with a forwarding backend
 # (moe_token_dispatcher_type "flex", moe_flex_dispatcher_backend "deepep" or "hybridep": a token crosses the network
@@ -119,4 +119,4 @@ UNFUSED_PERMUTE: tuple[tuple[str, str], ...] = (
 def permute_unfused(record: dict[str, Any], model: ModelSpec) -> str:
     """The source of the release recipe that leaves the MoE permutation unfused (``UNFUSED_PERMUTE``), or ""."""
     key = recipe_key(record)
-    return next((why for pattern, why in UNFUSED_PERMUTE if model.is_moe and re.search(pattern, key)), "")
+    return first_source(UNFUSED_PERMUTE, key) if model.is_moe else ""

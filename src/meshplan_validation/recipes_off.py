@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from meshplan_validation.recipes import recipe_key
+from meshplan_validation.recipes import first_source, recipe_key
 
 # Megatron-Bridge performance recipes that leave the TP communication exposed (CommOverlapConfig(tp_comm_overlap=False))
 # where the harness otherwise overlaps it with userbuffers: (regex on "group model gpu", source).
@@ -26,7 +26,7 @@ TP_OVERLAP_OFF: tuple[tuple[str, str], ...] = (
 def overlap_tp_off(record: dict[str, Any]) -> str:
     """The source of the release's recipe that leaves the TP communication exposed, or ""."""
     key = recipe_key(record)
-    return next((why for pattern, why in TP_OVERLAP_OFF if re.search(pattern, key)), "")
+    return first_source(TP_OVERLAP_OFF, key)
 
 
 # Recipes leaving the weight all-gather synchronous (overlap_param_gather=False): ("group model gpu precision", source).
@@ -51,7 +51,7 @@ PARAM_GATHER_OFF: tuple[tuple[str, str], ...] = (
 def param_gather_off(record: dict[str, Any]) -> str:
     """The source of the release's recipe that leaves the weight all-gather synchronous, or ""."""
     key = recipe_key(record, record.get("precision") or "")
-    return next((why for pattern, why in PARAM_GATHER_OFF if re.search(pattern, key)), "")
+    return first_source(PARAM_GATHER_OFF, key)
 
 
 # Releases whose grouped MLP's backward GLU kernel regressed (Stack.dglu_slowdown): (regex on "group model gpu
@@ -85,7 +85,7 @@ TE_FUSED_ATTENTION_OFF: tuple[tuple[str, str], ...] = (
 def te_fused_attention_off(record: dict[str, Any]) -> str:
     """The source of the recipe that turns Transformer Engine's cuDNN attention off, or ""."""
     key = recipe_key(record)
-    return next((why for pattern, why in TE_FUSED_ATTENTION_OFF if re.search(pattern, key)), "")
+    return first_source(TE_FUSED_ATTENTION_OFF, key)
 
 
 # NeMo 2 performance scripts whose model code runs its squared-ReLU MLP activation unfused (Stack.fusion
@@ -105,4 +105,4 @@ EAGER_ACTIVATION: tuple[tuple[str, str], ...] = (
 def eager_activation(record: dict[str, Any]) -> str:
     """The source of the release's model code that runs a squared-ReLU activation as eager ops, or ""."""
     key = recipe_key(record)
-    return next((why for pattern, why in EAGER_ACTIVATION if re.search(pattern, key)), "")
+    return first_source(EAGER_ACTIVATION, key)

@@ -30,7 +30,9 @@ the comment), ``--tp-comm-overlap``,
 ``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--num-attention-heads``, ``--group-query-attention``,
 ``--num-query-groups``, ``--kv-channels``, ``--seq-length``, ``--max-position-embeddings``, ``--swiglu``,
 ``--normalization``, ``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--num-experts``,
-``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``.
+``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``, ``--squared-relu``
+(refused for a model whose MLP is not relu2, and its absence for a relu2 one where ``--ffn-hidden-size`` is given:
+Megatron would build GeLU; configs/megatron_model.SQUARED_RELU).
 
 Mapping: recompute="full" with recompute_layers=0 is ``--recompute-method uniform --recompute-num-layers 1`` (every
 layer), with N layers ``--recompute-method block --recompute-num-layers N``; the schedule is Megatron's own
@@ -227,6 +229,16 @@ def _parse(text: str) -> tuple[dict[str, Any], list[str]]:
     return options, comments
 
 
+def _check_activation(options: dict[str, Any], model: ModelSpec) -> None:
+    """--squared-relu builds a squared-ReLU MLP (configs/megatron_model.SQUARED_RELU): refused for another model, and
+    its absence refused for a relu2 model where the arguments state the MLP (--ffn-hidden-size): Megatron would
+    build GeLU."""
+    squared = "--squared-relu" in options
+    if squared != (model.mlp == "relu2") and (squared or "--ffn-hidden-size" in options):
+        raise SpecError(f"megatron config: {'--squared-relu' if squared else 'no --squared-relu'} does not build "
+                        f"{model.name}'s MLP ({model.mlp})")
+
+
 def _int(options: dict[str, Any], name: str, default: int) -> int:
     value = options.get(name, default)
     try:
@@ -242,6 +254,7 @@ def _read(text: str, model: ModelSpec, gpus: int) -> tuple[Plan, Stack]:
     if _int(options, "--num-layers", model.num_layers) != model.num_layers:
         raise SpecError(f"megatron config: --num-layers {options['--num-layers']} is not {model.name}'s "
                         f"{model.num_layers}")
+    _check_activation(options, model)
     sizes = {k: _int(options, f"--{n}-size", 1) for k, n in (("tp", "tensor-model-parallel"),
                                                               ("pp", "pipeline-model-parallel"),
                                                               ("cp", "context-parallel"))}

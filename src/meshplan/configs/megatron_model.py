@@ -2,14 +2,16 @@
 arguments (megatron/core/transformer/transformer_config.py, megatron/core/models/gpt/gpt_model.py, megatron-core
 0.16.1), and as Megatron-LM's pretrain_gpt.py arguments that set them (megatron/training/arguments.py, tag
 core_v0.16.1: ``core_transformer_config_from_args`` copies every argument named as a TransformerConfig field, and
-translates ``--swiglu`` into gated_linear_unit with SiLU, ``--disable-bias-linear`` into add_bias_linear=False,
+translates ``--swiglu`` into gated_linear_unit with SiLU, ``--squared-relu`` into activation_func =
+megatron.core.activations.squared_relu (arguments.py:1673-1675), ``--disable-bias-linear`` into add_bias_linear=False,
 ``--num-experts`` into num_moe_experts, ``--untie-embeddings-and-output-weights`` into GPTModel's
 share_embeddings_and_output_weights=False). Megatron-Bridge's ``model.*`` overrides are the same fields
 (configs/nemo.py).
 The arguments: ``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--num-attention-heads``,
 ``--num-query-groups``, ``--kv-channels``, ``--seq-length``, ``--max-position-embeddings``, ``--swiglu``,
-``--normalization``, ``--disable-bias-linear``, ``--add-qkv-bias``, ``--qk-layernorm``, ``--hidden-dropout``,
-``--attention-dropout``, ``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--rotary-base``,
+``--squared-relu``, ``--normalization``, ``--disable-bias-linear``, ``--add-qkv-bias``, ``--qk-layernorm``,
+``--hidden-dropout``, ``--attention-dropout``, ``--untie-embeddings-and-output-weights``, ``--position-embedding-type``,
+``--rotary-base``,
 ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
 ``--moe-layer-freq``, ``--moe-token-dispatcher-type``, ``--moe-flex-dispatcher-backend`` (with flex),
 ``--moe-expert-capacity-factor`` and ``--moe-pad-expert-input-to-capacity`` (token drop: specs/token_drop.py),
@@ -47,6 +49,7 @@ MEGATRON_ARGUMENT = {
          "num_attention_heads": "--num-attention-heads", "num_query_groups": "--num-query-groups",
          "kv_channels": "--kv-channels", "seq_length": "--seq-length",
          "max_position_embeddings": "--max-position-embeddings", "gated_linear_unit": "--swiglu",
+         "activation_func": "--squared-relu",
          "normalization": "--normalization", "add_bias_linear": "--disable-bias-linear",
          "add_qkv_bias": "--add-qkv-bias", "qk_layernorm": "--qk-layernorm", "hidden_dropout": "--hidden-dropout",
          "attention_dropout": "--attention-dropout",
@@ -75,6 +78,11 @@ MEGATRON_ARGUMENT = {
 _WHEN_TRUE = frozenset(("gated_linear_unit", "add_qkv_bias", "qk_layernorm", "moe_router_enable_expert_bias",
                         "multi_latent_attention", "moe_router_pre_softmax", "moe_pad_expert_input_to_capacity"))
 _WHEN_FALSE = frozenset(("add_bias_linear", "share_embeddings_and_output_weights"))
+# the activation TransformerConfig.activation_func holds for a squared-ReLU MLP (model.mlp "relu2"): Megatron-LM's
+# --squared-relu (arguments.py:2073 @ core_v0.17.0, store_true) sets it to megatron.core.activations.squared_relu
+# (core_transformer_config_from_args, arguments.py:1673-1675, which asserts it is not given with --swiglu); without it
+# a non-gated MLP is GeLU. Megatron-Bridge takes no callable as an override (configs/nemo.py drops the field).
+SQUARED_RELU = "squared_relu"
 _POSITIONS = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
 # what meshplan's model may have that no argument above builds (ModelSpec field -> what it is)
 _UNWRITTEN = {"sliding_window": "sliding-window attention", "attention_sinks": "attention sinks",
@@ -127,7 +135,8 @@ def architecture(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, 
         "num_attention_heads": model.num_heads, "num_query_groups": model.num_kv_heads,
         "kv_channels": None if model.is_mla else model.head_dim, "seq_length": model.seq_length,
         "max_position_embeddings": model.max_position_embeddings or model.seq_length,
-        "gated_linear_unit": model.gated, "normalization": "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm",
+        "gated_linear_unit": model.gated, "activation_func": SQUARED_RELU if model.mlp == "relu2" else None,
+        "normalization": "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm",
         "add_bias_linear": model.linear_bias, "add_qkv_bias": model.qkv_bias and not model.linear_bias,
         "qk_layernorm": model.qk_norm or model.is_mla, "hidden_dropout": None if model.dropout else 0.0,
         "attention_dropout": None if model.dropout else 0.0,
@@ -140,8 +149,6 @@ def architecture(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, 
     notes = [f"meshplan's model has {what} ({name}), which these arguments do not build"
              for name, what in _UNWRITTEN.items() if getattr(model, name)]
     notes += [f"meshplan's model has {what}, which these arguments do not build" for what in extras_on(model)]
-    if model.mlp not in ("swiglu", "gelu"):
-        notes.append(f"mlp={model.mlp}: Megatron's activation is GeLU unless --swiglu (or --squared-relu by hand)")
     if model.position_embedding == "rope" and not model.rope_theta:
         notes.append("meshplan's model states no RoPE base: Megatron's --rotary-base default (10000) applies")
     if model.is_moe and stack.moe_dispatcher_mode.forwards:
@@ -199,6 +206,8 @@ def arguments(fields: dict[str, Any], num_heads: int) -> list[tuple[str, Any]]:
             continue
         if name in _WHEN_TRUE or name in _WHEN_FALSE:
             args.append((flag, value == (name in _WHEN_TRUE)))
+        elif name == "activation_func":  # the one activation written besides --swiglu's: --squared-relu (a flag)
+            args.append((flag, True))
         elif name == "moe_layer_freq":  # a Python expression Megatron-LM evaluates (arguments.py moe_freq_type)
             args.append((flag, _pattern(value)))
         elif name == "num_query_groups":

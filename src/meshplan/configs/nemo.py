@@ -70,7 +70,7 @@ from meshplan.configs.common import (
 from meshplan.configs.format import ConfigFormat
 from meshplan.configs.layout import layout_string, stage_layers_of
 from meshplan.configs.megatron import CP_COMM_TYPE
-from meshplan.configs.megatron_model import architecture, capacity_factor
+from meshplan.configs.megatron_model import SQUARED_RELU, architecture, capacity_factor
 from meshplan.configs.megatron_rules import DP_OVERLAPS
 from meshplan.errors import SpecError
 from meshplan.pipeline.registry import default_schedule
@@ -181,10 +181,23 @@ def _model(model: ModelSpec, plan: Plan, stack: Stack) -> tuple[dict[str, Any], 
         fields["moe_shared_expert_overlap"] = False  # recipe's True (DeepSeek's) is refused under flex (module doc)
     if isinstance(fields.get("moe_layer_freq"), list):
         fields["moe_layer_freq"] = "[" + ",".join(map(str, fields["moe_layer_freq"])) + "]"
-    notes.append("model.activation_func is the recipe's (a callable, not an override): SiLU in the Llama, Mixtral, "
-                 "Qwen and DeepSeek recipes, which gated_linear_unit=true makes SwiGLU" if model.gated else
-                 "model.activation_func is the recipe's (a callable, not an override): GeLU priced")
+    notes.append(_activation(fields.pop("activation_func"), model.gated))
     return {f"model.{k}": v for k, v in fields.items()}, notes
+
+
+def _activation(activation: str | None, gated: bool) -> str:
+    """The note on the MLP's activation, which no override sets: Megatron-Bridge leaves every callable field out of the
+    OmegaConf tree it applies overrides to and puts the recipe's back after (training/utils/omegaconf_utils.py
+    ``_is_omegaconf_problematic`` / ``_restore_excluded_fields`` @ v0.3.1), so model.activation_func is the recipe
+    provider's."""
+    head = "model.activation_func is the recipe's (a callable, not an override): "
+    if activation == SQUARED_RELU:  # Megatron-Bridge 0.3.1 has Nemotron-4's provider but no recipe script of it
+        return head + ("squared ReLU priced: a recipe on NemotronModelProvider (models/nemotron/nemotron_provider.py "
+                       "@ v0.3.1: activation_func = squared_relu, torch.pow(relu(x), 2) without jit: eager, as the "
+                       "fused-eager-act fusion prices it) or NemotronHModelProvider (Megatron-Core's jit-fused "
+                       "squared_relu); a GPT recipe's GeLU is another model")
+    return head + ("SiLU in the Llama, Mixtral, Qwen and DeepSeek recipes, which gated_linear_unit=true makes SwiGLU"
+                   if gated else "GeLU priced")
 
 
 def _emit(model: ModelSpec, plan: Plan, stack: Stack) -> str:

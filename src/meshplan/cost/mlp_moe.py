@@ -67,20 +67,25 @@ def mlp_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     ops += tp_enter("mlp/tp_in", model, plan, d)
     ops += mlp_gemms("mlp", model, d.tokens, model.ffn_hidden_size / d.tp, d,
                      input_saved=d.tokens_sp * model.hidden_size * ACT_BYTES)
-    ops += model_code_activation(model, d)
+    ops += model_code_activation("mlp", model, d, d.tokens * model.ffn_hidden_size / d.tp)
     ops += tp_exit("mlp/tp_out", model, plan, d)
     ops += residual("mlp/residual", model, d)
     return ops
 
 
-def model_code_activation(model: ModelSpec, d: Dims) -> list[OpCost]:
-    """A squared-ReLU MLP's activation as the model code's eager ops under an otherwise fused stack
-    (``Fusion.eager_activation``: NeMo 2's Nemotron, specs/fusion.py), beyond the one fused activation pass of
-    ``mlp_gemms``: relu then pow forward, autograd's pow_backward (three kernels) and threshold_backward
-    (cost/eager.py EAGER["relu2"]: 4 more bytes an element forward, 14 backward), over the T·F/t local elements."""
-    if model.mlp != "relu2" or not d.stack.fusion_mode.eager_activation:
+def model_code_activation(prefix: str, model: ModelSpec, d: Dims, elems: Num) -> list[OpCost]:
+    """An MLP's activation as the model code's eager ops under an otherwise fused stack (``Fusion.eager_activation``:
+    NeMo 2's Nemotron, specs/fusion.py), beyond the one fused activation pass of ``mlp_gemms``, over its ``elems``
+    local elements (the dense MLP's T·F/t, the shared experts', the routed experts' rows x F_e/etp): Megatron-Core's
+    MLP and grouped experts call ``activation_func`` (and, gated, its product with the up half) as PyTorch ops where
+    bias_activation_fusion is off (megatron/core/transformer/mlp.py:307-323, moe/experts.py:307-324 @ core_v0.17.0).
+    Per element (cost/eager.py EAGER[model.mlp]): squared ReLU relu then pow forward, autograd's pow_backward (three
+    kernels) and threshold_backward, 4 more bytes forward and 14 backward; SwiGLU silu and the product, 4 and 8; GeLU
+    one kernel each way, as fused: nothing more. Left out: the gated chunk's backward (a concatenation) and the
+    experts' product with their routing probabilities, a kernel more each way where they run eager."""
+    if not d.stack.fusion_mode.eager_activation:
         return []
-    return eager_op("mlp/act", "relu2", d.tokens * model.ffn_hidden_size / d.tp)
+    return eager_op(f"{prefix}/act", model.mlp, elems)
 
 
 def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
@@ -133,6 +138,7 @@ def moe_block(model: ModelSpec, plan: Plan, d: Dims) -> list[OpCost]:
     if model.shared_expert_ffn_size:
         ops += tp_enter("moe/shared_tp_in", model, plan, d)
         ops += mlp_gemms("moe/shared", model, d.tokens, model.shared_expert_ffn_size / d.tp, d, input_saved=0.0)
+        ops += model_code_activation("moe/shared", model, d, d.tokens * model.shared_expert_ffn_size / d.tp)
         ops += tp_exit("moe/shared_tp_out", model, plan, d)
     ops += residual("moe/residual", model, d)
     return ops
@@ -152,7 +158,7 @@ def _experts(model: ModelSpec, plan: Plan, d: Dims, routed: Num, rows: Num, h: N
     ops += dglu_regressed(experts, stack)
     ops += grouped_mlp_eager(model, stack, rows, ffn, local, synced) + looped_expert_biases(model, stack, rows, ffn,
                                                                                            local, synced)
-    return ops + experts_eager(model, d, rows, ffn)
+    return ops + experts_eager(model, d, rows, ffn) + model_code_activation("moe/experts", model, d, rows * ffn)
 
 
 # The records of the grouped MLP's backward GLU kernel: Transformer Engine's CuTeDSL grouped MLP (expert_gemm

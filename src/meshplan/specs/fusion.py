@@ -11,7 +11,8 @@ never compare the fusion's name (tests/test_pipeline_registry.py checks the core
   AutoModel's own models build them with backend.rms_norm "te" (components/moe/utils.py initialize_rms_norm_module
   @01926a5c: transformer_engine.pytorch RMSNorm); every other element-wise op as ``eager``, the experts' biases
   added per local expert (components/moe/layers.py GroupedExpertsDeepEP._apply_bias).
-- ``fused-eager-act``: ``fused``, but a squared-ReLU MLP's activation runs as the model code's eager PyTorch ops, as
+- ``fused-eager-act``: ``fused``, but the MLP's activation runs as the model code's eager PyTorch ops (any MLP kind:
+  cost/eager.py EAGER[model.mlp], nothing more for GeLU's one kernel each way), as
   NeMo 2 builds Nemotron (NemotronConfig.activation_func = nemo/collections/llm/fn/activation.py squared_relu,
   ``torch.pow(F.relu(x), 2)`` with its ``@torch.jit.script`` commented out, @ v2.2.0 and v2.3.0, the 25.02 and 25.04
   containers; bias_activation_fusion left at Megatron-Core's False, whose MLP fuses only GeLU and SwiGLU). NeMo 1's
@@ -51,8 +52,9 @@ class Fusion:
     # the layer norms one library kernel each way, as a fused stack counts them, under an otherwise eager stack: no
     # decomposed norm rows (cost/eager.py eager_layer, eager_rows)
     library_norm: bool = False
-    # a squared-ReLU MLP's activation as relu then pow, and autograd's four backward kernels (cost/eager.py
-    # EAGER["relu2"]), under an otherwise fused stack (cost/mlp_moe.py model_code_activation)
+    # the MLPs' activation (dense, shared and routed experts) as the model code's eager ops, EAGER[model.mlp] (a
+    # squared ReLU: relu then pow, and autograd's four backward kernels), under an otherwise fused stack
+    # (cost/mlp_moe.py model_code_activation)
     eager_activation: bool = False
     # the experts' biases added by a Python loop per local expert over the rows split by tokens_per_expert, then
     # concatenated, on fc1 and fc2 both: NeMo AutoModel's GroupedExpertsDeepEP._apply_bias (cost/mlp_moe.py
