@@ -165,6 +165,9 @@ def draw_stack(rng: random.Random, model: ModelSpec, precision: str) -> Stack:
     if chosen.get("pipeline_runtime", stack.pipeline_runtime) == "megatron" and side_stream(rng).random() < 1 / 3:
         chosen["pipeline_runtime"] = "megatron-2021-01"  # Megatron-LM of January 2021 (whole sends) for a third of
         # Megatron's pipelines, preset or drawn, beside the generator: it moves only the replicated sends' estimates
+    if chosen.get("pipeline_runtime", stack.pipeline_runtime) == "torch" and side_stream(rng).random() < 1 / 3:
+        chosen["pipeline_runtime"] = "torch-reduce-after"  # NeMo AutoModel's (each run's gradients reduced after the
+        # stage's last backward, exposed) for a third of torch's pipelines, beside the generator, as above
     if chosen.get("moe_dispatcher") == "alltoall" and stack.name == "megatron-core":  # flex where Megatron-Bridge's
         chosen["moe_dispatcher"] = "flex"  # DeepEP recipes run it, chosen without the generator (as below)
     drawn = stack.with_(**chosen)

@@ -103,7 +103,8 @@ UNREAD = {"dp": 16, "cp": 2, "sequence_parallel": True, "micro_batch": 4, "globa
           "stage_offload": (1,) * 4, "offload_optimizer": True, "offload_activations": True, "offload_layers": 1,
           "precision": "fp8", "optimizer": "sgd", "grad_bytes": 2, "placement": ("pp", "dp", "cp", "tp2", "tp"),
           "summa_panels": 3, "dp_mode": "ps", "servers": 4, "collectives": "mst", "offload_weights": True,
-          "moe_expert_capacity_factor": 1.0, "moe_pad_expert_input_to_capacity": True}
+          "moe_expert_capacity_factor": 1.0, "moe_pad_expert_input_to_capacity": True,
+          "distributed_optimizer_instances": 2}
 
 
 @pytest.mark.parametrize(("name", "plan"), [
