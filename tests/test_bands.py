@@ -47,9 +47,11 @@ def test_the_new_source_multiplier_is_the_conformal_quantile_of_the_sources_own_
     assert new_source(scores, left_out="s9") == {"seen": 9.0, "unseen": 1.0}
     # one source's 10 runs are one group, summed up by their own conformal 0.8 quantile (the 9th): 9, not 10
     assert new_source([("training", "s", "f", True, float(k + 1)) for k in range(10)])["unseen"] == 9.0
-    # peak memory's three sources calibrate no multiplier: it borrows the other tables' (error_bands.BORROWS), and
-    # its scores move none of theirs
+    # peak memory's three sources calibrate no multiplier: it borrows training's (error_bands.BORROWS), and its scores
+    # move none; serving's sources calibrate serving's tables alone (error_bands.domain)
     assert new_source([*scores, ("memory", "m", "hopper pytorch", False, 50.0)]) == new_source(scores)
+    assert new_source([*scores, ("serving/ttft", "v", "hopper vllm", False, 50.0)]) == new_source(scores)
+    assert new_source([*scores, ("serving/ttft", "v", "hopper vllm", False, 50.0)], of="serving")["seen"] == 50.0
 
 
 def test_a_plan_unlike_every_measured_stack_takes_the_widest_stacks_band():
@@ -96,6 +98,13 @@ NOT_HELD = {
     # expert all-to-all over InfiniBand: Megatron-Bridge's one B200 recipe at EP 64 and EP 8 measures +4.21 s a step
     # where meshplan prices +4.31 s (tests/test_ib_all_to_all.py).
     ("training", "blackwell megatron"),
+    # H100 runs of six sources (94 runs, 72 inside): Megatron-Bridge's MoE runs (GPT-OSS-120B +23-28 %, on the
+    # per-expert MLP as on B200; Qwen3-30B-A3B's 16-GPU fp8 runs +93-99 %), left out, miss by 2.2 times the band of
+    # their neighbours where no other training source, left out, missed by more than 1.8 times (the unseen
+    # multiplier, calibrated on training's sources alone since serving's no longer set it, error_bands.domain);
+    # NeMo 24.07's Nemotron and long-context rows +13-16 %, Megatron-Core's README 1.7B / 177B +23-26 %, 32B -20 %,
+    # Megatron-LM's CI GPTs (h 512, tp 2-4) +14-36 %: small work or settings their tables do not state
+    ("training", "hopper megatron"),
 }
 
 
@@ -227,6 +236,12 @@ UNSHARP: dict[str, str] = {
     "gpu=blackwell/slow-host, stack=megatron-bridge, family=megatron, kind=moe, size=medium, scale=cluster, "
     "work=large": "a skewed tail: GB300 at EP 64 beyond HybridEP's measured ranks, 25.09's token-drop DeepSeek-V3",
 }
+# the serving regimes alike, by table: Argonne's Llama 2 7B on one MI300X under vLLM 0.6.1's ROCm build (20 runs, one
+# source): within 4 % up to 512 tokens in and out, +12..+62 % too fast at 1,024-2,048 (its long-context decode,
+# unpriced: data/measured/2026-12-01-untuned-gemm-step-bound.md), so its 80th percentile is 5.6-7.4 x its median
+SERVING_UNSHARP: dict[str, set[str]] = {table: {
+    "gpu=cdna3, engine=vllm-v0.6-rocm, kind=dense, size=small, gpus=1, mix=decode, work=small, batch=static-large"}
+    for table in ("serving/throughput", "serving/e2e")}
 
 
 @pytest.mark.parametrize("table", ["training", "memory", *[f"serving/{m}" for m in SERVING_CLASSES]])
@@ -243,7 +258,8 @@ def test_out_of_source_each_regime_is_covered_at_its_nominal_share_and_sharply(t
     nominal = BANDS[table]["coverage"]
     assert all(share >= nominal for _, _, share, _ in checked), [c for c in checked if c[2] < nominal]
     unsharp = {c[0] for c in checked if c[3] > 2.5}
-    assert unsharp == (set(UNSHARP) if table == "training" else set()), [c for c in checked if c[0] in unsharp]
+    assert unsharp == (set(UNSHARP) if table == "training" else SERVING_UNSHARP.get(table, set())), [
+        c for c in checked if c[0] in unsharp]
     if table in ("training", "memory"):
         assert sum(n for _, n, _, _ in checked) >= 0.7 * len(rows)  # the regimes checked hold most of the runs
 

@@ -18,9 +18,12 @@ CV+): each run's score is its |error| over the band its regime quotes in the tab
 level and fallback as specs/bands.py picks them then); a group (one source's runs of one GPU and framework or engine,
 in one table) is summed up by the conformal ``COVERAGE`` quantile of its scores; and the multiplier is the conformal
 ``SOURCE_COVERAGE`` quantile of the groups' (``new_source``): a band that multiplier times the conformal one held
-for ``COVERAGE`` of the runs of ``SOURCE_COVERAGE`` of the sources when they were new. Pooled over every table, since
-few tables hold more than a handful of sources, but for peak memory's (``BORROWS``), whose three sources are too few to
-calibrate one: it takes the others' and its scores set none of them; one multiplier where the plan's regime was
+for ``COVERAGE`` of the runs of ``SOURCE_COVERAGE`` of the sources when they were new. Pooled over the tables of one
+``domain``, training's (step time) or serving's (its four), since few tables hold more than a handful of sources: a
+serving engine's miss when new says nothing of a trainer's (pooled over both, every serving source priced closer
+narrowed the training bands: Argonne's MI300X and GH200 groups, once sourced, took training's unseen multiplier 3.25
+-> 2.23 and peak memory's coverage 88 -> 78 %); peak memory's (``BORROWS``), whose three sources are too few to
+calibrate one, takes training's and its scores set none of them; one multiplier where the plan's regime was
 measured (``seen``) and one where the table had to widen to neighbouring regimes (``unseen``, Mondrian by that case:
 Vovk et al. 2005, §4.5).
 
@@ -222,20 +225,28 @@ def _held_out(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                                    abs(r[error_of(name)]) / max(entry["conformal"], 1e-4)))
     inside: dict[tuple[str, int], bool] = {}
     for (name, source), t in without.items():
-        quoted = finish(t, new_source(scores, source))
+        quoted = finish(t, new_source(scores, source, domain(name)))
         for i, r in enumerate(rows[name]):
             if r["source"] == source:
                 inside[name, i] = abs(r[error_of(name)]) <= table_band(quoted, r["regime"]).half_width
     return {"scores": scores, "inside": inside}
 
 
-def new_source(scores: list[tuple[str, str, str, bool, float]], left_out: str | None = None) -> dict[str, float]:
-    """The multipliers (module docstring) from the groups' scores, those of source ``left_out`` set aside."""
+def domain(name: str) -> str:
+    """The tables whose sources calibrate one pair of multipliers (module docstring): serving's, or training's (step
+    time, and peak memory, which borrows them)."""
+    return "serving" if name.startswith("serving/") else "training"
+
+
+def new_source(scores: list[tuple[str, str, str, bool, float]], left_out: str | None = None,
+               of: str = "training") -> dict[str, float]:
+    """The multipliers (module docstring) of the tables of ``domain`` ``of`` from their groups' scores, those of
+    source ``left_out`` set aside."""
     out = {}
     for case, unseen in (("seen", False), ("unseen", True)):
         groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         for name, source, fam, u, score in scores:
-            if u == unseen and source != left_out and name not in BORROWS:
+            if u == unseen and source != left_out and name not in BORROWS and domain(name) == of:
                 groups[name, source, fam].append(score)
         stats = [conformal(g) for g in groups.values()]
         out[case] = round(max(1.0, conformal(stats, SOURCE_COVERAGE)), 4) if stats else 1.0
@@ -247,10 +258,10 @@ def tables(data: dict[str, Any]) -> dict[str, Any]:
     runs inside the band quoted them when the tables were built without their source."""
     rows = rows_of(data)
     loso = held_out(rows)
-    multipliers = new_source(loso["scores"])
+    multipliers = {of: new_source(loso["scores"], of=of) for of in ("training", "serving")}
     out = {}
     for name, table_rows in rows.items():
-        t = finish(table(table_rows, *spec_of(name)), multipliers)
+        t = finish(table(table_rows, *spec_of(name)), multipliers[domain(name)])
         for level in t["levels"]:
             by: dict[str, list[bool]] = defaultdict(list)
             for i, r in enumerate(table_rows):

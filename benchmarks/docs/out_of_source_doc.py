@@ -208,7 +208,7 @@ def bands_text(data: dict[str, Any], tables: dict[str, Any], kind: str) -> list[
     """The error bands' subsection: what a band is, its regimes, and how it holds for a source left out."""
     import error_bands  # noqa: PLC0415  (beside this script)
 
-    times = tables["training"]["new_source"]
+    times = tables["training" if kind == "training" else "serving/throughput"]["new_source"]  # error_bands.domain
     lines = ["Every estimate quotes the band of its regime (`meshplan/specs/regime.py`: the GPU and its host, the "
              "stack or engine, the model kind, the scale, the work per kernel, for serving the batch), built for a "
              "source meshplan has not seen (`benchmarks/docs/error_bands.py`, `meshplan/specs/bands.py`): the "
@@ -216,7 +216,7 @@ def bands_text(data: dict[str, Any], tables: dict[str, Any], kind: str) -> list[
              f"{times['seen']:.2f}, at most 2.5 times the regime's median |error| and never below that quantile; "
              f"where no measured run is like the plan, the widest neighbouring band times {times['unseen']:.2f}. The "
              f"two multipliers are the conformal {100 * error_bands.SOURCE_COVERAGE:.0f} % quantile, over the "
-             "sources (each source's runs of one GPU and "
+             f"{kind} sources (each source's runs of one GPU and "
              "framework or engine, in one table), of the 80 % quantile of their runs' |error| over the band quoted "
              "them when their source was left out (Dunn, Wasserman & Ramdas 2023, sources as the exchangeable groups; "
              "Barber et al. 2021's CV+, the sources as folds). Each regime with 20 or more runs, the share of its runs "
