@@ -206,6 +206,8 @@ RANGES: dict[str, Range] = {
     "recompute_layers": Range(1, MAX_LAYERS, "", "at most the layers", "all of them"),
     "offload_layers": Range(1, MAX_LAYERS, "", "at most the layers", "all of them"),
     "servers": Range(1, MAX_GPUS, "", "parameter-server shards: at most one per GPU of the cluster", "one per GPU"),
+    "distributed_optimizer_instances": Range(1, MAX_GPUS, "", "ZeRO groups the data-parallel ranks split into: at "
+                                             "most one per GPU (specs/check_zero_group.py)", "one: every replica"),
     "grad_bytes": Range(2, 4, "B", "bf16 (2) or fp32 (4) gradients: the only reduce dtypes costed"),
     "lora_rank": Range(1, _LORA, "", "LoRA ranks in use are 4-256; 65,536 is above every hidden size trained",
                        "full training (the --lora-rank option)"),
