@@ -72,10 +72,11 @@ def dp_groups(plan: Plan) -> dict[str, tuple[tuple[Num, Layout, Num], tuple[Num,
     """For each of WHERE: (ranks, layout, share of the rank's parameters it carries) of a dense and of an expert
     weight's collective: every replica (N, the dp·cp or edp layout, 1), the ZeRO group (g, its layout, 1), the
     instances (I, their layout, 1/g: each rank's shard)."""
-    (n_d, n_e), (g_d, g_e) = weight_replicas(plan), zero_groups(plan)
-    zero_d, across_d, zero_e, across_e = zero_layouts(plan)
-    i = plan.distributed_optimizer_instances
+    (n_d, n_e), i = weight_replicas(plan), plan.distributed_optimizer_instances
     whole = ((n_d, axis_layout(plan, "dp"), 1.0), (n_e, axis_layout(plan, "edp"), 1.0))
-    # one instance: the ZeRO group is every replica, the same objects (price.priced_on splits a group once, by identity)
-    zero = whole if isinstance(i, int) and i == 1 else ((g_d, zero_d, 1.0), (g_e, zero_e, 1.0))
-    return {"whole": whole, "zero": zero, "across": ((i, across_d, 1 / g_d), (i, across_e, 1 / g_e))}
+    if isinstance(i, int) and i == 1:  # one instance (every plan the search makes): the ZeRO group is every replica,
+        # the same objects (price.priced_on splits a group once, by identity), the instances one rank each
+        return {"whole": whole, "zero": whole, "across": ((1, 1, 1 / n_d), (1, 1, 1 / n_e))}
+    (g_d, g_e), (zero_d, across_d, zero_e, across_e) = zero_groups(plan), zero_layouts(plan)
+    return {"whole": whole, "zero": ((g_d, zero_d, 1.0), (g_e, zero_e, 1.0)),
+            "across": ((i, across_d, 1 / g_d), (i, across_e, 1 / g_e))}
